@@ -1,0 +1,89 @@
+"""The analytic steady-state cost of a plan: the quantity the MILP linearises.
+
+Per microbatch (averaged over one cycle of replica assignment, lcm of replica counts):
+- device load: for every stage on the device, the compute of its operators at their
+  precisions plus the casts of incoming tensors whose producer precision differs
+  (cast on the consumer; in training, forward + backward and the gradient cast back);
+- link load: for every tensor crossing stages a -> b, its bytes (at the producer's
+  precision) on every link of every relay hop a->a+1->...->b, divided by the link's
+  bandwidth; in training the gradient takes the reverse hops with the same bytes.
+The period is the largest device or link load; in the simulator's ideal mode (no
+latency, overlap of compute and transfers) the steady-state period equals it.
+Tensor parallelism (tp > 1) is outside this model: the simulator handles it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from costs.memory import inflight_microbatches
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import Plan
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    period_s: float
+    device_load_s: np.ndarray   # (D,) seconds of work per microbatch
+    link_load_s: np.ndarray     # (L,) busy seconds per microbatch
+    memory_bytes: np.ndarray    # (D,) bound on resident bytes
+    sensitivity: float
+
+
+def _cycle(plan: Plan) -> int:
+    return math.lcm(*(s.replicas for s in plan.stages))
+
+
+def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
+    """Resident bytes per device: static bytes of every op placed there plus activations
+    for the microbatches its stage may hold in flight."""
+    mem = np.zeros(problem.n_devices)
+    K = plan.n_stages
+    for v, k in enumerate(plan.op_stage):
+        q = problem.q_index(plan.op_precision[v])
+        n = inflight_microbatches(plan.schedule, k, K, plan.microbatches)
+        stage = plan.stages[k]
+        per = problem.static_bytes[v, q] / stage.tensor_parallel + problem.act_bytes[v, q] * n
+        for d in set(stage.devices):
+            mem[d] += per
+    return mem
+
+
+def plan_sensitivity(problem: Problem, plan: Plan) -> float:
+    return math.fsum(problem.sensitivity[v, problem.q_index(p)] for v, p in enumerate(plan.op_precision))
+
+
+def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
+    """Analytic per-microbatch loads and period of ``plan`` (see module docstring)."""
+    if any(s.tensor_parallel != 1 for s in plan.stages):
+        raise DistplanError("the analytic period covers tensor_parallel = 1 only; simulate the plan instead")
+    topo = problem.topology
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    cyc = _cycle(plan)
+    dev = np.zeros(problem.n_devices)
+    link = np.zeros(len(topo.links))
+    bw = problem.link_bw_bytes_per_s
+    for m in range(cyc):
+        where = [s.replica_devices(m)[0] for s in plan.stages]
+        for v, k in enumerate(plan.op_stage):
+            d = where[k]
+            dev[d] += problem.op_time_s(v, qs[v], problem.device_kind[d])
+        for e, (u, v) in enumerate(problem.edges):
+            ku, kv = plan.op_stage[u], plan.op_stage[v]
+            d = where[kv]
+            dev[d] += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[d])
+            nbytes = problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]
+            for b in range(ku, kv):
+                hops = [(where[b], where[b + 1])]
+                if problem.training:
+                    hops.append((where[b + 1], where[b]))
+                for a, c in hops:
+                    for l in topo.route(a, c):
+                        link[l] += nbytes / bw[l]
+    dev /= cyc
+    link /= cyc
+    period = float(max(dev.max(initial=0.0), link.max(initial=0.0)))
+    return PlanCost(period, dev, link, plan_memory_bytes(problem, plan), plan_sensitivity(problem, plan))

@@ -1,0 +1,177 @@
+"""The Problem: every number the MILP and the simulator read, built once from a Graph
+and a Topology. Indices: operators v (topological order), precisions q (the allowed
+set, highest fidelity first), device kinds c, devices d, links l, tensors e.
+
+Times are per microbatch. ``inf`` marks a precision a device kind cannot run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costs.compute import op_time_s
+from costs.memory import activation_bytes, static_bytes
+from costs.sensitivity import sensitivity
+from distplan.errors import DistplanError
+from distplan.precision import PRECISION_NAMES, parse_precisions, precision
+from topologies.topology import Topology
+from workloads.graph import Graph
+
+SCHEDULES = ("stream", "gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class ProblemOptions:
+    """What the user asks for: precisions allowed, microbatches, pipeline schedule.
+
+    ``schedule`` defaults to 'stream' for inference and '1f1b' for training.
+    """
+
+    precisions: tuple[str, ...] = ("fp16", "int8")
+    microbatches: int = 16
+    schedule: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    graph: Graph
+    topology: Topology
+    precisions: tuple[str, ...]
+    microbatches: int
+    schedule: str
+    kind_names: tuple[str, ...]
+    device_kind: np.ndarray       # (D,) kind index of each device
+    fwd_time_s: np.ndarray        # (V, Q, C)
+    bwd_time_s: np.ndarray        # (V, Q, C) zeros in inference
+    supported: np.ndarray         # (Q, C) bool
+    static_bytes: np.ndarray      # (V, Q)
+    act_bytes: np.ndarray         # (V, Q) per microbatch
+    sensitivity: np.ndarray       # (V, Q)
+    edges: np.ndarray             # (E, 2) int (u, v)
+    edge_elems: np.ndarray        # (E,)
+    bytes_per_elem: np.ndarray    # (Q,)
+    cast_s_per_elem: np.ndarray   # (Q, Q, C), zero on the diagonal
+    cast_fixed_s: np.ndarray      # (C,) per cast task
+    device_mem_bytes: np.ndarray  # (D,)
+    link_bw_bytes_per_s: np.ndarray  # (L,)
+    link_latency_s: np.ndarray    # (L,)
+    _extra: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def training(self) -> bool:
+        return self.graph.mode == "training"
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.graph.ops)
+
+    @property
+    def n_devices(self) -> int:
+        return self.topology.n_devices
+
+    def q_index(self, prec: str) -> int:
+        try:
+            return self.precisions.index(prec)
+        except ValueError:
+            raise DistplanError(
+                f"precision {prec!r} is not allowed in this problem; allowed: {', '.join(self.precisions)}"
+            ) from None
+
+    def op_time_s(self, v: int, q: int, c: int) -> float:
+        """Compute seconds per microbatch of op v at precision q on kind c (fwd + bwd in training)."""
+        return float(self.fwd_time_s[v, q, c] + self.bwd_time_s[v, q, c])
+
+    def cast_time_s(self, e: int, q_from: int, q_to: int, c: int) -> float:
+        """Seconds to cast tensor e from q_from to q_to on kind c (doubled in training: the
+        gradient is cast back)."""
+        if q_from == q_to:
+            return 0.0
+        t = self.edge_elems[e] * self.cast_s_per_elem[q_from, q_to, c] + self.cast_fixed_s[c]
+        return float(2 * t if self.training else t)
+
+    def period_lower_bound_s(self) -> float:
+        """Total fastest compute divided by the device count: no plan's period is shorter."""
+        t = self.fwd_time_s + self.bwd_time_s
+        best = np.min(t.reshape(self.n_ops, -1), axis=1)
+        return float(math.fsum(best) / self.n_devices)
+
+
+def _depth_counts(graph: Graph) -> tuple[list[int], list[int]]:
+    """Number of ancestors and descendants of every op (bitset transitive closure)."""
+    n = len(graph.ops)
+    preds, succs = graph.preds(), graph.succs()
+    anc = [0] * n
+    for v in range(n):
+        for u in preds[v]:
+            anc[v] |= anc[u] | (1 << u)
+    desc = [0] * n
+    for v in reversed(range(n)):
+        for w in succs[v]:
+            desc[v] |= desc[w] | (1 << w)
+    return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
+
+
+def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | None = None) -> Problem:
+    """Compute every cost number for ``graph`` on ``topology`` under ``options``."""
+    options = options or ProblemOptions()
+    precs = parse_precisions(options.precisions)
+    if options.microbatches < 1:
+        raise DistplanError(f"microbatches must be >= 1, got {options.microbatches}")
+    training = graph.mode == "training"
+    schedule = options.schedule or ("1f1b" if training else "stream")
+    if schedule not in SCHEDULES:
+        raise DistplanError(f"unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
+    if not training and schedule != "stream":
+        raise DistplanError(f"schedule {schedule!r} needs a training graph; inference uses 'stream'")
+    if training and schedule == "stream":
+        raise DistplanError("training graphs need schedule 'gpipe' or '1f1b', not 'stream'")
+    kind_names = tuple(sorted({d.kind for d in topology.devices}))
+    kinds = [topology.kinds[k] for k in kind_names]
+    supported = np.array([[k.supports(p) for k in kinds] for p in precs], dtype=bool)
+    if not supported.any():
+        raise DistplanError(
+            f"no device in topology {topology.name!r} supports any of {', '.join(precs)}; "
+            f"supported there: {sorted({p for k in kinds for p in k.peak_flops_per_s})}"
+        )
+    V, Q, C = len(graph.ops), len(precs), len(kinds)
+    fwd = np.empty((V, Q, C))
+    bwd = np.zeros((V, Q, C))
+    stat = np.empty((V, Q))
+    act = np.empty((V, Q))
+    sens = np.empty((V, Q))
+    before, after = _depth_counts(graph)
+    for v, op in enumerate(graph.ops):
+        for q, p in enumerate(precs):
+            for c, k in enumerate(kinds):
+                fwd[v, q, c] = op_time_s(op.fwd_flops, op.touched_elems, k, p)
+                if training:
+                    bwd[v, q, c] = op_time_s(op.bwd_flops, 2 * op.touched_elems, k, p)
+            stat[v, q] = static_bytes(op.param_elems, p, training)
+            act[v, q] = activation_bytes(op.out_elems, p)
+            sens[v, q] = sensitivity(op.kind, p, precs[0], before[v], after[v], V, training)
+    edges = np.array([(u, v) for u, v, _ in graph.edges()], dtype=np.int64).reshape(-1, 2)
+    elems = np.array([x for _, _, x in graph.edges()], dtype=float)
+    bpe = np.array([precision(p).bytes_per_elem for p in precs], dtype=float)
+    cast = np.zeros((Q, Q, C))
+    for a in range(Q):
+        for b in range(Q):
+            if a != b:
+                cast[a, b, :] = [(bpe[a] + bpe[b]) / k.mem_bw_bytes_per_s for k in kinds]
+    arrays = dict(
+        device_kind=np.array([kind_names.index(d.kind) for d in topology.devices], dtype=np.int64),
+        fwd_time_s=fwd, bwd_time_s=bwd, supported=supported, static_bytes=stat, act_bytes=act,
+        sensitivity=sens, edges=edges, edge_elems=elems, bytes_per_elem=bpe, cast_s_per_elem=cast,
+        cast_fixed_s=np.array([k.launch_overhead_s for k in kinds]),
+        device_mem_bytes=np.array([topology.kind_of(d).mem_capacity_bytes for d in range(topology.n_devices)]),
+        link_bw_bytes_per_s=np.array([l.bw_bytes_per_s for l in topology.links], dtype=float),
+        link_latency_s=np.array([l.latency_s for l in topology.links], dtype=float),
+    )
+    for a in arrays.values():
+        a.setflags(write=False)
+    return Problem(graph=graph, topology=topology, precisions=precs, microbatches=options.microbatches,
+                   schedule=schedule, kind_names=kind_names, **arrays)
+
+
+__all__ = ["Problem", "ProblemOptions", "build_problem", "SCHEDULES", "PRECISION_NAMES"]

@@ -1,0 +1,129 @@
+"""A Plan: what runs where, when and at which precision; a versioned JSON document.
+
+Stages are positions along a pipeline; stage k runs on ``stages[k].devices``. With
+``replicas = len(devices) // tensor_parallel`` > 1 the stage is data-parallel:
+microbatch m runs on replica ``m % replicas`` (devices ``[r*tp:(r+1)*tp]``). A tensor
+from stage a to stage b > a is relayed hop by hop through the devices of stages
+a+1..b-1 (a stage may hold no operators and act only as a relay); each hop follows the
+topology's route between the two devices.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distplan.errors import DistplanError
+
+FORMAT = "distplan-plan"
+VERSION = 1
+SCHEDULE_NAMES = ("stream", "gpipe", "1f1b", "explicit")
+PHASES = ("F", "B")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Devices of one pipeline stage: ``replicas`` groups of ``tensor_parallel`` devices."""
+
+    devices: tuple[int, ...]
+    tensor_parallel: int = 1
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices) // self.tensor_parallel
+
+    def replica_devices(self, microbatch: int) -> tuple[int, ...]:
+        r = microbatch % self.replicas
+        return self.devices[r * self.tensor_parallel:(r + 1) * self.tensor_parallel]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """op index (topological) -> stage and precision; stage -> devices; schedule.
+
+    ``device_order`` (schedule 'explicit' only): device index -> sequence of
+    (microbatch, op index, phase 'F'/'B') the device executes in that order.
+    ``predicted`` carries the planner's own figures (e.g. ``milp_period_s``).
+    """
+
+    op_stage: tuple[int, ...]
+    op_precision: tuple[str, ...]
+    stages: tuple[Stage, ...]
+    microbatches: int
+    schedule: str
+    device_order: dict[int, tuple[tuple[int, int, str], ...]] | None = None
+    predicted: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stages)
+
+    def used_stages(self) -> list[int]:
+        """Stages that hold at least one operator."""
+        return sorted(set(self.op_stage))
+
+    def ops_in_stage(self, k: int) -> list[int]:
+        return [v for v, s in enumerate(self.op_stage) if s == k]
+
+
+def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
+    """JSON-ready form naming ops and devices (``problem`` supplies the names)."""
+    g, topo = problem.graph, problem.topology
+    d: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION,
+        "problem": {
+            "workload": g.name, "mode": g.mode, "batch_size": g.batch_size, "seq_len": g.seq_len,
+            "topology": topo.name, "precisions": list(problem.precisions),
+        },
+        "microbatches": plan.microbatches, "schedule": plan.schedule,
+        "stages": [{"devices": [topo.devices[i].name for i in s.devices],
+                    "tensor_parallel": s.tensor_parallel} for s in plan.stages],
+        "ops": {op.name: {"stage": plan.op_stage[v], "precision": plan.op_precision[v]}
+                for v, op in enumerate(g.ops)},
+        "predicted": plan.predicted,
+    }
+    if plan.device_order is not None:
+        d["device_order"] = {topo.devices[dev].name: [[m, g.ops[v].name, ph] for m, v, ph in seq]
+                             for dev, seq in plan.device_order.items()}
+    return d
+
+
+def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
+    """Inverse of :func:`plan_to_dict`; every name must exist in ``problem``."""
+    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("version") != VERSION:
+        raise DistplanError(f"{source}: not a {FORMAT} v{VERSION} document")
+    g, topo = problem.graph, problem.topology
+    missing = [op.name for op in g.ops if op.name not in d["ops"]]
+    extra = [n for n in d["ops"] if n not in {op.name for op in g.ops}]
+    if missing or extra:
+        raise DistplanError(f"{source}: ops missing {missing[:4]} / unknown {extra[:4]} for graph {g.name!r}")
+    try:
+        stages = tuple(Stage(tuple(topo.device_index(n) for n in s["devices"]), int(s.get("tensor_parallel", 1)))
+                       for s in d["stages"])
+        order = None
+        if "device_order" in d:
+            order = {topo.device_index(dev): tuple((int(m), g.index(v), str(ph)) for m, v, ph in seq)
+                     for dev, seq in d["device_order"].items()}
+        return Plan(
+            op_stage=tuple(int(d["ops"][op.name]["stage"]) for op in g.ops),
+            op_precision=tuple(str(d["ops"][op.name]["precision"]) for op in g.ops),
+            stages=stages, microbatches=int(d["microbatches"]), schedule=str(d["schedule"]),
+            device_order=order, predicted=dict(d.get("predicted", {})),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise DistplanError(f"{source}: malformed plan ({e!r})") from None
+
+
+def save_plan(plan: Plan, problem, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(plan_to_dict(plan, problem), indent=1))
+
+
+def read_plan_json(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise DistplanError(f"plan file {str(p)!r} not found") from None
+    except json.JSONDecodeError as e:
+        raise DistplanError(f"plan file {str(p)!r} is not valid JSON: {e}") from None

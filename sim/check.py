@@ -1,0 +1,96 @@
+"""Independent feasibility check of a Plan against a Problem (no MILP code involved).
+
+Checks: every op has a stage and an allowed precision; stage devices exist; each
+op's precision runs on every device of its stage; no tensor flows to an earlier
+stage; memory per device (costs.evaluate.plan_memory_bytes) fits its capacity.
+"""
+from __future__ import annotations
+
+from costs.evaluate import plan_memory_bytes
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import PHASES, SCHEDULE_NAMES, Plan
+
+
+class InfeasiblePlan(DistplanError):
+    """A plan that breaks a constraint; the message names what and by how much."""
+
+
+def plan_violations(problem: Problem, plan: Plan) -> list[str]:
+    """Every violated constraint, as one human-readable line each (empty if feasible)."""
+    g, topo = problem.graph, problem.topology
+    out: list[str] = []
+    V = len(g.ops)
+    if len(plan.op_stage) != V or len(plan.op_precision) != V:
+        return [f"plan covers {len(plan.op_stage)} ops but graph {g.name!r} has {V}"]
+    if plan.schedule not in SCHEDULE_NAMES:
+        out.append(f"schedule {plan.schedule!r} unknown; use one of {SCHEDULE_NAMES}")
+    if plan.microbatches < 1:
+        out.append(f"microbatches must be >= 1, got {plan.microbatches}")
+    if not plan.stages:
+        return out + ["plan has no stages"]
+    for k, s in enumerate(plan.stages):
+        if not s.devices:
+            out.append(f"stage {k} has no devices")
+        if s.tensor_parallel < 1 or len(s.devices) % s.tensor_parallel:
+            out.append(f"stage {k}: {len(s.devices)} devices not a multiple of tensor_parallel {s.tensor_parallel}")
+        for d in s.devices:
+            if not 0 <= d < topo.n_devices:
+                out.append(f"stage {k}: device index {d} outside 0..{topo.n_devices - 1}")
+        if len(set(s.devices)) != len(s.devices):
+            out.append(f"stage {k}: a device is listed twice")
+    if out:
+        return out
+    for v, (k, p) in enumerate(zip(plan.op_stage, plan.op_precision)):
+        name = g.ops[v].name
+        if not 0 <= k < plan.n_stages:
+            out.append(f"op {name!r}: stage {k} outside 0..{plan.n_stages - 1}")
+            continue
+        if p not in problem.precisions:
+            out.append(f"op {name!r}: precision {p!r} not allowed (allowed: {', '.join(problem.precisions)})")
+            continue
+        for d in plan.stages[k].devices:
+            kind = topo.kind_of(d)
+            if not kind.supports(p):
+                out.append(f"op {name!r}: precision {p} not supported by device {topo.devices[d].name} ({kind.name})")
+    if out:
+        return out
+    for u, v in problem.edges:
+        if plan.op_stage[u] > plan.op_stage[v]:
+            out.append(f"tensor {g.ops[u].name!r}->{g.ops[v].name!r} flows from stage "
+                       f"{plan.op_stage[u]} back to stage {plan.op_stage[v]}")
+    if plan.schedule == "explicit":
+        out += _order_violations(problem, plan)
+    mem = plan_memory_bytes(problem, plan)
+    for d, used in enumerate(mem):
+        cap = problem.device_mem_bytes[d]
+        if used > cap * (1 + 1e-12):
+            out.append(f"device {topo.devices[d].name}: needs {used / 2**20:.2f} MiB but holds "
+                       f"{cap / 2**20:.2f} MiB (short by {(used - cap) / 2**20:.2f} MiB)")
+    return out
+
+
+def _order_violations(problem: Problem, plan: Plan) -> list[str]:
+    if plan.device_order is None:
+        return ["schedule 'explicit' needs a device_order"]
+    phases = PHASES if problem.training else ("F",)
+    want = set()
+    for m in range(plan.microbatches):
+        for v, k in enumerate(plan.op_stage):
+            for dev in plan.stages[k].replica_devices(m):
+                for ph in phases:
+                    want.add((dev, m, v, ph))
+    have = [(dev, m, v, ph) for dev, seq in plan.device_order.items() for m, v, ph in seq]
+    out = []
+    if len(have) != len(set(have)) or set(have) != want:
+        out.append(f"device_order lists {len(set(have))} distinct tasks but the plan has {len(want)} "
+                   f"({len(want - set(have))} missing, {len(set(have) - want)} unexpected)")
+    return out
+
+
+def check_plan(problem: Problem, plan: Plan) -> None:
+    """Raise :class:`InfeasiblePlan` listing every violation; return None if feasible."""
+    bad = plan_violations(problem, plan)
+    if bad:
+        more = f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""
+        raise InfeasiblePlan("infeasible plan: " + "; ".join(bad[:5]) + more)

@@ -1,0 +1,238 @@
+"""The hardware: device kinds, devices, switches, directed links and routes.
+
+A Topology is a directed multigraph-free network whose nodes are compute devices
+(which run operators) and switches (which only forward). Every link is directed;
+presets add both directions. Routes are dimension-order XY on meshes
+(``routing="xy"``, devices carry ``pos=(row, col)``) and fewest-hops paths, ties broken
+by higher bottleneck bandwidth then by node order, elsewhere (``routing="shortest"``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+
+from distplan.errors import DistplanError
+from distplan.precision import PRECISIONS
+
+ROUTINGS = ("xy", "shortest")
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """A device model: dense peak FLOP/s per supported precision, memory, efficiency.
+
+    ``efficiency`` is the achievable fraction of peak on large matmuls;
+    ``launch_overhead_s`` is added to every operator task; ``concurrency`` is how many
+    tasks the device runs at once (1 for every preset).
+    """
+
+    name: str
+    peak_flops_per_s: dict[str, float]
+    mem_capacity_bytes: float
+    mem_bw_bytes_per_s: float
+    efficiency: float = 0.7
+    launch_overhead_s: float = 0.0
+    concurrency: int = 1
+    source: str = ""
+
+    def supports(self, prec: str) -> bool:
+        return prec in self.peak_flops_per_s
+
+
+@dataclass(frozen=True)
+class Device:
+    """A compute device of kind ``kind``; ``pos`` is (row, col) on meshes; ``node`` groups servers."""
+
+    name: str
+    kind: str
+    pos: tuple[int, int] | None = None
+    node: int = 0
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link between two nodes (device or switch names)."""
+
+    src: str
+    dst: str
+    bw_bytes_per_s: float
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Devices, switches and links; validated on construction; routes cached."""
+
+    name: str
+    kinds: dict[str, DeviceKind]
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+    switches: tuple[str, ...] = ()
+    routing: str = "shortest"
+    description: str = ""
+    _cache: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "switches", tuple(self.switches))
+        _validate(self)
+
+    # --- lookups -------------------------------------------------------------
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    def device_index(self, name: str) -> int:
+        for i, d in enumerate(self.devices):
+            if d.name == name:
+                return i
+        raise DistplanError(f"topology {self.name!r} has no device {name!r}")
+
+    def kind_of(self, device: int) -> DeviceKind:
+        return self.kinds[self.devices[device].kind]
+
+    @cached_property
+    def link_index(self) -> dict[tuple[str, str], int]:
+        return {(l.src, l.dst): i for i, l in enumerate(self.links)}
+
+    @cached_property
+    def nx_graph(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        g.add_nodes_from(d.name for d in self.devices)
+        g.add_nodes_from(self.switches)
+        for i, l in enumerate(self.links):
+            g.add_edge(l.src, l.dst, index=i, bw=l.bw_bytes_per_s)
+        return g
+
+    @cached_property
+    def mesh_shape(self) -> tuple[int, int] | None:
+        if self.routing != "xy":
+            return None
+        rows = max(d.pos[0] for d in self.devices) + 1
+        cols = max(d.pos[1] for d in self.devices) + 1
+        return rows, cols
+
+    def route(self, a: int, b: int) -> tuple[int, ...]:
+        """Link indices from device ``a`` to device ``b`` (empty when a == b)."""
+        key = (a, b)
+        if key not in self._cache:
+            self._cache[key] = self._compute_route(a, b)
+        return self._cache[key]
+
+    def route_latency_s(self, a: int, b: int) -> float:
+        return math.fsum(self.links[i].latency_s for i in self.route(a, b))
+
+    def route_bw_bytes_per_s(self, a: int, b: int) -> float:
+        """Bottleneck bandwidth of the route (inf for a == b)."""
+        r = self.route(a, b)
+        return min((self.links[i].bw_bytes_per_s for i in r), default=math.inf)
+
+    def _compute_route(self, a: int, b: int) -> tuple[int, ...]:
+        if a == b:
+            return ()
+        if self.routing == "xy":
+            return self._xy_route(a, b)
+        src, dst = self.devices[a].name, self.devices[b].name
+        g = self.nx_graph
+        best: tuple | None = None
+        order = {n: i for i, n in enumerate(g.nodes)}
+        for path in nx.all_shortest_paths(g, src, dst):
+            links = tuple(g.edges[u, v]["index"] for u, v in zip(path, path[1:]))
+            bottleneck = min(self.links[i].bw_bytes_per_s for i in links)
+            key = (-bottleneck, [order[n] for n in path])
+            if best is None or key < best[0]:
+                best = (key, links)
+        assert best is not None
+        return best[1]
+
+    def _xy_route(self, a: int, b: int) -> tuple[int, ...]:
+        by_pos = {d.pos: d.name for d in self.devices}
+        (r, c), (r2, c2) = self.devices[a].pos, self.devices[b].pos
+        path = [(r, c)]
+        while c != c2:
+            c += 1 if c2 > c else -1
+            path.append((r, c))
+        while r != r2:
+            r += 1 if r2 > r else -1
+            path.append((r, c))
+        out = []
+        for p, q in zip(path, path[1:]):
+            key = (by_pos[p], by_pos[q])
+            if key not in self.link_index:
+                raise DistplanError(
+                    f"topology {self.name!r}: XY route {self.devices[a].name}->{self.devices[b].name} "
+                    f"needs missing link {key[0]}->{key[1]}"
+                )
+            out.append(self.link_index[key])
+        return tuple(out)
+
+
+def _validate(t: Topology) -> None:
+    where = f"topology {t.name!r}"
+    if t.routing not in ROUTINGS:
+        raise DistplanError(f"{where}: routing {t.routing!r} unknown; use one of {ROUTINGS}")
+    if not t.devices:
+        raise DistplanError(f"{where} has no devices")
+    for k in t.kinds.values():
+        if not k.peak_flops_per_s:
+            raise DistplanError(f"{where}: device kind {k.name!r} supports no precision")
+        for p, v in k.peak_flops_per_s.items():
+            if p not in PRECISIONS:
+                raise DistplanError(f"{where}: device kind {k.name!r}: unknown precision {p!r}")
+            if not (v > 0 and math.isfinite(v)):
+                raise DistplanError(f"{where}: device kind {k.name!r}: peak for {p} must be > 0")
+        for attr in ("mem_capacity_bytes", "mem_bw_bytes_per_s"):
+            v = getattr(k, attr)
+            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise DistplanError(f"{where}: device kind {k.name!r}: {attr} must be > 0, got {v!r}")
+        if not (0 < k.efficiency <= 1):
+            raise DistplanError(f"{where}: device kind {k.name!r}: efficiency must be in (0, 1]")
+        if not (k.launch_overhead_s >= 0 and math.isfinite(k.launch_overhead_s)):
+            raise DistplanError(f"{where}: device kind {k.name!r}: launch_overhead_s must be >= 0")
+        if not (isinstance(k.concurrency, int) and k.concurrency >= 1):
+            raise DistplanError(f"{where}: device kind {k.name!r}: concurrency must be >= 1")
+    names: set[str] = set()
+    for d in t.devices:
+        if d.name in names:
+            raise DistplanError(f"{where}: duplicate device name {d.name!r}")
+        names.add(d.name)
+        if d.kind not in t.kinds:
+            raise DistplanError(
+                f"{where}: device {d.name!r} has unknown kind {d.kind!r}; known kinds: {sorted(t.kinds)}"
+            )
+        if t.routing == "xy" and d.pos is None:
+            raise DistplanError(f"{where}: XY routing needs pos=(row, col) on device {d.name!r}")
+    for s in t.switches:
+        if s in names:
+            raise DistplanError(f"{where}: duplicate node name {s!r}")
+        names.add(s)
+    seen: set[tuple[str, str]] = set()
+    for l in t.links:
+        for end in (l.src, l.dst):
+            if end not in names:
+                raise DistplanError(f"{where}: link {l.src}->{l.dst} names unknown node {end!r}")
+        if (l.src, l.dst) in seen:
+            raise DistplanError(f"{where}: duplicate link {l.src}->{l.dst}")
+        seen.add((l.src, l.dst))
+        if not (isinstance(l.bw_bytes_per_s, (int, float)) and l.bw_bytes_per_s > 0
+                and math.isfinite(l.bw_bytes_per_s)):
+            raise DistplanError(
+                f"{where}: link {l.src}->{l.dst} bandwidth must be > 0, got {l.bw_bytes_per_s!r}"
+            )
+        if not (l.latency_s >= 0 and math.isfinite(l.latency_s)):
+            raise DistplanError(f"{where}: link {l.src}->{l.dst} latency must be >= 0")
+    g = nx.DiGraph()
+    g.add_nodes_from(names)
+    g.add_edges_from((l.src, l.dst) for l in t.links)
+    if len(t.devices) > 1:
+        comp = next(c for c in nx.strongly_connected_components(g) if t.devices[0].name in c)
+        cut = [d.name for d in t.devices if d.name not in comp]
+        if cut:
+            raise DistplanError(
+                f"{where}: devices {cut[:4]} cannot reach {t.devices[0].name!r} and back; "
+                "add links so every device pair is connected"
+            )

@@ -1,0 +1,176 @@
+"""The computation graph: operators (nodes) and tensors (edges), validated on construction.
+
+Element counts are stored; bytes follow from the precision an operator runs at.
+``Graph.ops`` is always in a deterministic topological order (stable with respect to
+the order given), so an operator's index is its position in that order.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+from distplan.errors import DistplanError
+
+#: Operator kinds the zoo and importers produce; anything else is allowed but costed as "other".
+OP_KINDS = (
+    "matmul", "attn_score", "attn_context", "softmax", "layernorm", "activation",
+    "add", "embedding", "head", "elementwise", "conv", "reshape", "other",
+)
+MODES = ("inference", "training")
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator, per microbatch.
+
+    ``touched_elems`` counts elements read plus written by the forward pass (inputs,
+    weights, outputs); multiplied by the precision's bytes it gives memory traffic.
+    """
+
+    name: str
+    kind: str
+    fwd_flops: float
+    bwd_flops: float = 0.0
+    param_elems: int = 0
+    out_elems: int = 0
+    touched_elems: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor flowing from operator ``src`` to operator ``dst`` (``elems`` per microbatch)."""
+
+    src: str
+    dst: str
+    elems: int
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A validated DAG of operators; ``ops`` is re-ordered topologically on construction."""
+
+    name: str
+    ops: tuple[Operator, ...]
+    tensors: tuple[Tensor, ...]
+    mode: str = "inference"
+    batch_size: int = 1
+    seq_len: int | None = None
+    _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(self, "tensors", tuple(self.tensors))
+        _validate(self)
+        order = _topological_order(self.ops, self.tensors, self.name)
+        object.__setattr__(self, "ops", tuple(self.ops[i] for i in order))
+        object.__setattr__(self, "_index", {op.name: i for i, op in enumerate(self.ops)})
+
+    # --- lookups -------------------------------------------------------------
+    def index(self, name: str) -> int:
+        """Position of operator ``name`` in topological order."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise DistplanError(f"graph {self.name!r} has no operator {name!r}") from None
+
+    def op(self, name: str) -> Operator:
+        return self.ops[self.index(name)]
+
+    def edges(self) -> list[tuple[int, int, int]]:
+        """(src index, dst index, elems) per tensor, in the stored tensor order."""
+        return [(self._index[t.src], self._index[t.dst], t.elems) for t in self.tensors]
+
+    def preds(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.ops]
+        for u, v, _ in self.edges():
+            out[v].append(u)
+        return out
+
+    def succs(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.ops]
+        for u, v, _ in self.edges():
+            out[u].append(v)
+        return out
+
+    # --- totals ----------------------------------------------------------------
+    @property
+    def fwd_flops(self) -> float:
+        return math.fsum(op.fwd_flops for op in self.ops)
+
+    @property
+    def bwd_flops(self) -> float:
+        return math.fsum(op.bwd_flops for op in self.ops)
+
+    @property
+    def param_elems(self) -> int:
+        return sum(op.param_elems for op in self.ops)
+
+    def with_mode(self, mode: str) -> "Graph":
+        """The same graph run for ``mode`` ('inference' or 'training')."""
+        return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len)
+
+
+def _check_number(value: float, what: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise DistplanError(f"{what} must be a number, got {value!r}")
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise DistplanError(f"{what} must be finite and >= 0, got {value!r}")
+
+
+def _validate(g: Graph) -> None:
+    if g.mode not in MODES:
+        raise DistplanError(f"graph {g.name!r}: mode {g.mode!r} unknown; use one of {MODES}")
+    if not g.ops:
+        raise DistplanError(f"graph {g.name!r} has no operators")
+    if not isinstance(g.batch_size, int) or g.batch_size < 1:
+        raise DistplanError(f"graph {g.name!r}: batch_size must be a positive integer")
+    names: set[str] = set()
+    for op in g.ops:
+        if not op.name or not isinstance(op.name, str):
+            raise DistplanError(f"graph {g.name!r}: operator with empty or non-string name")
+        if op.name in names:
+            raise DistplanError(f"graph {g.name!r}: duplicate operator name {op.name!r}")
+        names.add(op.name)
+        for attr in ("fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems"):
+            _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+    seen: set[tuple[str, str]] = set()
+    for t in g.tensors:
+        for end in (t.src, t.dst):
+            if end not in names:
+                raise DistplanError(
+                    f"graph {g.name!r}: tensor {t.src!r}->{t.dst!r} names unknown operator {end!r}"
+                )
+        if t.src == t.dst:
+            raise DistplanError(f"graph {g.name!r}: tensor {t.src!r}->{t.dst!r} is a self-loop")
+        if (t.src, t.dst) in seen:
+            raise DistplanError(f"graph {g.name!r}: duplicate tensor {t.src!r}->{t.dst!r}")
+        seen.add((t.src, t.dst))
+        _check_number(t.elems, f"tensor {t.src!r}->{t.dst!r} elems")
+
+
+def _topological_order(ops: tuple[Operator, ...], tensors: tuple[Tensor, ...], name: str) -> list[int]:
+    """Kahn's algorithm; among ready operators the earliest given comes first."""
+    pos = {op.name: i for i, op in enumerate(ops)}
+    indeg = [0] * len(ops)
+    succ: list[list[int]] = [[] for _ in ops]
+    for t in tensors:
+        succ[pos[t.src]].append(pos[t.dst])
+        indeg[pos[t.dst]] += 1
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(ops):
+        stuck = sorted(ops[i].name for i, d in enumerate(indeg) if d > 0)
+        raise DistplanError(
+            f"graph {name!r} has a cycle through {len(stuck)} operators "
+            f"(e.g. {', '.join(stuck[:4])}); a computation graph must be acyclic"
+        )
+    return order
