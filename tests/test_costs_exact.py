@@ -1,0 +1,101 @@
+"""Cost models on hand-computed instances."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import CHIP, chain_graph, line_topology
+from costs import ProblemOptions, build_problem
+from costs.comm import cast_time_s, hierarchical_allreduce_time_s, ring_allreduce_time_s, transfer_time_s
+from costs.compute import op_time_s, roofline_time_s
+from costs.evaluate import plan_cost
+from costs.memory import inflight_microbatches, static_bytes
+from distplan.errors import DistplanError
+from distplan.plan import Plan, Stage
+from sim.check import check_plan, plan_violations
+
+
+def test_roofline_compute_and_memory_bound():
+    assert roofline_time_s(2e12, 0, CHIP, "fp16") == pytest.approx(2.0, rel=1e-15)
+    assert roofline_time_s(2e12, 0, CHIP, "int8") == pytest.approx(1.0, rel=1e-15)
+    assert roofline_time_s(1.0, 1e11, CHIP, "fp16") == pytest.approx(1.0, rel=1e-15)
+    assert op_time_s(0, 5e10, CHIP, "fp16") == pytest.approx(1.0, rel=1e-15)  # 1e11 bytes at 2 B
+    assert math.isinf(roofline_time_s(1, 1, CHIP, "fp32"))
+
+
+def test_transfer_ring_and_cast():
+    t = line_topology(3, bw=1e9, latency_s=1e-6)
+    assert transfer_time_s(t, 0, 2, 1e9) == pytest.approx(2 * (1e-6 + 1.0), rel=1e-15)
+    assert transfer_time_s(t, 1, 1, 1e9) == 0.0
+    # ring over d0,d1: 2 steps of n_bytes/2; each step 1 hop
+    assert ring_allreduce_time_s(t, [0, 1], 2e9) == pytest.approx(2 * (1e-6 + 1.0), rel=1e-15)
+    assert hierarchical_allreduce_time_s(t, [0, 1], 2e9) == ring_allreduce_time_s(t, [0, 1], 2e9)
+    assert cast_time_s(1e11, "fp16", "int8", CHIP) == pytest.approx(3.0, rel=1e-15)
+    assert cast_time_s(1e11, "fp16", "fp16", CHIP) == 0.0
+
+
+def test_memory_and_inflight():
+    assert static_bytes(10, "fp16", training=False) == 20
+    assert static_bytes(10, "fp16", training=True) == 10 * (4 + 12)
+    assert inflight_microbatches("1f1b", 0, 4, 16) == 4
+    assert inflight_microbatches("1f1b", 3, 4, 16) == 1
+    assert inflight_microbatches("gpipe", 3, 4, 16) == 16
+    assert inflight_microbatches("stream", 0, 4, 16) == 2
+
+
+def test_problem_numbers_and_sensitivity_zero_at_top(chain4, line2):
+    p = build_problem(chain4, line2, ProblemOptions(precisions=("int8", "fp16")))
+    assert p.precisions == ("fp16", "int8")  # highest fidelity first
+    assert p.fwd_time_s[2, 0, 0] == pytest.approx(3e9 / 1e12)
+    assert p.fwd_time_s[2, 1, 0] == pytest.approx(3e9 / 2e12)
+    assert (p.sensitivity[:, 0] == 0).all() and (p.sensitivity[:, 1] > 0).all()
+    # earlier ops feed more ops downstream: more sensitive
+    assert list(p.sensitivity[:, 1]) == sorted(p.sensitivity[:, 1], reverse=True)
+    assert p.period_lower_bound_s() == pytest.approx((1 + 2 + 3 + 4) * 1e9 / 2e12 / 2)
+
+
+def test_plan_cost_two_stage_exact(chain4, line2):
+    p = build_problem(chain4, line2)
+    plan = Plan((0, 0, 1, 1), ("fp16", "fp16", "int8", "int8"), (Stage((0,)), Stage((1,))), 4, "stream")
+    check_plan(p, plan)
+    c = plan_cost(p, plan)
+    cast = 100 * (2 + 1) / 1e11
+    assert c.device_load_s[0] == pytest.approx(3e9 / 1e12, rel=1e-12)
+    assert c.device_load_s[1] == pytest.approx(7e9 / 2e12 + cast, rel=1e-12)
+    assert c.link_load_s.max() == pytest.approx(100 * 2 / 1e9, rel=1e-12)
+    assert c.period_s == pytest.approx(7e9 / 2e12 + cast, rel=1e-12)
+    assert c.memory_bytes[0] == pytest.approx(2 * (1000 * 2 + 2 * 100 * 2))
+
+
+def test_plan_cost_training_doubles_gradient_traffic():
+    g = chain_graph(2, mode="training")
+    p = build_problem(g, line_topology(2), ProblemOptions(precisions=("fp16",)))
+    plan = Plan((0, 1), ("fp16", "fp16"), (Stage((0,)), Stage((1,))), 4, "1f1b")
+    c = plan_cost(p, plan)
+    assert c.link_load_s[0] == pytest.approx(200 / 1e9) and c.link_load_s[1] == pytest.approx(200 / 1e9)
+    assert c.device_load_s[0] == pytest.approx(1e9 / 1e12 + 2e9 / 1e12)
+
+
+def test_checker_names_shortfall_and_back_edges(chain4, line2):
+    p = build_problem(chain4, line2)
+    back = Plan((1, 0, 1, 1), ("fp16",) * 4, (Stage((0,)), Stage((1,))), 1, "stream")
+    assert any("flows from stage 1 back to stage 0" in m for m in plan_violations(p, back))
+    tiny = line_topology(2)
+    big = chain_graph(4)
+    import dataclasses
+    ops = tuple(dataclasses.replace(o, param_elems=400_000) for o in big.ops)
+    g2 = dataclasses.replace(big, ops=ops)
+    p2 = build_problem(g2, tiny)
+    plan = Plan((0, 0, 0, 1), ("fp16",) * 4, (Stage((0,)), Stage((1,))), 1, "stream")
+    with pytest.raises(DistplanError, match=r"device d0: needs .* \(short by"):
+        check_plan(p2, plan)
+
+
+def test_bad_options():
+    with pytest.raises(DistplanError, match="precision"):
+        build_problem(chain_graph(), line_topology(), ProblemOptions(precisions=("fp64",)))
+    with pytest.raises(DistplanError, match="supports any"):
+        build_problem(chain_graph(), line_topology(), ProblemOptions(precisions=("fp32",)))
+    with pytest.raises(DistplanError, match="training"):
+        build_problem(chain_graph(), line_topology(), ProblemOptions(schedule="1f1b"))
