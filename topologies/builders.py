@@ -1,0 +1,103 @@
+"""Generic topology shapes: a 2-D mesh, a ring, switched nodes, and clusters of them.
+
+Builders take device kinds and link figures as arguments and know nothing about
+particular products; ``topologies.presets`` binds them to published figures.
+Every physical link is added as two directed links, forward then reverse.
+"""
+from __future__ import annotations
+
+from topologies.topology import Device, DeviceKind, Link, Topology
+
+
+def duplex(a: str, b: str, bw_bytes_per_s: float, latency_s: float) -> list[Link]:
+    """Two directed links a->b and b->a with the same bandwidth and latency."""
+    return [Link(a, b, bw_bytes_per_s, latency_s), Link(b, a, bw_bytes_per_s, latency_s)]
+
+
+def mesh_device_name(row: int, col: int) -> str:
+    return f"c{row}_{col}"
+
+
+def mesh(name: str, rows: int, cols: int, kind: DeviceKind, bw_bytes_per_s: float,
+         latency_s: float, description: str = "") -> Topology:
+    """``rows x cols`` devices ``c<r>_<c>`` (row-major order) with XY routing and a duplex
+    link between each pair of horizontal or vertical neighbours."""
+    devices = [Device(mesh_device_name(r, c), kind.name, pos=(r, c))
+               for r in range(rows) for c in range(cols)]
+    links: list[Link] = []
+    for r in range(rows):
+        for c in range(cols):
+            here = mesh_device_name(r, c)
+            if c + 1 < cols:
+                links += duplex(here, mesh_device_name(r, c + 1), bw_bytes_per_s, latency_s)
+            if r + 1 < rows:
+                links += duplex(here, mesh_device_name(r + 1, c), bw_bytes_per_s, latency_s)
+    return Topology(name, {kind.name: kind}, tuple(devices), tuple(links), routing="xy",
+                    description=description)
+
+
+def ring(name: str, n: int, kind: DeviceKind, bw_bytes_per_s: float, latency_s: float,
+         description: str = "") -> Topology:
+    """``n`` devices ``r<i>`` with a duplex link from each to the next (two devices share
+    one duplex link); fewest-hops routing."""
+    devices = [Device(f"r{i}", kind.name) for i in range(n)]
+    links: list[Link] = []
+    pairs = [(i, (i + 1) % n) for i in range(n)] if n > 2 else [(0, 1)] if n == 2 else []
+    for i, j in pairs:
+        links += duplex(f"r{i}", f"r{j}", bw_bytes_per_s, latency_s)
+    return Topology(name, {kind.name: kind}, tuple(devices), tuple(links), routing="shortest",
+                    description=description)
+
+
+def switched_cluster(name: str, n_nodes: int, per_node: int, kind: DeviceKind,
+                     dev_bw_bytes_per_s: float, dev_latency_s: float,
+                     fabric_bw_bytes_per_s: float | None = None, fabric_latency_s: float = 0.0,
+                     description: str = "") -> Topology:
+    """``n_nodes`` nodes of ``per_node`` devices, each device linked to its node's switch.
+
+    One node and ``fabric_bw_bytes_per_s=None``: devices ``gpu<j>`` on switch
+    ``nvswitch``. Otherwise devices ``n<i>.gpu<j>`` (``node=i``) on switch
+    ``n<i>.nvswitch``, and each node switch linked to one fabric switch ``ib``.
+    """
+    kinds = {kind.name: kind}
+    if fabric_bw_bytes_per_s is None:
+        if n_nodes != 1:
+            raise ValueError("several nodes need a fabric")
+        devices = [Device(f"gpu{j}", kind.name) for j in range(per_node)]
+        links = [l for d in devices for l in duplex(d.name, "nvswitch", dev_bw_bytes_per_s,
+                                                     dev_latency_s)]
+        return Topology(name, kinds, tuple(devices), tuple(links), ("nvswitch",),
+                        routing="shortest", description=description)
+    devices, links, switches = [], [], []
+    for i in range(n_nodes):
+        sw = f"n{i}.nvswitch"
+        switches.append(sw)
+        for j in range(per_node):
+            d = Device(f"n{i}.gpu{j}", kind.name, node=i)
+            devices.append(d)
+            links += duplex(d.name, sw, dev_bw_bytes_per_s, dev_latency_s)
+        links += duplex(sw, "ib", fabric_bw_bytes_per_s, fabric_latency_s)
+    switches.append("ib")
+    return Topology(name, kinds, tuple(devices), tuple(links), tuple(switches),
+                    routing="shortest", description=description)
+
+
+def hosts_on_network(name: str, hosts: list[tuple[DeviceKind, int]], host_bw_bytes_per_s: float,
+                     host_latency_s: float, net_bw_bytes_per_s: float, net_latency_s: float,
+                     description: str = "") -> Topology:
+    """Hosts ``h<i>`` each holding ``count`` devices ``h<i>.<kind><j>`` (``node=i``) on a
+    host switch ``h<i>.pcie``; every host switch is linked to the network switch ``net``."""
+    kinds: dict[str, DeviceKind] = {}
+    devices, links, switches = [], [], []
+    for i, (kind, count) in enumerate(hosts):
+        kinds[kind.name] = kind
+        sw = f"h{i}.pcie"
+        switches.append(sw)
+        for j in range(count):
+            d = Device(f"h{i}.{kind.name}{j}", kind.name, node=i)
+            devices.append(d)
+            links += duplex(d.name, sw, host_bw_bytes_per_s, host_latency_s)
+        links += duplex(sw, "net", net_bw_bytes_per_s, net_latency_s)
+    switches.append("net")
+    return Topology(name, kinds, tuple(devices), tuple(links), tuple(switches),
+                    routing="shortest", description=description)

@@ -1,0 +1,149 @@
+"""Named hardware presets: ``get_topology(name)`` and ``list_presets()``.
+
+Where each preset's numbers come from (details and assumptions in ``topologies.kinds``):
+
+- ``mcm4x4`` (the default) and ``mcm<R>x<C>``: a multi-chip module of Simba-class
+  chiplets (NVIDIA's Simba, 2019: 4 TOPS int8 per chiplet) in an R x C mesh with XY
+  routing; network-on-package links of 100 GB/s per direction and 20 ns per hop
+  (Simba-class, *unconfirmed*). ASSUMED 64 MiB stacked SRAM per chiplet (one AMD 3D
+  V-Cache die) so BERT-base fits at fp16, its word embedding on one chiplet, and a GPT-2
+  small word embedding on one chiplet at int8 only. ASSUMED fp8 = int8 rate, fp16/bf16 at
+  half of it, fp32 at 1/8 of fp16; 1 us launch overhead per task.
+- ``ring<N>``: N of the same chiplets in a bidirectional ring of the same links.
+- ``dgx-a100`` / ``dgx-h100``: 8 GPUs (A100 SXM4 80 GB / H100 SXM5 80 GB data sheets), each
+  with a link to and from one NVSwitch node of NVLink total / 2 per direction (NVLink3
+  600 GB/s -> 300 GB/s; NVLink4 900 GB/s -> 450 GB/s); ASSUMED 0.5 us per link.
+- ``a100x<N>`` / ``h100x<N>``: N/8 such nodes (N a multiple of 8), devices carry
+  ``node=i``; each node switch linked to an InfiniBand fabric switch with the bandwidth of
+  the node's 8 ports (8 x HDR 25 GB/s = 200 GB/s; 8 x NDR 50 GB/s = 400 GB/s per
+  direction); ASSUMED 1 us per IB hop.
+- ``hybrid-v100-t4``: the mixed training/inference fleet of QSync: 4 V100 (fp16/fp32) on
+  one host and 4 T4 (int8/fp16/fp32) on another, each GPU on PCIe gen3 x16 (15.75 GB/s
+  per direction, ASSUMED 1 us), hosts joined by an ASSUMED 100 Gb/s network (2.5 us/hop).
+
+GPU efficiency 0.7 (T4 0.6) of dense peak and 5 us launch overhead are ASSUMPTIONS,
+explained in ``topologies.kinds``.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from distplan.errors import DistplanError
+from topologies import kinds as K
+from topologies.builders import hosts_on_network, mesh, ring, switched_cluster
+from topologies.topology import Topology
+
+DEFAULT_TOPOLOGY = "mcm4x4"
+#: Largest device count a pattern preset builds (bigger ones are a typo, not a plan).
+MAX_DEVICES = 1024
+
+
+def _mcm(rows: int, cols: int) -> Topology:
+    return mesh(f"mcm{rows}x{cols}", rows, cols, K.CHIPLET, K.NOP_BW_BYTES_PER_S,
+                K.NOP_LATENCY_S,
+                description=f"{rows}x{cols} mesh of Simba-class chiplets, XY routing, "
+                            "100 GB/s 20 ns NoP links")
+
+
+def _ring(n: int) -> Topology:
+    return ring(f"ring{n}", n, K.CHIPLET, K.NOP_BW_BYTES_PER_S, K.NOP_LATENCY_S,
+                description=f"ring of {n} Simba-class chiplets, 100 GB/s 20 ns NoP links")
+
+
+def _dgx(gpu: str) -> Topology:
+    kind, bw = (K.A100, K.NVLINK3_BW_BYTES_PER_S) if gpu == "a100" else (K.H100,
+                                                                        K.NVLINK4_BW_BYTES_PER_S)
+    return switched_cluster(f"dgx-{gpu}", 1, 8, kind, bw, K.NVLINK_LATENCY_S,
+                            description=f"DGX {gpu.upper()}: 8 GPUs on one NVSwitch, "
+                                        f"{bw / 1e9:g} GB/s per direction")
+
+
+def _cluster(gpu: str, n: int) -> Topology:
+    if n % 8 != 0 or n < 8:
+        raise DistplanError(f"topology '{gpu}x{n}': GPU count must be a positive multiple of 8 "
+                            f"(8-GPU nodes); try '{gpu}x{max(8, n // 8 * 8)}'")
+    if gpu == "a100":
+        kind, nvl, port = K.A100, K.NVLINK3_BW_BYTES_PER_S, K.IB_HDR_PORT_BW_BYTES_PER_S
+    else:
+        kind, nvl, port = K.H100, K.NVLINK4_BW_BYTES_PER_S, K.IB_NDR_PORT_BW_BYTES_PER_S
+    fabric = K.IB_PORTS_PER_NODE * port
+    ib = "HDR" if gpu == "a100" else "NDR"
+    return switched_cluster(f"{gpu}x{n}", n // 8, 8, kind, nvl, K.NVLINK_LATENCY_S,
+                            fabric, K.IB_LATENCY_S,
+                            description=f"{n // 8} DGX {gpu.upper()} nodes, NVSwitch inside, "
+                                        f"8x{ib} InfiniBand ({fabric / 1e9:g} GB/s) between")
+
+
+def _hybrid() -> Topology:
+    return hosts_on_network("hybrid-v100-t4", [(K.V100, 4), (K.T4, 4)],
+                            K.PCIE3_BW_BYTES_PER_S, K.PCIE_LATENCY_S,
+                            K.NET_100G_BW_BYTES_PER_S, K.NET_LATENCY_S,
+                            description="QSync-style mixed fleet: 4 V100 host + 4 T4 host, "
+                                        "PCIe gen3 inside, 100 Gb/s network between")
+
+
+def _count(text: str, what: str, name: str) -> int:
+    n = int(text)
+    if n < 1 or n > MAX_DEVICES:
+        raise DistplanError(f"topology {name!r}: {what} must be between 1 and {MAX_DEVICES}, "
+                            f"got {n}")
+    return n
+
+
+def _build_mcm(m: re.Match, name: str) -> Topology:
+    r, c = _count(m[1], "rows", name), _count(m[2], "columns", name)
+    if r * c > MAX_DEVICES:
+        raise DistplanError(f"topology {name!r}: {r * c} chiplets is more than {MAX_DEVICES}")
+    return _mcm(r, c)
+
+
+def _build_ring(m: re.Match, name: str) -> Topology:
+    n = _count(m[1], "device count", name)
+    if n < 2:
+        raise DistplanError(f"topology {name!r}: a ring needs at least 2 devices; try 'ring4'")
+    return _ring(n)
+
+
+def _build_cluster(m: re.Match, name: str) -> Topology:
+    return _cluster(m[1], _count(m[2], "GPU count", name))
+
+
+#: (pattern shown to users, regex, builder, one-line description), in list order.
+_PATTERNS: list[tuple[str, re.Pattern, Callable[[re.Match, str], Topology], str]] = [
+    ("mcm4x4", re.compile(r"mcm4x4"), lambda m, n: _mcm(4, 4),
+     "default: 16 Simba-class chiplets (2 TFLOP/s fp16, 4 TOPS int8/fp8, 64 MiB SRAM) "
+     "in a 4x4 mesh, XY routing, 100 GB/s NoP links"),
+    ("mcm<R>x<C>", re.compile(r"mcm(\d+)x(\d+)"), _build_mcm,
+     "R x C mesh of the same chiplets, e.g. mcm2x2, mcm6x6"),
+    ("ring<N>", re.compile(r"ring(\d+)"), _build_ring,
+     "N of the same chiplets in a bidirectional ring, e.g. ring8"),
+    ("dgx-a100", re.compile(r"dgx-a100"), lambda m, n: _dgx("a100"),
+     "8 A100 80 GB on one NVSwitch, 300 GB/s per direction per GPU"),
+    ("dgx-h100", re.compile(r"dgx-h100"), lambda m, n: _dgx("h100"),
+     "8 H100 80 GB (fp8 too) on one NVSwitch, 450 GB/s per direction per GPU"),
+    ("a100x<N>", re.compile(r"(a100)x(\d+)"), _build_cluster,
+     "N A100 (multiple of 8) in DGX nodes joined by 8x HDR InfiniBand, e.g. a100x16"),
+    ("h100x<N>", re.compile(r"(h100)x(\d+)"), _build_cluster,
+     "N H100 (multiple of 8) in DGX nodes joined by 8x NDR InfiniBand, e.g. h100x32"),
+    ("hybrid-v100-t4", re.compile(r"hybrid-v100-t4"), lambda m, n: _hybrid(),
+     "QSync-style mixed fleet: 4 V100 (fp16/fp32) + 4 T4 (int8/fp16/fp32) on two hosts, "
+     "PCIe + 100 Gb/s network"),
+]
+
+
+def list_presets() -> list[tuple[str, str]]:
+    """(name or name pattern, one-line description) for every preset, default first."""
+    return [(shown, desc) for shown, _, _, desc in _PATTERNS]
+
+
+def get_topology(name: str) -> Topology:
+    """Build the preset called ``name`` (exact name or an instance of a pattern)."""
+    key = name.strip().lower()
+    for _, regex, build, _ in _PATTERNS:
+        m = regex.fullmatch(key)
+        if m:
+            return build(m, key)
+    valid = ", ".join(shown for shown, *_ in _PATTERNS)
+    raise DistplanError(f"unknown topology {name!r}; use one of: {valid} "
+                        "(or a .yaml/.json topology file)")
