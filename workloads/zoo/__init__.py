@@ -1,0 +1,61 @@
+"""The built-in workload zoo: graphs generated from model configs, parameterised by
+batch size (sequences, or rows for an MLP, per microbatch) and sequence length.
+
+Defaults: batch 1 for transformers; batch 1024 rows for the DistIR MLPs (the smallest
+batch of DistIR's grid search — a one-row MLP is a degenerate matrix-vector product);
+sequence length 128 for BERT, 1024 for GPT-2, 2048 for GPT-3 and Llama (4096 for
+llama2-70b); MLPs have none. See ``costs.py`` for how FLOPs, backward FLOPs and touched
+elements are counted, ``catalog.py`` for the model shapes and their sources.
+
+Approximations: a tied LM head (GPT-2, GPT-3) counts its weight once, on ``embed``
+(``head.param_elems == 0``), so a plan that puts them on different devices under-counts
+that device's memory by one vocab x hidden matrix. BERT's head is its pooler (counted,
+as in the published 110 M / 340 M sizes); the MLM head is not modelled.
+"""
+from __future__ import annotations
+
+from distplan.errors import DistplanError
+from workloads.graph import MODES, Graph
+from workloads.zoo.catalog import GENERATORS, NAMED, lookup
+from workloads.zoo.mlp import MLPConfig, build_mlp
+from workloads.zoo.transformer import TransformerConfig, build_transformer
+
+__all__ = ["get_workload", "list_workloads", "get_config", "MLPConfig", "TransformerConfig",
+           "build_mlp", "build_transformer"]
+
+
+def get_config(name: str) -> MLPConfig | TransformerConfig:
+    """The frozen config behind a workload name (DistplanError listing names if unknown)."""
+    return lookup(name)
+
+
+def _check_size(value: object, what: str, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise DistplanError(f"workload {name!r}: {what} must be a positive integer, got {value!r}")
+
+
+def get_workload(name: str, batch_size: int | None = None, seq_len: int | None = None,
+                 mode: str = "inference") -> Graph:
+    """Graph of zoo model ``name`` for one microbatch of ``batch_size`` sequences of
+    ``seq_len`` tokens (None: the model's default); ``mode='training'`` fills bwd_flops."""
+    cfg = lookup(name)
+    if mode not in MODES:
+        raise DistplanError(f"workload {name!r}: mode {mode!r} unknown; use one of {', '.join(MODES)}")
+    batch = cfg.default_batch_size if batch_size is None else batch_size
+    _check_size(batch, "batch_size", cfg.name)
+    if isinstance(cfg, MLPConfig):
+        if seq_len is not None:
+            raise DistplanError(f"workload {cfg.name!r} is an MLP and has no sequence length; omit seq_len")
+        return build_mlp(cfg, batch, mode)
+    seq = cfg.default_seq_len if seq_len is None else seq_len
+    _check_size(seq, "seq_len", cfg.name)
+    if cfg.max_positions and seq > cfg.max_positions:
+        raise DistplanError(f"workload {cfg.name!r}: seq_len {seq} exceeds its {cfg.max_positions} "
+                            f"learned positions; use seq_len <= {cfg.max_positions}")
+    return build_transformer(cfg, batch, seq, mode)
+
+
+def list_workloads() -> list[tuple[str, str]]:
+    """(name, one-line description) of every named model, then the generator patterns."""
+    return [(n, c.description) for n, c in NAMED.items()] + \
+        [(pattern, desc) for _, pattern, desc in GENERATORS.values()]

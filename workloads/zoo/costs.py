@@ -1,0 +1,117 @@
+"""Per-operator cost conventions of the zoo: FLOPs per element, backward factors, and
+small constructors that turn a shape into an ``Operator``.
+
+Forward FLOPs (per microbatch = one graph instance):
+- matmul of (m x k) by (k x n): ``2*m*n*k``, plus ``m*n`` for a bias add;
+- attention score ``Q K^T`` and context ``P V``: ``2*B*s*s*h`` each (exact, dense:
+  a causal mask does not halve the work);
+- elementwise operators: ``*_FLOPS_PER_ELEM`` below per output element (a documented
+  estimate; they are memory-bound on every device we model, so the exact constant
+  barely matters).
+
+Backward FLOPs (training only): ``BWD_FACTOR[kind] * fwd`` — 2x for the matmul family
+(input gradient plus weight gradient, each as large as the forward product; for the
+attention products the two operand gradients), 2x for softmax, norms and activations
+(they recompute or read the saved output and apply the chain rule), 1x for adds (the
+gradient is passed on with the residual sum); embeddings use the scatter-add of the
+gradient rows into the tables plus twice their norm's FLOPs.
+
+``touched_elems`` = elements read + written by the forward pass: inputs, weights (read
+even when tied and counted as nobody's parameters), outputs. For an embedding only the
+gathered rows are read, never the whole table.
+"""
+from __future__ import annotations
+
+from workloads.graph import Operator
+
+LAYERNORM_FLOPS_PER_ELEM = 8   # mean, variance, normalise, scale, shift
+RMSNORM_FLOPS_PER_ELEM = 4     # square, mean, multiply by rsqrt, scale
+SOFTMAX_FLOPS_PER_ELEM = 5     # scale (1/sqrt(d)) and mask, max, exp, sum, divide
+ADD_FLOPS_PER_ELEM = 1
+ACT_FLOPS_PER_ELEM = {"relu": 1, "gelu": 8, "tanh": 4, "swiglu": 5}  # swiglu: silu(g) * u
+NORM_FLOPS_PER_ELEM = {"layernorm": LAYERNORM_FLOPS_PER_ELEM, "rmsnorm": RMSNORM_FLOPS_PER_ELEM}
+
+BWD_FACTOR = {
+    "matmul": 2.0, "attn_score": 2.0, "attn_context": 2.0, "head": 2.0,
+    "softmax": 2.0, "layernorm": 2.0, "activation": 2.0, "add": 1.0,
+}
+
+
+def _op(name: str, kind: str, fwd: int, training: bool, params: int, out: int, touched: int,
+        bwd: float | None = None) -> Operator:
+    if bwd is None:
+        bwd = BWD_FACTOR[kind] * fwd
+    return Operator(name=name, kind=kind, fwd_flops=float(fwd), bwd_flops=float(bwd) if training else 0.0,
+                    param_elems=int(params), out_elems=int(out), touched_elems=float(touched))
+
+
+def matmul(name: str, m: int, k: int, n: int, bias: bool, training: bool, kind: str = "matmul",
+           weight_is_param: bool = True) -> Operator:
+    """(m x k) @ (k x n) [+ bias n]; ``weight_is_param=False`` for a tied weight."""
+    weights = k * n + (n if bias else 0)
+    fwd = 2 * m * n * k + (m * n if bias else 0)
+    return _op(name, kind, fwd, training, weights if weight_is_param else 0, m * n, m * k + weights + m * n)
+
+
+def attn_score(name: str, batch: int, seq: int, heads: int, head_dim: int, kv_dim: int,
+               training: bool) -> Operator:
+    """Scores Q K^T for every head: (s x d) @ (d x s) per sequence and head."""
+    tokens, scores = batch * seq, batch * heads * seq * seq
+    return _op(name, "attn_score", 2 * scores * head_dim, training, 0, scores,
+               tokens * heads * head_dim + tokens * kv_dim + scores)
+
+
+def attn_context(name: str, batch: int, seq: int, heads: int, head_dim: int, kv_dim: int,
+                 training: bool) -> Operator:
+    """Context P V for every head: (s x s) @ (s x d) per sequence and head."""
+    tokens, scores = batch * seq, batch * heads * seq * seq
+    out = tokens * heads * head_dim
+    return _op(name, "attn_context", 2 * scores * head_dim, training, 0, out, scores + tokens * kv_dim + out)
+
+
+def softmax(name: str, elems: int, training: bool) -> Operator:
+    return _op(name, "softmax", SOFTMAX_FLOPS_PER_ELEM * elems, training, 0, elems, 2 * elems)
+
+
+def norm(name: str, norm_kind: str, tokens: int, hidden: int, training: bool) -> Operator:
+    """LayerNorm (scale and shift: 2h parameters) or RMSNorm (scale: h parameters)."""
+    params = 2 * hidden if norm_kind == "layernorm" else hidden
+    elems = tokens * hidden
+    return _op(name, "layernorm", NORM_FLOPS_PER_ELEM[norm_kind] * elems, training, params, elems,
+               2 * elems + params)
+
+
+def activation(name: str, act: str, out_elems: int, training: bool) -> Operator:
+    """Elementwise activation; swiglu reads two inputs (gate and up) per output element."""
+    reads = 2 * out_elems if act == "swiglu" else out_elems
+    return _op(name, "activation", ACT_FLOPS_PER_ELEM[act] * out_elems, training, 0, out_elems,
+               reads + out_elems)
+
+
+def add(name: str, elems: int, training: bool) -> Operator:
+    return _op(name, "add", ADD_FLOPS_PER_ELEM * elems, training, 0, elems, 3 * elems)
+
+
+def embedding(name: str, tokens: int, hidden: int, table_rows: tuple[int, ...], id_inputs: int,
+              norm_kind: str | None, training: bool) -> Operator:
+    """Sum of one lookup per table (word, position, token type), then an optional norm.
+
+    ``table_rows`` are the tables' sizes (parameters only: each lookup gathers ``tokens``
+    rows); ``id_inputs`` counts the integer id tensors read (token ids, type ids).
+    """
+    elems = tokens * hidden
+    n = len(table_rows)
+    norm_params = 0 if norm_kind is None else (2 * hidden if norm_kind == "layernorm" else hidden)
+    norm_flops = 0 if norm_kind is None else NORM_FLOPS_PER_ELEM[norm_kind] * elems
+    fwd = (n - 1) * ADD_FLOPS_PER_ELEM * elems + norm_flops
+    bwd = n * elems + 2 * norm_flops  # scatter-add into each table, norm backward
+    params = sum(table_rows) * hidden + norm_params
+    touched = id_inputs * tokens + n * elems + elems + norm_params
+    return _op(name, "embedding", fwd, training, params, elems, touched, bwd=bwd)
+
+
+def pooler(name: str, batch: int, hidden: int, training: bool) -> Operator:
+    """BERT pooler as the head: dense + tanh on the first token of each sequence."""
+    fwd = 2 * batch * hidden * hidden + batch * hidden + ACT_FLOPS_PER_ELEM["tanh"] * batch * hidden
+    params = hidden * hidden + hidden
+    return _op(name, "head", fwd, training, params, batch * hidden, batch * hidden + params + batch * hidden)
