@@ -1,0 +1,141 @@
+"""The main job: solve the MILP, replay every plan in the simulator, rank by simulated
+throughput, report, and write the winner (plan, trace, plots)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import Plan, plan_to_dict, save_plan
+
+
+@dataclass(frozen=True)
+class RankedPlan:
+    rank: int
+    plan: Plan
+    milp_period_s: float
+    ideal_period_s: float
+    sim: Any  # sim.SimResult under realistic settings
+
+
+def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False) -> list[RankedPlan]:
+    """Check and simulate every plan (realistic and ideal), best simulated throughput first."""
+    from sim import SimOptions, simulate
+    from sim.check import check_plan
+
+    rows = []
+    for plan in plans:
+        check_plan(problem, plan)
+        real = simulate(problem, plan, SimOptions(trace=trace))
+        ideal = simulate(problem, plan, SimOptions(ideal=True))
+        rows.append((plan, real, ideal))
+    rows.sort(key=lambda r: (-r[1].throughput_per_s, r[1].makespan_s))
+    return [RankedPlan(i + 1, p, float(p.predicted.get("milp_period_s", float("nan"))), ideal.period_s, real)
+            for i, (p, real, ideal) in enumerate(rows)]
+
+
+def precision_mix(plan: Plan) -> str:
+    counts: dict[str, int] = {}
+    for p in plan.op_precision:
+        counts[p] = counts.get(p, 0) + 1
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def result_document(problem: Problem, solved: Any, ranked: list[RankedPlan]) -> dict[str, Any]:
+    """The ``--json`` document."""
+    g = problem.graph
+    return {
+        "workload": g.name, "mode": g.mode, "topology": problem.topology.name,
+        "precisions_allowed": list(problem.precisions), "microbatches": problem.microbatches,
+        "solver": {"status": solved.status, "objective_s": solved.objective_s, "bound_s": solved.bound_s,
+                   "gap": solved.gap, "seconds": solved.seconds, "build_seconds": solved.build_seconds,
+                   "binaries": solved.n_binaries, "constraints": solved.n_constraints},
+        "plans": [{
+            "rank": r.rank, "milp_period_s": r.milp_period_s, "sim_period_s": r.sim.period_s,
+            "sim_ideal_period_s": r.ideal_period_s, "throughput_per_s": r.sim.throughput_per_s,
+            "makespan_s": r.sim.makespan_s, "stages": len(r.plan.used_stages()),
+            "sensitivity": r.plan.predicted.get("sensitivity"),
+            "precisions": {op.name: r.plan.op_precision[v] for v, op in enumerate(g.ops)},
+            "peak_memory_bytes": float(max(r.sim.peak_memory_bytes)),
+            "plan": plan_to_dict(r.plan, problem),
+        } for r in ranked],
+    }
+
+
+def format_table(problem: Problem, solved: Any, ranked: list[RankedPlan]) -> str:
+    g = problem.graph
+    head = (f"{g.name} ({g.mode}) on {problem.topology.name}: {len(g.ops)} ops, "
+            f"{problem.topology.n_devices} devices, precisions {','.join(problem.precisions)}")
+    cols = f"{'rank':>4} {'MILP period':>12} {'sim period':>12} {'ideal sim':>12} {'samples/s':>11} " \
+           f"{'stages':>6} {'peak MiB':>9}  precision mix"
+    lines = [head, cols]
+    for r in ranked:
+        lines.append(f"{r.rank:>4} {r.milp_period_s:>12.5g} {r.sim.period_s:>12.5g} {r.ideal_period_s:>12.5g} "
+                     f"{r.sim.throughput_per_s:>11.5g} {len(r.plan.used_stages()):>6} "
+                     f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {precision_mix(r.plan)}")
+    gap = "n/a" if solved.gap is None else f"{100 * solved.gap:.2f} %"
+    lines.append(f"solver: {solved.status}, objective {solved.objective_s:.6g} s, proven bound "
+                 f"{solved.bound_s:.6g} s, gap {gap}, {solved.seconds:.1f} s solve + {solved.build_seconds:.1f} s build, "
+                 f"{solved.n_binaries} binaries, {solved.n_constraints} constraints")
+    if solved.status != "optimal":
+        lines.append(f"note: the solver stopped at '{solved.status}' before proving its gap target; "
+                     "the plans above are the best found, with the gap shown")
+    return "\n".join(lines)
+
+
+def solve_options(args: argparse.Namespace):
+    from model import SolveOptions
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    kw: dict[str, Any] = dict(
+        objective=args.objective, sensitivity_budget=args.sensitivity_budget,
+        sensitivity_weight=args.sensitivity_weight, top_k=args.top_k, time_limit_s=args.time_limit,
+        rel_gap=args.gap, seed=args.seed, n_stages=args.stages,
+        progress=None if args.quiet or args.json else progress,
+    )
+    if args.threads is not None:
+        kw["threads"] = args.threads
+    return SolveOptions(**kw)
+
+
+def run_main(problem: Problem, args: argparse.Namespace) -> int:
+    """Solve, rank, print, write; returns the process exit code."""
+    from model import solve
+
+    if args.top_k < 1:
+        raise DistplanError("--top-k must be >= 1")
+    if args.compare:
+        from distplan.compare import run_compare
+
+        return run_compare(problem, args)
+    solved = solve(problem, solve_options(args))
+    if not solved.plans:
+        raise DistplanError(f"the solver returned no plan (status {solved.status})")
+    ranked = rank_plans(problem, solved.plans, trace=bool(args.trace or args.report))
+    best = ranked[0]
+    if args.plan_out:
+        best_plan = best.plan
+        best_plan.predicted.update(sim_period_s=best.sim.period_s, throughput_per_s=best.sim.throughput_per_s)
+        save_plan(best_plan, problem, args.plan_out)
+    if args.trace:
+        from sim.trace import write_chrome_trace
+
+        write_chrome_trace(best.sim, problem, args.trace)
+    if args.report:
+        from distplan.plots import write_report
+
+        write_report(problem, best, args.report)
+    if args.json:
+        print(json.dumps(result_document(problem, solved, ranked), indent=1, default=float))
+    else:
+        print(format_table(problem, solved, ranked))
+        outs = [p for p in (args.plan_out, args.trace, args.report) if p]
+        if outs:
+            print("wrote " + ", ".join(outs))
+    return 0
