@@ -34,19 +34,17 @@ from topologies.topology import DeviceKind
 TERA = 1e12
 GIGA = 1e9
 MIB = 2**20
-US = 1e-6
-NS = 1e-9
 
 GPU_EFFICIENCY = 0.7
 T4_EFFICIENCY = 0.6
-GPU_LAUNCH_OVERHEAD_S = 5 * US
-CHIPLET_LAUNCH_OVERHEAD_S = 1 * US
+GPU_LAUNCH_OVERHEAD_S = 5e-6
+CHIPLET_LAUNCH_OVERHEAD_S = 1e-6
 
 CHIPLET = DeviceKind(
     name="chiplet",
     peak_flops_per_s={"fp32": 0.25 * TERA, "bf16": 2 * TERA, "fp16": 2 * TERA,
                       "fp8": 4 * TERA, "int8": 4 * TERA},
-    mem_capacity_bytes=64 * MIB,
+    mem_capacity_bytes=float(64 * MIB),
     mem_bw_bytes_per_s=2000 * GIGA,
     efficiency=0.75,
     launch_overhead_s=CHIPLET_LAUNCH_OVERHEAD_S,
@@ -99,24 +97,24 @@ H100 = DeviceKind(
 # --- links: bandwidth per direction, latency per hop ---------------------------------
 #: Simba-class network-on-package link (REFERENCE.md, *unconfirmed*).
 NOP_BW_BYTES_PER_S = 100 * GIGA
-NOP_LATENCY_S = 20 * NS
+NOP_LATENCY_S = 20e-9
 #: NVLink totals are both directions together: A100 600 GB/s, H100 900 GB/s.
 NVLINK3_BW_BYTES_PER_S = 600 * GIGA / 2
 NVLINK4_BW_BYTES_PER_S = 900 * GIGA / 2
 #: ASSUMPTION: 0.5 us per GPU<->NVSwitch link, so ~1 us GPU to GPU.
-NVLINK_LATENCY_S = 0.5 * US
+NVLINK_LATENCY_S = 0.5e-6
 #: InfiniBand 4x port per direction: HDR 200 Gb/s, NDR 400 Gb/s; DGX nodes have 8 ports.
 IB_HDR_PORT_BW_BYTES_PER_S = 200e9 / 8
 IB_NDR_PORT_BW_BYTES_PER_S = 400e9 / 8
 IB_PORTS_PER_NODE = 8
 #: ASSUMPTION: 1 us per hop to and from the fabric switch (NIC + switch traversal).
-IB_LATENCY_S = 1 * US
+IB_LATENCY_S = 1e-6
 #: PCIe gen3 x16 per direction (REFERENCE.md); ASSUMPTION 1 us per hop.
 PCIE3_BW_BYTES_PER_S = 15.75 * GIGA
-PCIE_LATENCY_S = 1 * US
+PCIE_LATENCY_S = 1e-6
 #: ASSUMPTION: the two hosts of the mixed fleet share a 100 Gb/s network (EDR-class),
 #: 2.5 us per host<->network hop.
 NET_100G_BW_BYTES_PER_S = 100e9 / 8
-NET_LATENCY_S = 2.5 * US
+NET_LATENCY_S = 2.5e-6
 
 KINDS: dict[str, DeviceKind] = {k.name: k for k in (CHIPLET, V100, T4, A100, H100)}

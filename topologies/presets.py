@@ -71,7 +71,7 @@ def _cluster(gpu: str, n: int) -> Topology:
     ib = "HDR" if gpu == "a100" else "NDR"
     return switched_cluster(f"{gpu}x{n}", n // 8, 8, kind, nvl, K.NVLINK_LATENCY_S,
                             fabric, K.IB_LATENCY_S,
-                            description=f"{n // 8} DGX {gpu.upper()} nodes, NVSwitch inside, "
+                            description=f"{n // 8} DGX {gpu.upper()} node{'s' if n > 8 else ''}, NVSwitch inside, "
                                         f"8x{ib} InfiniBand ({fabric / 1e9:g} GB/s) between")
 
 

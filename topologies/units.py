@@ -1,0 +1,67 @@
+"""Human units in file keys (``GBps``, ``GiB``, ``us``) to SI floats and back, exactly.
+
+Numbers read from files arrive as ``int`` or ``decimal.Decimal`` (see
+``topologies.textformat``), so ``to_si`` multiplies the decimal the user wrote by the
+unit, exactly, and rounds once. ``from_si`` writes a float's shortest decimal divided by
+the unit, exactly (units are powers of 2 or 10, so the quotient terminates), which makes
+``to_si(from_si(x, u), u) == x`` for every finite float ``x``.
+"""
+from __future__ import annotations
+
+import math
+from decimal import Context, Decimal
+
+from distplan.errors import DistplanError
+
+_CTX = Context(prec=400)
+
+GIGA = Decimal(10**9)
+TERA = Decimal(10**12)
+GIB = Decimal(2**30)
+MIB = Decimal(2**20)
+MICRO = Decimal("1e-6")
+NANO = Decimal("1e-9")
+ONE = Decimal(1)
+
+
+def as_decimal(value: object, where: str) -> Decimal:
+    """The exact decimal of a number read from a file; anything else is an error naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise DistplanError(f"{where} must be a number, got {value!r}")
+    d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    if not d.is_finite():
+        raise DistplanError(f"{where} must be a finite number, got {value!r}")
+    return d
+
+
+def to_si(value: object, unit: Decimal, where: str) -> float:
+    """``value`` (in ``unit``) as an SI float, rounded once."""
+    return float(_CTX.multiply(as_decimal(value, where), unit))
+
+
+def from_si(x: float, unit: Decimal) -> Decimal:
+    """The SI float ``x`` expressed exactly in ``unit``."""
+    if not math.isfinite(x):
+        raise DistplanError(f"cannot write the non-finite value {x!r}")
+    return _CTX.divide(Decimal(repr(float(x))), unit)
+
+
+def number_text(d: Decimal) -> str:
+    """A decimal as number text valid in both JSON and YAML (no leading '+', no bare '.')."""
+    d = d.normalize(_CTX)
+    if d == d.to_integral_value() and abs(d) < Decimal(10) ** 21:
+        return str(int(d))
+    if -7 <= d.adjusted() <= 21:
+        return format(d, "f")
+    return format(d, "e")
+
+
+def shortest(x: float, options: list[tuple[str, Decimal]]) -> tuple[str, Decimal]:
+    """The (key, value) among unit ``options`` whose text is shortest (first on ties)."""
+    best = None
+    for key, unit in options:
+        v = from_si(x, unit)
+        if best is None or len(number_text(v)) < len(number_text(best[1])):
+            best = (key, v)
+    assert best is not None
+    return best
