@@ -60,7 +60,7 @@ def load_topology(path: str | Path) -> Topology:
 
 def topology_from_dict(doc: object, default_name: str = "topology") -> Topology:
     """Build a Topology from a parsed document (numbers as int, float or Decimal)."""
-    top = _mapping(doc, "the document", TOP_KEYS, required=("kinds", "devices"))
+    top = _mapping(doc, "top level", TOP_KEYS, required=("kinds", "devices"))
     if "version" in top and top["version"] != FORMAT_VERSION:
         raise DistplanError(f"version {top['version']!r} is not supported; use {FORMAT_VERSION}")
     name = _text(top.get("name", default_name), "name")
