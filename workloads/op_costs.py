@@ -1,0 +1,98 @@
+"""Cost rules shared by the ONNX and torch.fx importers: one canonical operator family per
+framework operator, and the FLOP / backward / kind conventions of the zoo for each.
+
+Conventions (the zoo's, ``workloads/zoo/costs.py``, so an imported graph and a zoo graph
+of the same model agree):
+
+- matrix products: ``2 * out_elems * K`` (K the contracted size) plus ``out_elems`` for
+  a fused bias; convolutions ``2 * out_elems * (C_in / groups) * prod(kernel)``;
+- element-wise families: ``FLOPS_PER_ELEM[family]`` per output element (softmax 5,
+  layer norm 8, GELU 8, tanh / exp / erf / sigmoid 4, plain arithmetic 1);
+- reductions: one FLOP per input element; data movement (reshape, transpose, slice,
+  concat, gather of activations, casts, ...) 0 FLOPs;
+- backward FLOPs = ``BWD_FACTOR`` x forward: 2 for the matmul family, softmax, norms
+  and every other element-wise family, 1 for adds; an embedding lookup's backward is a
+  scatter-add of its output rows (``out_elems``). Backward FLOPs are always filled
+  (the Problem reads them only in training), so ``Graph.with_mode`` stays honest.
+- ``touched_elems`` = elements of every input (activations and weights) plus every
+  output; for a lookup into a table only the gathered rows are read.
+- unknown operators: ``UNKNOWN_FLOPS_PER_ELEM`` (4) FLOPs per touched element, 2x backward,
+  kind ``other`` — deliberately pessimistic, and the importer warns.
+
+Every count is an integer (stored as ``float`` where the Operator field is a float) so
+that sums over operators, as coarsening forms them, stay exact.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from workloads.graph import Operator
+from workloads.zoo.costs import (
+    ACT_FLOPS_PER_ELEM,
+    BWD_FACTOR,
+    LAYERNORM_FLOPS_PER_ELEM,
+    RMSNORM_FLOPS_PER_ELEM,
+    SOFTMAX_FLOPS_PER_ELEM,
+)
+
+#: Forward FLOPs per output element of the element-wise and normalisation families.
+FLOPS_PER_ELEM: dict[str, int] = {
+    "add": 1, "arith": 1, "compare": 1, "relu": ACT_FLOPS_PER_ELEM["relu"],
+    "gelu": ACT_FLOPS_PER_ELEM["gelu"], "tanh": ACT_FLOPS_PER_ELEM["tanh"],
+    "transcendental": 4, "silu": 5, "softmax": SOFTMAX_FLOPS_PER_ELEM,
+    "layernorm": LAYERNORM_FLOPS_PER_ELEM, "rmsnorm": RMSNORM_FLOPS_PER_ELEM,
+    "batchnorm": 2,  # inference batch norm: one multiply-add per element
+    "move": 0,
+}
+UNKNOWN_FLOPS_PER_ELEM = 4
+
+#: Graph ``kind`` of each family (drives the sensitivity factor and coarsening).
+FAMILY_KIND: dict[str, str] = {
+    "add": "add", "arith": "elementwise", "compare": "elementwise", "relu": "activation",
+    "gelu": "activation", "tanh": "activation", "transcendental": "activation",
+    "silu": "activation", "softmax": "softmax", "layernorm": "layernorm", "rmsnorm": "layernorm",
+    "batchnorm": "layernorm", "move": "reshape", "reduce": "elementwise", "pool": "elementwise",
+    "matmul": "matmul", "conv": "conv", "embedding": "embedding", "other": "other",
+}
+
+
+def numel(shape: Sequence[int]) -> int:
+    """Element count of a fully known shape (a scalar has one element)."""
+    return math.prod(int(d) for d in shape)
+
+
+def bwd_factor(kind: str) -> float:
+    """Backward FLOPs per forward FLOP for an operator of graph ``kind``."""
+    if kind == "add":
+        return BWD_FACTOR["add"]
+    return 2.0
+
+
+def make_operator(name: str, kind: str, fwd_flops: int, param_elems: int, in_elems: Iterable[int],
+                  out_elems: int, bwd_flops: int | None = None, reads: int | None = None) -> Operator:
+    """An Operator with the conventions above; ``reads`` overrides the input elements read
+    (a lookup reads only its output's rows, not the whole table)."""
+    read = sum(int(x) for x in in_elems) if reads is None else int(reads)
+    fwd = int(fwd_flops)
+    bwd = int(round(bwd_factor(kind) * fwd)) if bwd_flops is None else int(bwd_flops)
+    return Operator(name=name, kind=kind, fwd_flops=float(fwd), bwd_flops=float(bwd),
+                    param_elems=int(param_elems), out_elems=int(out_elems),
+                    touched_elems=float(read + int(out_elems)))
+
+
+def matmul_flops(out_elems: int, contracted: int, bias: bool = False) -> int:
+    """``2 * out * K`` plus one add per output element for a fused bias."""
+    return 2 * int(out_elems) * int(contracted) + (int(out_elems) if bias else 0)
+
+
+def conv_flops(out_elems: int, weight_shape: Sequence[int], bias: bool) -> int:
+    """Every output element is a dot product over ``C_in/groups * prod(kernel)`` inputs;
+    ``weight_shape`` = (C_out, C_in/groups, k1, k2, ...)."""
+    return matmul_flops(out_elems, numel(weight_shape[1:]), bias)
+
+
+def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, qk_dim: int, v_dim: int) -> int:
+    """Scores Q K^T, softmax, context P V of dense multi-head attention."""
+    scores = batch * heads * q_len * kv_len
+    return 2 * scores * qk_dim + SOFTMAX_FLOPS_PER_ELEM * scores + 2 * scores * v_dim

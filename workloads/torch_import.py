@@ -1,0 +1,378 @@
+"""``torch.nn.Module`` -> Graph through ``torch.fx``: symbolic tracing, shape propagation
+on the example inputs, then the costs of ``workloads/op_costs.py`` per traced node.
+
+What becomes what (the same rules as the ONNX importer):
+- every ``call_module`` / ``call_function`` / ``call_method`` node that produces a tensor
+  from at least one per-microbatch tensor is one Operator; standard ``torch.nn`` leaf
+  modules (Linear, Conv, Embedding, LayerNorm, MultiheadAttention, activations, ...) are
+  one operator each;
+- placeholders (inputs), ``output`` and nodes that produce no tensor (``x.size()``,
+  ``x.shape``: evaluated at trace time) are not operators; nodes computed from
+  parameters and buffers alone (``self.weight.t()``) are folded like constants and pass
+  their parameters on to their consumers;
+- parameters are counted once (by identity, so tied weights are shared), on the first
+  operator that reads them; buffers are not parameters. The parameter total therefore
+  equals ``sum(p.numel() for p in module.parameters())`` when forward uses them all;
+- unknown operations get a pessimistic cost and an ``UnknownOperatorWarning``.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from distplan.errors import DistplanError
+from workloads import op_costs as oc
+from workloads.graph import MODES, Graph, Operator, Tensor
+from workloads.onnx_import import UnknownOperatorWarning
+
+# function / method names (lower case) -> family
+_FN_FAMILY: dict[str, str] = {}
+for _fam, _names in {
+    "add": "add iadd add_ radd",
+    "arith": "sub isub rsub mul imul rmul truediv itruediv rtruediv div floordiv neg pow sqrt rsqrt abs "
+             "maximum minimum clamp clip where masked_fill masked_fill_ reciprocal mod square addcmul "
+             "lerp fmod sign",
+    "compare": "eq ne lt gt le ge logical_and logical_or logical_not isnan isinf",
+    "relu": "relu relu_ leaky_relu hardtanh relu6",
+    "gelu": "gelu",
+    "tanh": "tanh",
+    "transcendental": "exp log sigmoid erf sin cos softplus elu selu celu mish hardswish hardsigmoid log1p",
+    "silu": "silu",
+    "softmax": "softmax log_softmax",
+    "layernorm": "layer_norm group_norm instance_norm",
+    "rmsnorm": "rms_norm",
+    "batchnorm": "batch_norm",
+    "move": "view reshape transpose permute contiguous split chunk cat concat stack getitem flatten "
+            "unflatten unsqueeze squeeze expand expand_as repeat narrow select t float half bfloat16 to "
+            "type_as type dropout clone detach index_select gather tril triu zeros_like ones_like "
+            "full_like new_zeros new_ones flip roll pad unbind movedim swapaxes view_as",
+    "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min",
+    "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d",
+}.items():
+    for _n in _names.split():
+        _FN_FAMILY[_n] = _fam
+
+# torch.nn module class names -> family (the matmul family is costed per type below)
+_MOD_FAMILY: dict[str, str] = {
+    "ReLU": "relu", "ReLU6": "relu", "LeakyReLU": "relu", "GELU": "gelu", "Tanh": "tanh",
+    "Sigmoid": "transcendental", "ELU": "transcendental", "SELU": "transcendental",
+    "Softplus": "transcendental", "Mish": "transcendental", "Hardswish": "transcendental",
+    "SiLU": "silu", "Softmax": "softmax", "LogSoftmax": "softmax",
+    "LayerNorm": "layernorm", "GroupNorm": "layernorm", "InstanceNorm1d": "layernorm",
+    "InstanceNorm2d": "layernorm", "RMSNorm": "rmsnorm",
+    "BatchNorm1d": "batchnorm", "BatchNorm2d": "batchnorm", "BatchNorm3d": "batchnorm",
+    "Dropout": "move", "Dropout1d": "move", "Dropout2d": "move", "Identity": "move",
+    "Flatten": "move", "Unflatten": "move",
+    "MaxPool1d": "pool", "MaxPool2d": "pool", "MaxPool3d": "pool",
+    "AvgPool1d": "pool", "AvgPool2d": "pool", "AvgPool3d": "pool",
+    "AdaptiveAvgPool1d": "reduce", "AdaptiveAvgPool2d": "reduce", "AdaptiveMaxPool2d": "reduce",
+}
+
+
+def _require_torch() -> Any:
+    try:
+        import torch  # noqa: PLC0415
+        import torch.fx  # noqa: PLC0415, F401
+        from torch.fx.passes.shape_prop import ShapeProp  # noqa: PLC0415, F401
+    except ImportError:
+        raise DistplanError("importing an nn.Module needs PyTorch: pip install -e .[torch]") from None
+    return torch
+
+
+def _shapes(meta: Any) -> list[tuple[int, ...]]:
+    """Shapes of every tensor in a (possibly nested) ShapeProp ``tensor_meta``."""
+    if meta is None:
+        return []
+    if hasattr(meta, "shape"):
+        return [tuple(int(d) for d in meta.shape)]
+    if isinstance(meta, (list, tuple)):
+        return [s for m in meta for s in _shapes(m)]
+    if isinstance(meta, dict):
+        return [s for m in meta.values() for s in _shapes(m)]
+    return []
+
+
+def _target_name(node: Any) -> str:
+    t = node.target
+    if isinstance(t, str):
+        return t.rsplit(".", 1)[-1].lower()
+    return getattr(t, "__name__", str(t)).lower()
+
+
+def import_module(module: Any, example_inputs: Any, mode: str = "inference", name: str | None = None) -> Graph:
+    """Trace ``module`` with ``torch.fx.symbolic_trace``, propagate the shapes of
+    ``example_inputs`` (a tensor or a tuple of tensors), and build its Graph."""
+    torch = _require_torch()
+    from torch.fx.passes.shape_prop import ShapeProp  # noqa: PLC0415
+
+    if mode not in MODES:
+        raise DistplanError(f"mode {mode!r} unknown; use one of {MODES}")
+    if not isinstance(module, torch.nn.Module):
+        raise DistplanError(f"import_module needs a torch.nn.Module, got {type(module).__name__}")
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    label = name or type(module).__name__
+    try:
+        gm = torch.fx.symbolic_trace(module)
+    except Exception as e:
+        raise DistplanError(
+            f"torch.fx could not trace {label!r} ({type(e).__name__}: {e}); data-dependent control "
+            "flow must be removed or the model exported to ONNX instead"
+        ) from None
+    try:
+        with torch.no_grad():
+            ShapeProp(gm).propagate(*inputs)
+    except Exception as e:
+        raise DistplanError(
+            f"running {label!r} on the example inputs failed ({type(e).__name__}: {e}); "
+            "pass inputs of the shapes and dtypes the model expects"
+        ) from None
+    return _build(gm, torch, inputs, mode, label)
+
+
+class _Walk:
+    """State of the walk over the traced nodes."""
+
+    def __init__(self, gm: Any, torch: Any) -> None:
+        self.gm, self.torch = gm, torch
+        self.producer: dict[Any, int] = {}           # fx node -> op index
+        self.origin: dict[Any, frozenset[int]] = {}  # constant node -> parameter ids
+        self.param_numel: dict[int, int] = {}
+        self.claimed: set[int] = set()
+        self.family: list[str] = []
+        self.op_inputs: list[list[Any]] = []
+        self.unknown: dict[str, list[str]] = defaultdict(list)
+
+    def elems(self, node: Any) -> int:
+        return sum(oc.numel(s) for s in _shapes(node.meta.get("tensor_meta")))
+
+    def shape(self, node: Any) -> tuple[int, ...]:
+        s = _shapes(node.meta.get("tensor_meta"))
+        if not s:
+            raise DistplanError(f"no shape recorded for traced node {node.name!r}")
+        return s[0]
+
+    def params_of(self, tensors: Sequence[Any]) -> frozenset[int]:
+        out = set()
+        for p in tensors:
+            if isinstance(p, self.torch.nn.Parameter):
+                out.add(id(p))
+                self.param_numel[id(p)] = int(p.numel())
+        return frozenset(out)
+
+    def claim(self, ids: frozenset[int]) -> int:
+        n = 0
+        for i in sorted(ids):
+            if i not in self.claimed:
+                self.claimed.add(i)
+                n += self.param_numel[i]
+        return n
+
+
+def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
+    w = _Walk(gm, torch)
+    ops: list[Operator] = []
+    edges: dict[tuple[int, int], int] = defaultdict(int)
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.op == "get_attr":
+            w.origin[node] = w.params_of([_fetch_attr(gm, node.target)])
+            continue
+        deps = list(dict.fromkeys(node.all_input_nodes))
+        is_tensor = bool(_shapes(node.meta.get("tensor_meta")))
+        if not is_tensor or all(d in w.origin for d in deps):
+            # a shape query, or a function of parameters / buffers alone: folded
+            w.origin[node] = frozenset().union(*(w.origin.get(d, frozenset()) for d in deps))
+            continue
+        v = len(ops)
+        param_ids = frozenset().union(*(w.origin.get(d, frozenset()) for d in deps))
+        if node.op == "call_module":
+            param_ids |= w.params_of(list(gm.get_submodule(node.target).parameters()))
+        op, fam = _cost(node, w, deps, w.claim(param_ids))
+        ops.append(op)
+        w.family.append(fam)
+        w.op_inputs.append(deps)
+        for d in deps:
+            if d in w.producer:
+                n = w.elems(node) if _target_name(node) == "getitem" else w.elems(d)
+                edges[(w.producer[d], v)] += n
+        w.producer[node] = v
+    if not ops:
+        raise DistplanError(f"module {label!r} traced to no tensor operation")
+    for kind, where in w.unknown.items():
+        warnings.warn(
+            f"torch import: {len(where)} node(s) of unknown operation {kind!r} (first: {where[0]!r}) "
+            f"imported with a pessimistic cost of {oc.UNKNOWN_FLOPS_PER_ELEM} FLOPs per touched element",
+            UnknownOperatorWarning, stacklevel=3)
+    ops = _label_heads(gm, w, ops)
+    tensors = tuple(Tensor(ops[u].name, ops[v].name, int(n)) for (u, v), n in edges.items())
+    first = inputs[0] if inputs else None
+    b, s = 1, None
+    if isinstance(first, torch.Tensor) and first.dim() >= 1:
+        b = int(first.shape[0])
+        if first.dim() == 2 and not first.is_floating_point():
+            s = int(first.shape[1])
+    return Graph(name=label, ops=tuple(ops), tensors=tensors, mode=mode, batch_size=b, seq_len=s)
+
+
+def _fetch_attr(gm: Any, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _through_moves(node: Any, w: _Walk, limit: int = 8) -> int | None:
+    for _ in range(limit):
+        v = w.producer.get(node)
+        if v is None or w.family[v] != "move":
+            return v
+        node = next((d for d in w.op_inputs[v] if d in w.producer), None)
+    return None
+
+
+def _label_heads(gm: Any, w: _Walk, ops: list[Operator]) -> list[Operator]:
+    out = list(ops)
+    for node in gm.graph.nodes:
+        if node.op != "output":
+            continue
+        for d in node.all_input_nodes:
+            v = _through_moves(d, w)
+            if v is not None and out[v].kind == "matmul" and w.family[v] == "matmul_w":
+                out[v] = replace(out[v], kind="head")
+    return out
+
+
+def _arg(node: Any, i: int, key: str, default: Any = None) -> Any:
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(key, default)
+
+
+def _cost(node: Any, w: _Walk, deps: list[Any], param: int) -> tuple[Operator, str]:
+    in_elems = [w.elems(d) for d in deps]
+    out = w.elems(node)
+    mk = oc.make_operator
+    name = node.name
+    if node.op == "call_module":
+        mod = w.gm.get_submodule(node.target)
+        cls = type(mod).__name__
+        x = deps[0] if deps else None
+        in_elems = in_elems + [int(p.numel()) for p in mod.parameters()]  # weights are read too
+        if cls == "Linear":
+            return mk(name, "matmul", oc.matmul_flops(out, mod.in_features, mod.bias is not None), param,
+                      in_elems, out), "matmul_w"
+        if cls in ("Conv1d", "Conv2d", "Conv3d"):
+            return mk(name, "conv", oc.conv_flops(out, tuple(mod.weight.shape), mod.bias is not None),
+                      param, in_elems, out), "conv"
+        if cls in ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
+            fwd = 2 * w.elems(x) * oc.numel(tuple(mod.weight.shape)[1:]) + (out if mod.bias is not None else 0)
+            return mk(name, "conv", fwd, param, in_elems, out), "conv"
+        if cls == "Embedding":
+            return mk(name, "embedding", 0, param, in_elems, out, bwd_flops=out,
+                      reads=w.elems(x) + out), "embedding"
+        if cls == "MultiheadAttention":
+            return mk(name, "attn_score", _mha_flops(node, mod, w), param, in_elems, out), "matmul"
+        fam = _MOD_FAMILY.get(cls)
+        if fam is not None:
+            return _family_op(node, fam, name, param, in_elems, out, mod), fam
+        return _unknown(node, f"nn.{cls}", w, name, param, in_elems, out)
+    t = _target_name(node)
+    if node.target is operator.matmul or t in ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear"):
+        return _matmul(node, t, w, deps, name, param, in_elems, out)
+    if t in ("scaled_dot_product_attention",):
+        q, k, v = (w.shape(a) for a in node.args[:3])
+        bh = oc.numel(q[:-2])
+        fwd = oc.attention_flops(bh, 1, q[-2], k[-2], q[-1], v[-1])
+        return mk(name, "attn_score", fwd, param, in_elems, out), "matmul"
+    if t == "einsum":
+        return mk(name, "matmul", _einsum_flops(node, w), param, in_elems, out), "matmul"
+    if t == "embedding":
+        return mk(name, "embedding", 0, param, in_elems, out, bwd_flops=out,
+                  reads=w.elems(node.args[0]) + out), "embedding"
+    fam = _FN_FAMILY.get(t)
+    if fam is not None:
+        return _family_op(node, fam, name, param, in_elems, out, None), fam
+    return _unknown(node, t, w, name, param, in_elems, out)
+
+
+def _family_op(node: Any, fam: str, name: str, param: int, in_elems: list[int], out: int,
+               mod: Any) -> Operator:
+    if fam == "reduce":
+        fwd = in_elems[0] if in_elems else out
+    elif fam == "pool":
+        k = getattr(mod, "kernel_size", None) if mod is not None else _arg(node, 1, "kernel_size", 1)
+        dims = max(1, len(_shapes(node.meta.get("tensor_meta"))[0]) - 2)
+        ks = k if isinstance(k, (tuple, list)) else (k,) * dims
+        fwd = out * math.prod(int(x) for x in ks)
+    else:
+        fwd = oc.FLOPS_PER_ELEM[fam] * out
+    return oc.make_operator(name, oc.FAMILY_KIND[fam], fwd, param, in_elems, out)
+
+
+def _unknown(node: Any, what: str, w: _Walk, name: str, param: int, in_elems: list[int],
+             out: int) -> tuple[Operator, str]:
+    w.unknown[what].append(name)
+    fwd = oc.UNKNOWN_FLOPS_PER_ELEM * (sum(in_elems) + out)
+    return oc.make_operator(name, "other", fwd, param, in_elems, out), "other"
+
+
+def _matmul(node: Any, t: str, w: _Walk, deps: list[Any], name: str, param: int, in_elems: list[int],
+            out: int) -> tuple[Operator, str]:
+    if t == "linear":
+        x, weight = node.args[0], _arg(node, 1, "weight")
+        bias = _arg(node, 2, "bias") is not None
+        return oc.make_operator(name, "matmul", oc.matmul_flops(out, w.shape(x)[-1], bias), param, in_elems,
+                                out), "matmul_w"
+    if t in ("addmm", "baddbmm"):  # bias/input first, then the two factors
+        a, bias = node.args[1], True
+    else:
+        a, bias = node.args[0], False
+    k = w.shape(a)[-1]
+    has_weight = any(d in w.origin for d in deps)
+    if has_weight:
+        kind = "matmul"
+    else:
+        kind = "attn_score"
+        for d in deps:
+            v = _through_moves(d, w)
+            if v is not None and w.family[v] == "softmax":
+                kind = "attn_context"
+    return oc.make_operator(name, kind, oc.matmul_flops(out, k, bias), param, in_elems, out), \
+        ("matmul_w" if has_weight else "matmul")
+
+
+def _einsum_flops(node: Any, w: _Walk) -> int:
+    eq = str(node.args[0]).replace(" ", "")
+    operands = node.args[1:]
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = operands[0]
+    lhs = eq.split("->")[0]
+    if "." in lhs:
+        raise DistplanError(f"einsum node {node.name!r}: equations with '...' are not supported; "
+                            "spell out the indices")
+    sizes: dict[str, int] = {}
+    for term, x in zip(lhs.split(","), operands):
+        for c, d in zip(term, w.shape(x)):
+            sizes[c] = max(sizes.get(c, 1), d)
+    return 2 * math.prod(sizes.values())
+
+
+def _mha_flops(node: Any, mod: Any, w: _Walk) -> int:
+    """nn.MultiheadAttention: Q/K/V projections, attention, output projection."""
+    q, k, v = (w.shape(a) for a in node.args[:3])
+    if getattr(mod, "batch_first", False):
+        (n, lq, e), lk = q, k[1]
+    else:
+        (lq, n, e), lk = q, k[0]
+    h = mod.num_heads
+    bias = mod.in_proj_bias is not None
+    proj = (oc.matmul_flops(n * lq * e, q[-1], bias) + oc.matmul_flops(n * lk * e, k[-1], bias)
+            + oc.matmul_flops(n * lk * e, v[-1], bias))
+    out = oc.matmul_flops(n * lq * e, e, mod.out_proj.bias is not None)
+    return proj + oc.attention_flops(n, h, lq, lk, e // h, e // h) + out
