@@ -10,9 +10,9 @@ def listing() -> str:
     from workloads.zoo import list_workloads
 
     lines = ["workloads:"]
-    lines += [f"  {name:<22} {desc}" for name, desc in list_workloads()]
+    lines += [f"  {name:<32} {desc}" for name, desc in list_workloads()]
     lines.append("topologies:")
-    lines += [f"  {name:<22} {desc}" for name, desc in list_presets()]
+    lines += [f"  {name:<32} {desc}" for name, desc in list_presets()]
     return "\n".join(lines)
 
 

@@ -1,0 +1,67 @@
+"""solve.py: listing, describe, and one clear error line (exit 2) for each bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import solve
+from conftest import chain_graph
+from workloads.io import graph_to_dict
+
+
+def run(capsys, *argv):
+    rc = solve.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_list_names_every_preset(capsys):
+    rc, out, _ = run(capsys, "--list")
+    assert rc == 0
+    for name in ("mlp-xs", "bert-base", "bert-large", "gpt2", "gpt2-xl", "gpt3-<hidden>x<layers>x<heads>", "llama-7b",
+                 "mcm4x4", "mcm<R>x<C>", "ring<N>", "dgx-a100", "dgx-h100", "a100x<N>", "h100x<N>", "hybrid-v100-t4"):
+        assert name in out
+
+
+def test_describe_mcm4x4(capsys):
+    rc, out, _ = run(capsys, "--topology", "mcm4x4", "--describe")
+    assert rc == 0
+    assert "146 ops" in out and "16 devices" in out and "period lower bound" in out
+    assert "109,482,240" in out
+
+
+def _one_error_line(rc, err, *needles):
+    assert rc == 2
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    for n in needles:
+        assert n in lines[0]
+
+
+def test_cyclic_graph_file(capsys, tmp_path):
+    d = graph_to_dict(chain_graph(3))
+    d["tensors"].append({"src": "o2", "dst": "o0", "elems": 1})
+    (tmp_path / "cyc.json").write_text(json.dumps(d))
+    rc, _, err = run(capsys, "--workload", str(tmp_path / "cyc.json"), "--describe")
+    _one_error_line(rc, err, "cycle")
+
+
+def test_negative_bandwidth_file(capsys, tmp_path):
+    (tmp_path / "t.yaml").write_text(
+        "kinds:\n  c: {peak_TFLOPs: {fp16: 1}, memory_GiB: 1, memory_GBps: 100}\n"
+        "devices:\n  - {name: a, kind: c}\n  - {name: b, kind: c}\n"
+        "links:\n  - {src: a, dst: b, GBps: -5}\n")
+    rc, _, err = run(capsys, "--topology", str(tmp_path / "t.yaml"), "--describe")
+    _one_error_line(rc, err, "bandwidth")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--topology", "nope"), "unknown topology 'nope'"),
+    (("--workload", "bert-gigantic"), "bert-gigantic"),
+    (("--precisions", "fp64"), "fp64"),
+    (("--workload", "/no/such/graph.json"), "not found"),
+])
+def test_unknown_names(capsys, argv, needle):
+    rc, _, err = run(capsys, *argv, "--describe")
+    _one_error_line(rc, err, needle)
