@@ -87,3 +87,45 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
     link /= cyc
     period = float(max(dev.max(initial=0.0), link.max(initial=0.0)))
     return PlanCost(period, dev, link, plan_memory_bytes(problem, plan), plan_sensitivity(problem, plan))
+
+
+def plan_latency_s(problem: Problem, plan: Plan) -> float:
+    """End-to-end latency of one microbatch run alone, stage after stage (microbatch 0).
+
+    latency = sum over stages of the stage's load (compute of its ops at their
+    precisions + the casts it performs, as in :func:`plan_cost`)
+            + sum over boundaries b -> b+1 that some tensor with bytes crosses (relays
+              included) of: the route's link latencies + bytes_b x sum over its links of
+              1 / bandwidth (store and forward; in training the gradient's reverse route
+              is added the same way).
+    It ignores overlap between branches of the graph: a stage starts once all its
+    inputs have arrived and sends all outputs when done. The MILP's latency objective
+    is exactly this quantity.
+    """
+    if any(s.tensor_parallel != 1 for s in plan.stages):
+        raise DistplanError("the analytic latency covers tensor_parallel = 1 only; simulate the plan instead")
+    topo = problem.topology
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    where = [s.replica_devices(0)[0] for s in plan.stages]
+    total = 0.0
+    for v, k in enumerate(plan.op_stage):
+        total += problem.op_time_s(v, qs[v], problem.device_kind[where[k]])
+    nbytes = np.zeros(max(plan.n_stages - 1, 0))
+    crossed = np.zeros(max(plan.n_stages - 1, 0), dtype=bool)
+    for e, (u, v) in enumerate(problem.edges):
+        ku, kv = plan.op_stage[u], plan.op_stage[v]
+        total += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[where[kv]])
+        if problem.edge_elems[e] > 0:
+            for b in range(ku, kv):
+                nbytes[b] += problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]
+                crossed[b] = True
+    for b in range(plan.n_stages - 1):
+        if not crossed[b]:
+            continue
+        hops = [(where[b], where[b + 1])]
+        if problem.training:
+            hops.append((where[b + 1], where[b]))
+        for a, c in hops:
+            for l in topo.route(a, c):
+                total += problem.link_latency_s[l] + nbytes[b] / problem.link_bw_bytes_per_s[l]
+    return float(total)

@@ -1,0 +1,6 @@
+"""The optimisation model: a Pyomo MILP over pipeline stages along a device path, per-op
+precision, memory, links and sensitivity, solved by HiGHS (see model.build)."""
+from model.options import SolveOptions, SolveResult
+from model.planner import solve
+
+__all__ = ["SolveOptions", "SolveResult", "solve"]

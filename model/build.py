@@ -1,0 +1,315 @@
+"""The MILP, stated in Pyomo: one function per variable/constraint family.
+
+Stage k (0..K-1) runs on device ``path[k]``. Encoding (DESIGN.md, "optimisation model"):
+
+- ``y[v,k]`` (binary, k = 1..K-1) = 1 iff stage(v) >= k; y(v,0) = 1, y(v,K) = 0.
+- ``prec[v,q]`` (binary) = 1 iff op v runs at precision q.
+- ``z[v,k,q]`` (continuous, integral at integral y/prec): op v on stage k at precision q;
+  rows sum to y(v,k) - y(v,k+1), columns to prec[v,q] (a transportation polytope with
+  0/1 margins, whose only point is the product) -- binaries are never multiplied.
+- ``xc[e,b]`` >= y(dst,b+1) - y(src,b+1): tensor e crosses boundary b (stage b -> b+1);
+  ``xq[e,b,q]`` >= xc-indicator + prec[src,q] - 1 for precisions wider than the narrowest,
+  so bytes on boundary b = sum_e elems_e (bpe_min xc + sum_q (bpe_q - bpe_min) xq).
+- ``cast[e,a,b,k]`` >= z[dst,k,b] + prec[src,a] - 1 (a != b): a cast of e charged on the
+  consumer's stage k, exactly as costs.evaluate does.
+- ``w[k]`` >= y(sink,k): stage k or a later one is used (for 1F1B's in-flight count).
+
+Times are in model units (seconds x ``m.tscale``, see :func:`time_scale`) and memory
+rows in units of the device's capacity. The throughput objective minimises the period ``T`` >= every stage load and every link
+load; the latency objective minimises costs.evaluate.plan_latency_s. Both may add
+``sensitivity_weight`` x sensitivity. At integral points the objective equals
+costs.evaluate.plan_cost(...).period_s (resp. plan_latency_s) of the extracted plan.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+
+from costs.memory import inflight_microbatches
+from costs.problem import Problem
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the model depends on besides the Problem."""
+
+    path: tuple[int, ...]
+    objective: str = "throughput"
+    sensitivity_budget: float | None = None
+    sensitivity_weight: float = 0.0
+
+
+# --------------------------------------------------------------------------- data
+def stage_kinds(problem: Problem, path: tuple[int, ...]) -> list[int]:
+    return [int(problem.device_kind[d]) for d in path]
+
+
+def allowed_cells(problem: Problem, path: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(v, k, q) where op v may run on stage k at precision q: the precision runs on the
+    stage's device and the op alone fits its memory (at one in-flight microbatch)."""
+    kinds = stage_kinds(problem, path)
+    out = []
+    for v in range(problem.n_ops):
+        for k, c in enumerate(kinds):
+            cap = problem.device_mem_bytes[path[k]]
+            for q in range(len(problem.precisions)):
+                if not problem.supported[q, c] or not math.isfinite(problem.op_time_s(v, q, c)):
+                    continue
+                if problem.static_bytes[v, q] + problem.act_bytes[v, q] > cap:
+                    continue
+                out.append((v, k, q))
+    return out
+
+
+def y_of(m, v: int, k: int):
+    """Cumulative stage indicator y(v,k) as a constant or a variable."""
+    if k <= 0:
+        return 1
+    if k >= m.K:
+        return 0
+    return m.y[v, k]
+
+
+# --------------------------------------------------------------------------- variables
+def add_sets(m, problem: Problem, spec: ModelSpec) -> None:
+    K = len(spec.path)
+    m.K = K
+    m.OPS = pyo.RangeSet(0, problem.n_ops - 1)
+    m.STAGES = pyo.RangeSet(0, K - 1)
+    m.CUTS = pyo.Set(initialize=list(range(1, K)))          # y index: stage >= k
+    m.BOUNDS = pyo.Set(initialize=list(range(K - 1)))       # boundary b: stage b -> b+1
+    m.PRECS = pyo.RangeSet(0, len(problem.precisions) - 1)
+    cells = allowed_cells(problem, spec.path)
+    m.CELLS = pyo.Set(initialize=cells, dimen=3, ordered=True)
+    e_ok = [e for e in range(len(problem.edges)) if problem.edge_elems[e] > 0]
+    m.EDGES = pyo.Set(initialize=e_ok)                       # tensors with bytes
+    m.ALL_EDGES = pyo.Set(initialize=list(range(len(problem.edges))))
+    bpe = problem.bytes_per_elem
+    m.WIDE = pyo.Set(initialize=[q for q in range(len(bpe)) if bpe[q] > bpe.min()])
+    m.LINKS = pyo.Set(initialize=list(range(len(problem.topology.links))))
+
+
+def add_variables(m, problem: Problem, spec: ModelSpec) -> None:
+    m.y = pyo.Var(m.OPS, m.CUTS, domain=pyo.Binary)
+    m.prec = pyo.Var(m.OPS, m.PRECS, domain=pyo.Binary)
+    m.z = pyo.Var(m.CELLS, bounds=(0, 1))
+    m.xc = pyo.Var(m.EDGES, m.BOUNDS, bounds=(0, 1))
+    m.xq = pyo.Var(m.EDGES, m.BOUNDS, m.WIDE, bounds=(0, 1))
+    kinds = stage_kinds(problem, spec.path)
+    cast_idx = []
+    cells = set(m.CELLS)
+    for e in m.ALL_EDGES:
+        u, v = (int(x) for x in problem.edges[e])
+        for k in m.STAGES:
+            for b in m.PRECS:
+                if (v, k, b) not in cells:
+                    continue
+                for a in m.PRECS:
+                    if a != b and problem.cast_time_s(e, a, b, kinds[k]) > 0:
+                        cast_idx.append((e, a, b, k))
+    m.CASTS = pyo.Set(initialize=cast_idx, dimen=4, ordered=True)
+    m.cast = pyo.Var(m.CASTS, bounds=(0, 1))
+    m.w = pyo.Var(m.CUTS, bounds=(0, 1))
+    m.T = pyo.Var(domain=pyo.NonNegativeReals)
+
+
+# --------------------------------------------------------------------------- constraints
+def add_stage_order(m, problem: Problem) -> None:
+    """y[v,k] <= y[v,k-1]: the cumulative indicators of one op are non-increasing."""
+    m.stage_order = pyo.Constraint(
+        m.OPS, m.CUTS, rule=lambda m, v, k: m.y[v, k] <= m.y[v, k - 1] if k >= 2 else pyo.Constraint.Skip)
+
+
+def add_edge_order(m, problem: Problem) -> None:
+    """y[u,k] <= y[v,k] for every tensor u -> v: a tensor never flows to an earlier stage."""
+    m.edge_order = pyo.Constraint(
+        m.ALL_EDGES, m.CUTS,
+        rule=lambda m, e, k: m.y[int(problem.edges[e][0]), k] <= m.y[int(problem.edges[e][1]), k])
+
+
+def add_assignment(m, problem: Problem) -> None:
+    """sum_q z[v,k,q] = y(v,k) - y(v,k+1); sum_k z[v,k,q] = prec[v,q]; sum_q prec[v,q] = 1."""
+    by_vk: dict[tuple[int, int], list] = {}
+    by_vq: dict[tuple[int, int], list] = {}
+    for (v, k, q) in m.CELLS:
+        by_vk.setdefault((v, k), []).append(m.z[v, k, q])
+        by_vq.setdefault((v, q), []).append(m.z[v, k, q])
+    m.stage_assign = pyo.Constraint(
+        m.OPS, m.STAGES,
+        rule=lambda m, v, k: sum(by_vk.get((v, k), [])) == y_of(m, v, k) - y_of(m, v, k + 1))
+    m.prec_assign = pyo.Constraint(
+        m.OPS, m.PRECS, rule=lambda m, v, q: sum(by_vq.get((v, q), [])) == m.prec[v, q])
+    m.one_prec = pyo.Constraint(m.OPS, rule=lambda m, v: sum(m.prec[v, q] for q in m.PRECS) == 1)
+
+
+def add_crossings(m, problem: Problem) -> None:
+    """xc[e,b] >= y(v,b+1) - y(u,b+1); xq[e,b,q] >= y(v,b+1) - y(u,b+1) + prec[u,q] - 1."""
+    def cross(m, e, b):
+        u, v = (int(x) for x in problem.edges[e])
+        return y_of(m, v, b + 1) - y_of(m, u, b + 1)
+    m.crossing = pyo.Constraint(m.EDGES, m.BOUNDS, rule=lambda m, e, b: m.xc[e, b] >= cross(m, e, b))
+    m.crossing_prec = pyo.Constraint(
+        m.EDGES, m.BOUNDS, m.WIDE,
+        rule=lambda m, e, b, q: m.xq[e, b, q] >= cross(m, e, b) + m.prec[int(problem.edges[e][0]), q] - 1)
+    bpe = problem.bytes_per_elem
+    lo = float(bpe.min())
+
+    def nbytes(m, b):
+        return sum(float(problem.edge_elems[e]) * (lo * m.xc[e, b] + sum(float(bpe[q] - lo) * m.xq[e, b, q]
+                                                                      for q in m.WIDE)) for e in m.EDGES)
+    m.boundary_bytes = pyo.Expression(m.BOUNDS, rule=nbytes)
+
+
+def add_casts(m, problem: Problem) -> None:
+    """cast[e,a,b,k] >= z[dst,k,b] + prec[src,a] - 1: tensor e cast from a to b on stage k."""
+    m.cast_need = pyo.Constraint(
+        m.CASTS, rule=lambda m, e, a, b, k: m.cast[e, a, b, k]
+        >= m.z[int(problem.edges[e][1]), k, b] + m.prec[int(problem.edges[e][0]), a] - 1)
+
+
+def add_stage_load(m, problem: Problem, spec: ModelSpec) -> None:
+    """stage_load[k] = compute of the stage's ops at their precisions + casts it performs."""
+    kinds = stage_kinds(problem, spec.path)
+    terms: dict[int, list] = {k: [] for k in m.STAGES}
+    for (v, k, q) in m.CELLS:
+        terms[k].append(m.tscale * problem.op_time_s(v, q, kinds[k]) * m.z[v, k, q])
+    for (e, a, b, k) in m.CASTS:
+        terms[k].append(m.tscale * problem.cast_time_s(e, a, b, kinds[k]) * m.cast[e, a, b, k])
+    m.stage_load = pyo.Expression(m.STAGES, rule=lambda m, k: sum(terms[k]))
+
+
+def boundary_routes(problem: Problem, path: tuple[int, ...]) -> list[list[int]]:
+    """Links each boundary's transfers use: route(path[b], path[b+1]) (+ reverse in training)."""
+    topo = problem.topology
+    out = []
+    for b in range(len(path) - 1):
+        r = list(topo.route(path[b], path[b + 1]))
+        if problem.training:
+            r += list(topo.route(path[b + 1], path[b]))
+        out.append(r)
+    return out
+
+
+def add_link_load(m, problem: Problem, spec: ModelSpec) -> None:
+    """link_load[l] = sum over boundaries b whose route uses l of bytes_b / bw_l."""
+    routes = boundary_routes(problem, spec.path)
+    users: dict[int, list[int]] = {}
+    for b, r in enumerate(routes):
+        for l in r:
+            users.setdefault(l, []).append(b)
+    m.USED_LINKS = pyo.Set(initialize=sorted(users))
+    bw = problem.link_bw_bytes_per_s
+    m.link_load = pyo.Expression(
+        m.USED_LINKS, rule=lambda m, l: sum(m.boundary_bytes[b] for b in users[l]) * (m.tscale / float(bw[l])))
+
+
+def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
+    """Resident bytes of stage k's device <= its capacity.
+
+    n(k) in-flight microbatches (costs.memory.inflight_microbatches). For 1F1B n depends
+    on the used stage count S: the n=1 row always holds, and for s = k+2..min(K, k+M)
+    static + min(M, s-k) act <= cap + (min(M, s-k) - 1) cap (1 - w[s-1]).
+    """
+    M, sched, K = problem.microbatches, problem.schedule, m.K
+    cap0 = {k: float(problem.device_mem_bytes[spec.path[k]]) for k in m.STAGES}
+    stat: dict[int, list] = {k: [] for k in m.STAGES}   # rows in units of the device's capacity
+    act: dict[int, list] = {k: [] for k in m.STAGES}
+    for (v, k, q) in m.CELLS:
+        stat[k].append(float(problem.static_bytes[v, q] / cap0[k]) * m.z[v, k, q])
+        act[k].append(float(problem.act_bytes[v, q] / cap0[k]) * m.z[v, k, q])
+    cap = {k: 1.0 for k in m.STAGES}
+    if sched == "1f1b":
+        sinks = [v for v in range(problem.n_ops) if v not in set(int(u) for u in problem.edges[:, 0])]
+        m.used_stage = pyo.Constraint(
+            sinks, m.CUTS, rule=lambda m, v, k: m.w[k] >= m.y[v, k])
+        idx = [(k, s) for k in range(K) for s in range(k + 1, min(K, k + M) + 1)]
+        m.MEMROWS = pyo.Set(initialize=idx, dimen=2)
+
+        def rule(m, k, s):
+            n = min(M, s - k)
+            lhs = sum(stat[k]) + n * sum(act[k])
+            if s == k + 1:
+                return lhs <= cap[k]
+            return lhs <= cap[k] + (n - 1) * cap[k] * (1 - m.w[s - 1])
+        m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
+    else:
+        n_of = {k: inflight_microbatches(sched, k, K, M) for k in m.STAGES}
+        m.mem_cap = pyo.Constraint(m.STAGES, rule=lambda m, k: sum(stat[k]) + n_of[k] * sum(act[k]) <= cap[k])
+
+
+def add_sensitivity(m, problem: Problem, spec: ModelSpec) -> None:
+    """sensitivity = sum prec[v,q] s[v,q]; <= budget when one is given."""
+    m.sensitivity = pyo.Expression(expr=sum(float(problem.sensitivity[v, q]) * m.prec[v, q]
+                                            for v in m.OPS for q in m.PRECS if problem.sensitivity[v, q]))
+    if spec.sensitivity_budget is not None:
+        m.sens_budget = pyo.Constraint(expr=m.sensitivity <= spec.sensitivity_budget)
+
+
+def min_op_time_s(problem: Problem, m) -> np.ndarray:
+    best = np.full(problem.n_ops, math.inf)
+    kinds = stage_kinds(problem, m.path)
+    for (v, k, q) in m.CELLS:
+        best[v] = min(best[v], problem.op_time_s(v, q, kinds[k]))
+    return best
+
+
+def time_scale(problem: Problem, m) -> float:
+    """Model time unit: seconds x tscale ~ 1 at the period's a-priori lower bound, so
+    HiGHS's absolute tolerances (1e-7) are relative ones here."""
+    best = min_op_time_s(problem, m)
+    ref = max(float(best.max()), float(math.fsum(best)) / m.K)
+    return 1.0 / ref if ref > 0 and math.isfinite(ref) else 1e6
+
+
+def add_period(m, problem: Problem, spec: ModelSpec) -> None:
+    """T >= stage_load[k], T >= link_load[l]; valid bounds T >= max_v min time(v),
+    K T >= sum_v min time(v)."""
+    m.period_dev = pyo.Constraint(m.STAGES, rule=lambda m, k: m.T >= m.stage_load[k])
+    m.period_link = pyo.Constraint(m.USED_LINKS, rule=lambda m, l: m.T >= m.link_load[l])
+    best = min_op_time_s(problem, m)
+    m.period_min = pyo.Constraint(expr=m.T >= m.tscale * float(best.max()))
+    m.period_avg = pyo.Constraint(expr=m.K * m.T >= m.tscale * float(math.fsum(best)))
+
+
+def add_latency(m, problem: Problem, spec: ModelSpec) -> None:
+    """latency = sum_k stage_load[k] + sum_b (route latency if boundary b carries a tensor
+    + sum over its links bytes_b / bw_l); ``bused[b] >= xc[e,b]`` marks a used boundary."""
+    routes = boundary_routes(problem, spec.path)
+    m.bused = pyo.Var(m.BOUNDS, bounds=(0, 1))
+    m.boundary_active = pyo.Constraint(m.EDGES, m.BOUNDS, rule=lambda m, e, b: m.bused[b] >= m.xc[e, b])
+    lat, bw = problem.link_latency_s, problem.link_bw_bytes_per_s
+    m.latency = pyo.Expression(expr=sum(m.stage_load[k] for k in m.STAGES) + sum(
+        m.tscale * float(sum(lat[l] for l in routes[b])) * m.bused[b]
+        + m.tscale * float(sum(1.0 / bw[l] for l in routes[b])) * m.boundary_bytes[b] for b in m.BOUNDS))
+
+
+def add_objective(m, problem: Problem, spec: ModelSpec) -> None:
+    main = m.T if spec.objective == "throughput" else m.latency
+    m.obj = pyo.Objective(expr=main + m.tscale * spec.sensitivity_weight * m.sensitivity, sense=pyo.minimize)
+
+
+def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
+    """Variables, then constraints, then the objective."""
+    m = pyo.ConcreteModel(name="distplan")
+    m.path = tuple(spec.path)
+    add_sets(m, problem, spec)
+    m.tscale = time_scale(problem, m)
+    add_variables(m, problem, spec)
+    add_stage_order(m, problem)
+    add_edge_order(m, problem)
+    add_assignment(m, problem)
+    add_crossings(m, problem)
+    add_casts(m, problem)
+    add_stage_load(m, problem, spec)
+    add_link_load(m, problem, spec)
+    add_memory(m, problem, spec)
+    add_sensitivity(m, problem, spec)
+    if spec.objective == "throughput":
+        add_period(m, problem, spec)
+    else:
+        add_latency(m, problem, spec)
+    add_objective(m, problem, spec)
+    return m

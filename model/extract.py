@@ -1,0 +1,67 @@
+"""Between MILP solutions and Plans: read a Plan off variable values, and write a Plan's
+values onto every variable (a complete warm start)."""
+from __future__ import annotations
+
+import pyomo.environ as pyo
+
+from costs.problem import Problem
+from distplan.plan import Plan, Stage
+
+
+def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None) -> Plan:
+    """Stages as Stage((path[k],)); empty intermediate stages stay as relays, trailing
+    empty stages are dropped."""
+    S = max(op_stage) + 1
+    return Plan(op_stage=tuple(int(k) for k in op_stage),
+                op_precision=tuple(problem.precisions[q] for q in op_prec_idx),
+                stages=tuple(Stage((path[k],)) for k in range(S)),
+                microbatches=problem.microbatches, schedule=problem.schedule,
+                predicted=dict(predicted or {}))
+
+
+def plan_from_values(m, problem: Problem, value) -> Plan:
+    """``value(var) -> float``; rounds the binaries y and prec."""
+    V, Q = problem.n_ops, len(problem.precisions)
+    stage = [sum(1 for k in m.CUTS if value(m.y[v, k]) > 0.5) for v in range(V)]
+    prec = [max(range(Q), key=lambda q: value(m.prec[v, q])) for v in range(V)]
+    return make_plan(problem, m.path, stage, prec)
+
+
+def projection(plan: Plan) -> tuple:
+    """Symmetry-free identity of a plan: op stages and precisions (not device labels)."""
+    return (plan.op_stage, plan.op_precision)
+
+
+def assign_plan(m, problem: Problem, plan: Plan) -> None:
+    """Set every model variable to the values ``plan`` implies (plan stages are positions
+    on ``m.path``)."""
+    V = problem.n_ops
+    stage = list(plan.op_stage)
+    q_of = [problem.q_index(p) for p in plan.op_precision]
+    for v in range(V):
+        for k in m.CUTS:
+            m.y[v, k].set_value(1 if stage[v] >= k else 0)
+        for q in m.PRECS:
+            m.prec[v, q].set_value(1 if q_of[v] == q else 0)
+    for (v, k, q) in m.CELLS:
+        m.z[v, k, q].set_value(1 if (stage[v] == k and q_of[v] == q) else 0)
+    for e in m.EDGES:
+        u, v = (int(x) for x in problem.edges[e])
+        for b in m.BOUNDS:
+            c = 1 if stage[u] <= b < stage[v] else 0
+            m.xc[e, b].set_value(c)
+            for q in m.WIDE:
+                m.xq[e, b, q].set_value(1 if c and q_of[u] == q else 0)
+    for (e, a, b, k) in m.CASTS:
+        u, v = (int(x) for x in problem.edges[e])
+        m.cast[e, a, b, k].set_value(1 if (q_of[u] == a and q_of[v] == b and stage[v] == k) else 0)
+    last = max(stage)
+    for k in m.CUTS:
+        m.w[k].set_value(1 if k <= last else 0)
+    if hasattr(m, "bused"):
+        for b in m.BOUNDS:
+            m.bused[b].set_value(max([m.xc[e, b].value for e in m.EDGES], default=0))
+    loads = [pyo.value(m.stage_load[k]) for k in m.STAGES]
+    if hasattr(m, "link_load"):
+        loads += [pyo.value(m.link_load[l]) for l in m.USED_LINKS]
+    m.T.set_value(max(loads + [0.0]))

@@ -1,0 +1,143 @@
+"""Fast warm start: dynamic programming over the topological order.
+
+For a fixed precision per op, the ops are cut into at most K contiguous segments of
+the topological order, segment k on ``path[k]`` (empty segments are relays). The bytes
+on a cut depend only on its position (every tensor u -> v with u < cut <= v crosses
+it), so the DP over (stage, cut position) is exact for this restricted plan space when
+no two boundaries share a link; every candidate is re-scored with costs.evaluate.
+Several precision assignments are tried: each uniform precision, fastest per op, and a
+greedy fill of the sensitivity budget.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
+from costs.memory import inflight_microbatches
+from costs.problem import Problem
+from distplan.plan import Plan
+from model.extract import make_plan
+from sim.check import plan_violations
+
+
+def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool) -> list[int] | None:
+    V, K = problem.n_ops, len(path)
+    kinds = [int(problem.device_kind[d]) for d in path]
+    inf = math.inf
+    # per-kind op cost (compute + incoming casts), prefix sums
+    cost_c: dict[int, np.ndarray] = {}
+    for c in set(kinds):
+        a = np.array([problem.op_time_s(v, prec[v], c) for v in range(V)])
+        for e, (u, v) in enumerate(problem.edges):
+            a[v] += problem.cast_time_s(e, prec[u], prec[v], c)
+        cost_c[c] = np.concatenate([[0.0], np.cumsum(a)])
+    stat = np.concatenate([[0.0], np.cumsum([problem.static_bytes[v, prec[v]] for v in range(V)])])
+    act = np.concatenate([[0.0], np.cumsum([problem.act_bytes[v, prec[v]] for v in range(V)])])
+    diff = np.zeros(V + 2)
+    for e, (u, v) in enumerate(problem.edges):
+        nb = problem.edge_elems[e] * problem.bytes_per_elem[prec[u]]
+        diff[u + 1] += nb
+        diff[v + 1] -= nb
+    cut_bytes = np.cumsum(diff)[: V + 1]             # bytes crossing a cut before position i
+    topo, bw, lat = problem.topology, problem.link_bw_bytes_per_s, problem.link_latency_s
+    f = np.full(V + 1, inf)
+    choice = np.zeros((K, V + 1), dtype=np.int64)
+    idx = np.arange(V + 1)
+    for s in range(K):
+        c = kinds[s]
+        P = cost_c[c]
+        n = inflight_microbatches(problem.schedule, s, K, problem.microbatches)
+        cap = problem.device_mem_bytes[path[s]]
+        if s == 0:
+            link = np.zeros(V + 1)
+            prev = np.where(idx == 0, 0.0, inf)
+        else:
+            r = list(topo.route(path[s - 1], path[s]))
+            if problem.training:
+                r += list(topo.route(path[s], path[s - 1]))
+            if latency:
+                link = cut_bytes * sum(1.0 / bw[l] for l in r) + np.where(cut_bytes > 0, sum(lat[l] for l in r), 0.0)
+            else:
+                link = cut_bytes * max((1.0 / bw[l] for l in r), default=0.0)
+            prev = f
+        base = prev + link if latency else np.maximum(prev, link)
+        g = np.full(V + 1, inf)
+        for j in range(V + 1):
+            i = idx[: j + 1]
+            seg = P[j] - P[i]
+            mem = (stat[j] - stat[i]) + n * (act[j] - act[i])
+            val = (base[i] + seg) if latency else np.maximum(base[i], seg)
+            val = np.where(mem <= cap, val, inf)
+            b = int(np.argmin(val))
+            g[j], choice[s, j] = val[b], b
+        f = g
+    if not math.isfinite(f[V]):
+        return None
+    stage = [0] * V
+    j = V
+    for s in range(K - 1, -1, -1):
+        i = int(choice[s, j])
+        for v in range(i, j):
+            stage[v] = s
+        j = i
+    return stage
+
+
+def precision_candidates(problem: Problem, path: tuple[int, ...], budget: float | None) -> list[list[int]]:
+    V, Q = problem.n_ops, len(problem.precisions)
+    kinds = sorted({int(problem.device_kind[d]) for d in path})
+    ok = [q for q in range(Q) if all(problem.supported[q, c] for c in kinds)] or \
+         [q for q in range(Q) if any(problem.supported[q, c] for c in kinds)]
+    c0 = kinds[0]
+    t = np.array([[problem.op_time_s(v, q, c0) if q in ok else math.inf for q in range(Q)] for v in range(V)])
+    cands = [[q] * V for q in ok]
+    fast = [int(np.argmin(t[v])) for v in range(V)]
+    cands.append(fast)
+    if budget is not None:
+        top = min(ok)
+        cur = [top] * V
+        spent = sum(problem.sensitivity[v, top] for v in range(V))
+        moves = []
+        for v in range(V):
+            for q in ok:
+                gain = t[v, top] - t[v, q]
+                ds = problem.sensitivity[v, q] - problem.sensitivity[v, top]
+                if gain > 0:
+                    moves.append((-(gain / ds) if ds > 0 else -math.inf, v, q, ds))
+        moves.sort()
+        for _, v, q, ds in moves:
+            if cur[v] == top and spent + ds <= budget:
+                cur[v], spent = q, spent + ds
+        cands.append(cur)
+    out, seen = [], set()
+    for c in cands:
+        if tuple(c) not in seen:
+            seen.add(tuple(c))
+            out.append(c)
+    return out
+
+
+def score(problem: Problem, plan: Plan, objective: str, weight: float) -> float:
+    main = plan_cost(problem, plan).period_s if objective == "throughput" else plan_latency_s(problem, plan)
+    return main + weight * plan_sensitivity(problem, plan)
+
+
+def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "throughput",
+                   budget: float | None = None, weight: float = 0.0) -> tuple[Plan, float] | None:
+    """Best DP plan over the precision candidates, with its exact score; None if none fits."""
+    best = None
+    for prec in precision_candidates(problem, path, budget):
+        if budget is not None and math.fsum(problem.sensitivity[v, q] for v, q in enumerate(prec)) > budget:
+            continue
+        stage = _dp(problem, path, prec, objective == "latency")
+        if stage is None:
+            continue
+        plan = make_plan(problem, path, stage, prec)
+        if plan_violations(problem, plan):
+            continue
+        s = score(problem, plan, objective, weight)
+        if best is None or s < best[1]:
+            best = (plan, s)
+    return best

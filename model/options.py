@@ -1,0 +1,79 @@
+"""What a caller asks of the planner (SolveOptions) and what it gets back (SolveResult)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from distplan.errors import DistplanError
+from distplan.plan import Plan
+
+OBJECTIVES = ("throughput", "latency")
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Solver settings.
+
+    ``objective``: "throughput" minimises the pipeline period, "latency" one
+    microbatch's end-to-end latency (costs.evaluate.plan_latency_s).
+    ``sensitivity_budget`` caps the summed numerical sensitivity; ``sensitivity_weight``
+    adds weight x sensitivity (seconds per unit) to the objective.
+    ``n_stages``: pipeline positions (default: every device). ``path``: force one device
+    path family by name (model.paths), default: try them all and keep the best.
+    ``progress``: called with one human-readable line per event of a long solve.
+    """
+
+    objective: str = "throughput"
+    sensitivity_budget: float | None = None
+    sensitivity_weight: float = 0.0
+    top_k: int = 5
+    time_limit_s: float = 60.0
+    rel_gap: float = 0.01
+    threads: int = 2
+    seed: int = 0
+    n_stages: int | None = None
+    path: str | None = None
+    verbose: bool = False
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise DistplanError(f"objective {self.objective!r} unknown; use one of {', '.join(OBJECTIVES)}")
+        if self.top_k < 1:
+            raise DistplanError(f"top_k must be >= 1, got {self.top_k}")
+        if not self.time_limit_s > 0:
+            raise DistplanError(f"time limit must be > 0 s, got {self.time_limit_s}")
+        if not 0 <= self.rel_gap < 1:
+            raise DistplanError(f"relative gap must be in [0, 1), got {self.rel_gap}")
+        if self.sensitivity_weight < 0:
+            raise DistplanError(f"sensitivity weight must be >= 0, got {self.sensitivity_weight}")
+        if self.sensitivity_budget is not None and self.sensitivity_budget < 0:
+            raise DistplanError(f"sensitivity budget must be >= 0, got {self.sensitivity_budget}")
+        if self.n_stages is not None and self.n_stages < 1:
+            raise DistplanError(f"n_stages must be >= 1, got {self.n_stages}")
+        if self.threads < 1:
+            raise DistplanError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass
+class SolveResult:
+    """Outcome of :func:`model.solve`.
+
+    ``objective_s`` is the MILP objective of the best plan (period or latency, plus
+    weight x sensitivity when weighted), ``bound_s`` HiGHS's proven lower bound on it,
+    ``gap`` = (objective - bound) / objective. ``plans`` best first, each with
+    ``predicted['milp_period_s']`` (and ``milp_latency_s``, ``sensitivity``).
+    """
+
+    status: str
+    objective_s: float
+    bound_s: float
+    gap: float
+    seconds: float
+    build_seconds: float
+    n_binaries: int
+    n_constraints: int
+    plans: list[Plan]
+    path_name: str
+    path: tuple[int, ...] = ()
+    log: list[str] = field(default_factory=list)

@@ -1,0 +1,64 @@
+"""Device paths: the order in which pipeline stages visit devices.
+
+Stage k of the MILP runs on ``path[k]``; a path never repeats a device. For a mesh
+(``routing == "xy"``) consecutive devices of the snake families are neighbours, so each
+stage boundary uses one physical link and no two boundaries share a link. Other
+topologies get their natural order, node-major order, and for mixed fleets a
+fast-kinds-first and an interleaved order.
+"""
+from __future__ import annotations
+
+from topologies.topology import Topology
+
+
+def _mesh_paths(topo: Topology) -> list[tuple[str, tuple[int, ...]]]:
+    rows, cols = topo.mesh_shape
+    at = {d.pos: i for i, d in enumerate(topo.devices)}
+    row_snake = [at[(r, c if r % 2 == 0 else cols - 1 - c)] for r in range(rows) for c in range(cols)
+                 if (r, c if r % 2 == 0 else cols - 1 - c) in at]
+    col_snake = [at[(r if c % 2 == 0 else rows - 1 - r, c)] for c in range(cols) for r in range(rows)
+                 if (r if c % 2 == 0 else rows - 1 - r, c) in at]
+    # spiral from the corner inwards
+    spiral, top, bot, left, right = [], 0, rows - 1, 0, cols - 1
+    while top <= bot and left <= right:
+        spiral += [(top, c) for c in range(left, right + 1)]
+        spiral += [(r, right) for r in range(top + 1, bot + 1)]
+        if top < bot:
+            spiral += [(bot, c) for c in range(right - 1, left - 1, -1)]
+        if left < right:
+            spiral += [(r, left) for r in range(bot - 1, top, -1)]
+        top, bot, left, right = top + 1, bot - 1, left + 1, right - 1
+    spiral_idx = [at[p] for p in spiral if p in at]
+    out = [("row-snake", tuple(row_snake)), ("col-snake", tuple(col_snake)), ("spiral", tuple(spiral_idx))]
+    return [(n, p) for n, p in out if len(p) == topo.n_devices]
+
+
+def _fleet_paths(topo: Topology) -> list[tuple[str, tuple[int, ...]]]:
+    D = topo.n_devices
+    out = [("natural", tuple(range(D))),
+           ("node-major", tuple(sorted(range(D), key=lambda d: (topo.devices[d].node, d))))]
+    kinds = sorted({d.kind for d in topo.devices},
+                   key=lambda k: (-max(topo.kinds[k].peak_flops_per_s.values()), k))
+    if len(kinds) > 1:
+        by_kind = {k: [d for d in range(D) if topo.devices[d].kind == k] for k in kinds}
+        out.append(("fast-first", tuple(d for k in kinds for d in by_kind[k])))
+        inter, i = [], 0
+        while len(inter) < D:
+            for k in kinds:
+                if i < len(by_kind[k]):
+                    inter.append(by_kind[k][i])
+            i += 1
+        out.append(("interleaved", tuple(inter)))
+    return out
+
+
+def device_paths(topo: Topology) -> list[tuple[str, tuple[int, ...]]]:
+    """Distinct named device paths (each a permutation of all devices), best guesses first."""
+    cands = _mesh_paths(topo) if topo.routing == "xy" else []
+    cands += _fleet_paths(topo)
+    seen, out = set(), []
+    for name, p in cands:
+        if p not in seen and sorted(p) == list(range(topo.n_devices)):
+            seen.add(p)
+            out.append((name, p))
+    return out
