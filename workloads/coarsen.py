@@ -1,0 +1,261 @@
+"""Coarsening: contract a fine operator graph to fewer operators before the solve, and map
+a plan on the coarse graph back to the fine one.
+
+Two phases, both by edge contraction. An edge (u, v) is contracted only when it is the
+only path from u to v, so the result is always a DAG; a topological order is
+maintained through every contraction (the descendants of u that lie between u and v
+in the order move behind the merged node), so the check looks only at that stretch.
+
+1. Fusion: every cheap operator (kind in ``CHEAP_KINDS``: element-wise, activation,
+   add, data movement) is fused into its producer — the one whose tensor into it is
+   largest — so chains of them collapse into the operator that feeds them. A cheap
+   operator without a producer is fused into its largest consumer.
+2. Contraction to ``target_ops``: repeatedly contract the edge whose two ends have the
+   smallest combined weight (share of total FLOPs + share of touched elements + share of
+   parameters; ties: the heavier tensor first), which keeps coarse operators balanced.
+   A graph with disconnected parts merges operators adjacent in the topological order.
+
+Conserved exactly (sums over the members, ``math.fsum`` for floats — exact because every
+count the importers and the zoo produce is an integer below 2**53): ``fwd_flops``,
+``bwd_flops``, ``param_elems``, ``out_elems`` and ``touched_elems``. So the graph's FLOP,
+parameter, memory-traffic and activation totals are unchanged, and the memory a plan
+needs on each device is the same on the coarse and the fine graph. Tensors between two
+coarse operators are summed; tensors inside one disappear (they no longer cross a
+device boundary). Not conserved: the number of operator launches, and the sensitivity
+proxy (a coarse operator takes the kind of its member with the most forward FLOPs).
+
+Consequences for a plan (``expand_plan``: every fine operator takes its coarse operator's
+stage and precision; stages, schedule and microbatches are unchanged):
+- it is feasible on the fine graph whenever it is on the coarse one (same stages along
+  every fine edge, same memory per device, same precisions);
+- its analytic period on the fine graph is >= the coarse one: the roofline of a sum is
+  at most the sum of rooflines, launch overheads and fixed cast costs are paid per fine
+  operator and tensor, and link loads are equal. The gap between the two is what the
+  coarsening costs, and a solver's proven gap holds for the coarse problem only.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+from distplan.errors import DistplanError
+from distplan.plan import Plan
+from workloads.graph import Graph, Operator, Tensor
+
+#: Operator kinds fused into their producer in phase 1.
+CHEAP_KINDS = frozenset({"elementwise", "activation", "add", "reshape"})
+
+
+@dataclass(frozen=True)
+class Coarsening:
+    """A coarse graph and, per fine operator (topological index), its coarse operator."""
+
+    fine: Graph
+    coarse: Graph
+    fine_to_coarse: tuple[int, ...]
+    _members: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        groups: list[list[int]] = [[] for _ in self.coarse.ops]
+        for v, c in enumerate(self.fine_to_coarse):
+            groups[c].append(v)
+        object.__setattr__(self, "_members", tuple(tuple(g) for g in groups))
+
+    def members(self, c: int) -> tuple[int, ...]:
+        """Fine operator indices (topological order) inside coarse operator ``c``."""
+        return self._members[c]
+
+
+class _Contractor:
+    """Groups of fine operators with summed edges and a maintained topological order."""
+
+    def __init__(self, g: Graph) -> None:
+        n = len(g.ops)
+        self.members: dict[int, list[int]] = {v: [v] for v in range(n)}
+        self.succ: dict[int, dict[int, int]] = {v: {} for v in range(n)}
+        self.pred: dict[int, dict[int, int]] = {v: {} for v in range(n)}
+        for u, v, e in g.edges():
+            self.succ[u][v] = self.succ[u].get(v, 0) + e
+            self.pred[v][u] = self.pred[v].get(u, 0) + e
+        self.order: list[int | None] = list(range(n))
+        self.pos: dict[int, int] = {v: v for v in range(n)}
+        tot = [math.fsum(op.fwd_flops + op.bwd_flops for op in g.ops),
+               math.fsum(op.touched_elems for op in g.ops), float(sum(op.param_elems for op in g.ops))]
+        self.weight: dict[int, float] = {
+            v: sum(x / t for x, t in zip((op.fwd_flops + op.bwd_flops, op.touched_elems,
+                                          float(op.param_elems)), tot) if t > 0)
+            for v, op in enumerate(g.ops)}
+        self.version: dict[int, int] = {v: 0 for v in range(n)}
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def between_descendants(self, u: int, v: int) -> set[int] | None:
+        """For an edge u -> v: the descendants of u placed between u and v in the order,
+        or None if one of them reaches v (another u -> v path: contraction would cycle)."""
+        limit = self.pos[v]
+        seen: set[int] = set()
+        stack = [w for w in self.succ[u] if w != v and self.pos[w] < limit]
+        while stack:
+            w = stack.pop()
+            if w in seen:
+                continue
+            if v in self.succ[w]:
+                return None
+            seen.add(w)
+            stack.extend(x for x in self.succ[w] if x not in seen and self.pos[x] < limit)
+        return seen
+
+    def merge(self, u: int, v: int, moved: set[int]) -> None:
+        """Contract v into u (u before v in the order; ``moved`` from between_descendants)."""
+        for x, e in self.pred.pop(v).items():
+            del self.succ[x][v]
+            if x != u:
+                self.succ[x][u] = self.succ[x].get(u, 0) + e
+                self.pred[u][x] = self.pred[u].get(x, 0) + e
+        for y, e in self.succ.pop(v).items():
+            del self.pred[y][v]
+            self.succ[u][y] = self.succ[u].get(y, 0) + e
+            self.pred[y][u] = self.pred[y].get(u, 0) + e
+        self.members[u].extend(self.members.pop(v))
+        self.weight[u] += self.weight.pop(v)
+        self.version[u] += 1
+        del self.version[v]
+        a, b = self.pos[u], self.pos.pop(v)
+        stretch = [w for w in self.order[a + 1:b] if w is not None]
+        new = [w for w in stretch if w not in moved] + [u] + [w for w in stretch if w in moved]
+        new += [None] * (b - a - len(new))  # tombstones keep later positions valid
+        self.order[a:b] = new
+        self.order[b] = None
+        for i in range(a, b):
+            if self.order[i] is not None:
+                self.pos[self.order[i]] = i
+
+    def live_order(self) -> list[int]:
+        return [w for w in self.order if w is not None]
+
+    def try_merge(self, u: int, v: int) -> bool:
+        moved = self.between_descendants(u, v)
+        if moved is None:
+            return False
+        self.merge(u, v, moved)
+        return True
+
+
+def _fuse_cheap(c: _Contractor, g: Graph) -> None:
+    for v, op in enumerate(g.ops):
+        if op.kind not in CHEAP_KINDS or v not in c.members:
+            continue
+        if c.pred[v]:
+            for u in sorted(c.pred[v], key=lambda x: (-c.pred[v][x], -c.pos[x])):
+                if c.try_merge(u, v):
+                    break
+        else:
+            for y in sorted(c.succ[v], key=lambda x: (-c.succ[v][x], c.pos[x])):
+                if c.try_merge(v, y):
+                    break
+
+
+def _contract_to(c: _Contractor, target: int) -> None:
+    heap: list[tuple[float, int, int, int, int, int]] = []
+
+    def push_edges(x: int) -> None:
+        for y, e in c.succ[x].items():
+            heapq.heappush(heap, (c.weight[x] + c.weight[y], -e, x, y, c.version[x], c.version[y]))
+        for y, e in c.pred[x].items():
+            heapq.heappush(heap, (c.weight[x] + c.weight[y], -e, y, x, c.version[y], c.version[x]))
+
+    for u in list(c.members):
+        for v, e in c.succ[u].items():
+            heap.append((c.weight[u] + c.weight[v], -e, u, v, c.version[u], c.version[v]))
+    heapq.heapify(heap)
+    while c.size > target:
+        merged = False
+        while heap:
+            _, _, u, v, vu, vv = heapq.heappop(heap)
+            if c.version.get(u) != vu or c.version.get(v) != vv:
+                continue
+            if c.try_merge(u, v):
+                push_edges(u)
+                merged = True
+                break
+        if not merged:  # no contractible edge left: disconnected parts; merge neighbours in order
+            live = c.live_order()
+            i = min(range(len(live) - 1), key=lambda k: c.weight[live[k]] + c.weight[live[k + 1]])
+            c.merge(live[i], live[i + 1], set())
+            push_edges(live[i])
+
+
+def coarsen(graph: Graph, target_ops: int | None = None, fuse_cheap: bool = True) -> Coarsening:
+    """Fuse cheap operators into their producers (``fuse_cheap``), then contract to at
+    most ``target_ops`` operators (None: fusion only). See the module docstring for
+    what is conserved."""
+    if target_ops is not None and (not isinstance(target_ops, int) or isinstance(target_ops, bool)
+                                   or target_ops < 1):
+        raise DistplanError(f"coarsening target must be a positive number of operators, got {target_ops!r}")
+    c = _Contractor(graph)
+    if fuse_cheap:
+        _fuse_cheap(c, graph)
+    if target_ops is not None and c.size > target_ops:
+        _contract_to(c, target_ops)
+    return _build(graph, c)
+
+
+def _build(g: Graph, c: _Contractor) -> Coarsening:
+    ops: list[Operator] = []
+    names: dict[int, str] = {}
+    live = c.live_order()
+    for grp in live:
+        mem = sorted(c.members[grp])
+        fine = [g.ops[v] for v in mem]
+        anchor = max(range(len(fine)), key=lambda i: (fine[i].fwd_flops, -i))
+        names[grp] = fine[anchor].name
+        ops.append(Operator(
+            name=fine[anchor].name, kind=fine[anchor].kind,
+            fwd_flops=math.fsum(op.fwd_flops for op in fine),
+            bwd_flops=math.fsum(op.bwd_flops for op in fine),
+            param_elems=sum(op.param_elems for op in fine),
+            out_elems=sum(op.out_elems for op in fine),
+            touched_elems=math.fsum(op.touched_elems for op in fine),
+        ))
+    tensors = tuple(Tensor(names[u], names[v], e) for u in live for v, e in c.succ[u].items())
+    coarse = Graph(name=f"{g.name}/coarse{len(ops)}", ops=tuple(ops), tensors=tensors, mode=g.mode,
+                   batch_size=g.batch_size, seq_len=g.seq_len)
+    f2c = [0] * len(g.ops)
+    for grp in live:
+        ci = coarse.index(names[grp])
+        for v in c.members[grp]:
+            f2c[v] = ci
+    return Coarsening(fine=g, coarse=coarse, fine_to_coarse=tuple(f2c))
+
+
+def expand_plan(coarsening: Coarsening, coarse_plan: Plan) -> Plan:
+    """The fine-graph plan in which every operator takes the stage and precision of its
+    coarse operator; stages, microbatches and schedule are kept. An explicit device order
+    runs a coarse task's members in topological order (forward) or reversed (backward)."""
+    nc = len(coarsening.coarse.ops)
+    if len(coarse_plan.op_stage) != nc or len(coarse_plan.op_precision) != nc:
+        raise DistplanError(
+            f"plan covers {len(coarse_plan.op_stage)} operators but coarse graph "
+            f"{coarsening.coarse.name!r} has {nc}; expand the plan of that coarse graph"
+        )
+    f2c = coarsening.fine_to_coarse
+    order = None
+    if coarse_plan.device_order is not None:
+        order = {}
+        for dev, seq in coarse_plan.device_order.items():
+            out: list[tuple[int, int, str]] = []
+            for m, cv, ph in seq:
+                mem = coarsening.members(cv)
+                out.extend((m, v, ph) for v in (mem if ph == "F" else reversed(mem)))
+            order[dev] = tuple(out)
+    predicted = dict(coarse_plan.predicted)
+    predicted["coarse_ops"] = nc
+    return Plan(
+        op_stage=tuple(coarse_plan.op_stage[f2c[v]] for v in range(len(f2c))),
+        op_precision=tuple(coarse_plan.op_precision[f2c[v]] for v in range(len(f2c))),
+        stages=coarse_plan.stages, microbatches=coarse_plan.microbatches, schedule=coarse_plan.schedule,
+        device_order=order, predicted=predicted,
+    )
