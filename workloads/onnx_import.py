@@ -371,12 +371,15 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
     raise _NeedShape(t)
 
 
-def _through_moves(x: str, st: _State, limit: int = 8) -> int | None:
-    """The op that produced ``x``, looking back through up to ``limit`` data-movement ops
-    (each followed along its first op-produced input)."""
+_HEAD_TAIL = frozenset({"move", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
+
+
+def _through_moves(x: str, st: _State, limit: int = 8, through: frozenset[str] = frozenset({"move"})) -> int | None:
+    """The op that produced ``x``, looking back through up to ``limit`` ops of the families
+    ``through`` (each followed along its first op-produced input)."""
     for _ in range(limit):
         v = st.producer.get(x)
-        if v is None or st.family[v] != "move":
+        if v is None or st.family[v] not in through:
             return v
         x = next((y for y in st.op_inputs[v] if y in st.producer), "")
     return None
@@ -425,10 +428,10 @@ def _attention_flops(node: Any, ins: list[str], st: _State) -> int:
 
 def _label_heads(ops: list[Operator], st: _State, outputs: set[str]) -> list[Operator]:
     """A matmul with weights whose result reaches a graph output through data movement
-    alone is the model's head (kind 'head')."""
+    and activations alone is the model's head (kind 'head')."""
     out = list(ops)
     for y in sorted(outputs):
-        v = _through_moves(y, st)
+        v = _through_moves(y, st, through=_HEAD_TAIL)
         if v is not None and out[v].kind == "matmul" and any(_is_param_input(x, st) for x in st.op_inputs[v]):
             out[v] = replace(out[v], kind="head")
     return out

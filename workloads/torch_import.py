@@ -227,10 +227,14 @@ def _fetch_attr(gm: Any, target: str) -> Any:
     return obj
 
 
-def _through_moves(node: Any, w: _Walk, limit: int = 8) -> int | None:
+_HEAD_TAIL = frozenset({"move", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
+
+
+def _through_moves(node: Any, w: _Walk, limit: int = 8, through: frozenset[str] = frozenset({"move"})) -> int | None:
+    """The op that produced ``node``, looking back through ops of the families ``through``."""
     for _ in range(limit):
         v = w.producer.get(node)
-        if v is None or w.family[v] != "move":
+        if v is None or w.family[v] not in through:
             return v
         node = next((d for d in w.op_inputs[v] if d in w.producer), None)
     return None
@@ -242,7 +246,7 @@ def _label_heads(gm: Any, w: _Walk, ops: list[Operator]) -> list[Operator]:
         if node.op != "output":
             continue
         for d in node.all_input_nodes:
-            v = _through_moves(d, w)
+            v = _through_moves(d, w, through=_HEAD_TAIL)
             if v is not None and out[v].kind == "matmul" and w.family[v] == "matmul_w":
                 out[v] = replace(out[v], kind="head")
     return out

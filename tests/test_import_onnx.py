@@ -1,0 +1,183 @@
+"""ONNX import: models built in code with onnx.helper (no torch needed); FLOPs and
+parameters checked against hand formulas and against the zoo's graph of the same model."""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the ONNX extra is not installed (pip install -e .[onnx])")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from distplan.errors import DistplanError  # noqa: E402
+from distplan.resolve import resolve_workload  # noqa: E402
+from workloads.coarsen import coarsen  # noqa: E402
+from workloads.onnx_builders import (  # noqa: E402
+    TransformerShape, cnn_onnx, mlp_onnx, transformer_onnx,
+)
+from workloads.onnx_import import UnknownOperatorWarning, import_onnx  # noqa: E402
+from workloads.zoo import TransformerConfig, build_transformer  # noqa: E402
+
+
+def _vi(name, dims, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, dims)
+
+
+def _weight(name, dims):
+    t = TensorProto()
+    t.name, t.data_type = name, TensorProto.FLOAT
+    t.dims.extend(dims)
+    return t
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=20):
+    g = helper.make_graph(nodes, "m", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_mlp_flops_params_and_edges_by_hand():
+    B, sizes = 32, (64, 128, 128, 10)
+    g = import_onnx(mlp_onnx(B, sizes))
+    layers = list(zip(sizes, sizes[1:]))
+    assert [op.kind for op in g.ops] == ["matmul", "activation", "matmul", "activation", "head"]
+    assert g.param_elems == sum(a * c + c for a, c in layers)
+    gemm = sum(2 * B * a * c + B * c for a, c in layers)
+    relu = sum(B * c for _, c in layers[:-1])
+    assert g.fwd_flops == gemm + relu
+    assert g.bwd_flops == 2 * gemm + 2 * relu
+    assert [t.elems for t in g.tensors] == [B * 128, B * 128, B * 128, B * 128]
+    assert g.batch_size == B and g.seq_len is None and g.mode == "inference"
+    first = g.ops[0]
+    assert first.out_elems == B * 128 and first.touched_elems == B * 64 + 64 * 128 + 128 + B * 128
+
+
+def test_cnn_flops_and_params_by_hand():
+    B, ch, img, classes = 4, (3, 8, 16), 16, 10
+    g = import_onnx(cnn_onnx(B, ch, img, classes), mode="training")
+    kinds = [op.kind for op in g.ops]
+    assert kinds == ["conv", "activation", "elementwise"] * 2 + ["reshape", "head"]
+    conv1_out, conv2_out = B * 8 * 16 * 16, B * 16 * 8 * 8
+    conv = 2 * conv1_out * 3 * 9 + conv1_out + 2 * conv2_out * 8 * 9 + conv2_out
+    relu = conv1_out + conv2_out
+    pool = (conv1_out // 4) * 4 + (conv2_out // 4) * 4
+    fc = 2 * B * (16 * 4 * 4) * classes + B * classes
+    assert g.fwd_flops == conv + relu + pool + fc
+    assert g.param_elems == (8 * 3 * 9 + 8) + (16 * 8 * 9 + 16) + (16 * 4 * 4 * classes + classes)
+    assert g.mode == "training" and g.bwd_flops == 2 * g.fwd_flops
+
+
+def _tiny(decoder: bool) -> tuple[TransformerShape, TransformerConfig]:
+    shape = TransformerShape(layers=2, hidden=32, heads=4, vocab=100, max_positions=16, decoder=decoder,
+                             type_vocab=0 if decoder else 2)
+    cfg = TransformerConfig(name="tiny", hidden=32, layers=2, heads=4, ffn=128, vocab=100, max_positions=16,
+                            default_seq_len=16, type_vocab=0 if decoder else 2, post_norm=not decoder,
+                            pooler_head=not decoder, tied_head=decoder)
+    return shape, cfg
+
+
+@pytest.mark.parametrize("decoder", [True, False], ids=["gpt2-like", "bert-like"])
+@pytest.mark.parametrize("fine", [False, True], ids=["fused", "fine"])
+def test_transformer_matches_the_zoo(decoder, fine):
+    shape, cfg = _tiny(decoder)
+    B, S = 2, 16
+    g = import_onnx(transformer_onnx(shape, B, S, fine=fine))
+    zoo = build_transformer(cfg, B, S, "inference")
+    assert g.param_elems == zoo.param_elems == cfg.param_elems
+    assert (g.batch_size, g.seq_len) == (B, S)
+    scores = B * shape.heads * S * S
+    extra = shape.layers * scores * (2 if decoder else 1)  # the scale Div (+ the causal Where)
+    if not fine:
+        assert g.fwd_flops == zoo.fwd_flops + extra
+    else:  # decomposed norms and GELU cost what their primitive ops cost (6 vs 8 FLOPs/elem for a norm)
+        assert 0.95 * zoo.fwd_flops < g.fwd_flops < 1.05 * zoo.fwd_flops
+    kinds = {op.kind for op in g.ops}
+    assert {"embedding", "matmul", "attn_score", "attn_context", "softmax", "head"} <= kinds
+    assert sum(op.kind == "attn_score" for op in g.ops) == shape.layers
+    assert sum(op.kind == "attn_context" for op in g.ops) == shape.layers
+    c = coarsen(g, target_ops=len(zoo.ops))
+    assert c.coarse.fwd_flops == g.fwd_flops and c.coarse.param_elems == g.param_elems
+
+
+def test_tied_head_weight_counted_once_and_head_labelled():
+    shape, _ = _tiny(True)
+    g = import_onnx(transformer_onnx(shape, 1, 8))
+    head = g.ops[-1]
+    assert head.kind == "head" and head.param_elems == 0  # the embedding claimed the table
+    emb = next(op for op in g.ops if op.kind == "embedding" and op.param_elems == 100 * 32)
+    assert emb.fwd_flops == 0 and emb.bwd_flops == emb.out_elems == 8 * 32
+    assert emb.touched_elems == 8 + 2 * 8 * 32  # ids + gathered rows + output, not the table
+
+
+def test_shared_initializer_counted_once_and_constants_folded():
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),   # constant: folded
+             helper.make_node("MatMul", ["x", "w"], ["a"], name="mm1"),
+             helper.make_node("MatMul", ["a", "wt"], ["b"], name="mm2"),
+             helper.make_node("Mul", ["b", "half"], ["y"], name="scale")]
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])    # rank 0: a constant
+    g = import_onnx(_model(nodes, [_vi("x", [4, 8])], [_vi("y", None)], [_weight("w", [8, 8]), half]))
+    assert [op.name for op in g.ops] == ["mm1", "mm2", "scale"]
+    assert [op.param_elems for op in g.ops] == [64, 0, 0]
+    assert [op.kind for op in g.ops] == ["matmul", "matmul", "elementwise"]
+    assert g.fwd_flops == 2 * (2 * 4 * 8 * 8) + 4 * 8
+
+
+def test_attention_operator_opset23():
+    B, H, S, D = 2, 4, 8, 16
+    m = _model([helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att")],
+               [_vi(n, [B, H, S, D]) for n in "qkv"], [_vi("y", None)], opset=23)
+    (op,) = import_onnx(m).ops
+    scores = B * H * S * S
+    assert op.fwd_flops == 2 * scores * D * 2 + 5 * scores and op.out_elems == B * H * S * D
+
+
+@pytest.mark.filterwarnings("ignore:ONNX import. shape inference:UserWarning")
+def test_unknown_operator_is_kept_with_a_warning():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("Frobnicate", ["a"], ["b"], name="odd", domain="acme"),
+             helper.make_node("Relu", ["b"], ["y"], name="r2")]
+    m = _model(nodes, [_vi("x", [10, 10])], [_vi("y", None)])
+    m.opset_import.append(helper.make_opsetid("acme", 1))
+    with pytest.warns(UnknownOperatorWarning, match="acme.Frobnicate"):
+        g = import_onnx(m)
+    odd = g.op("odd")
+    assert odd.kind == "other" and odd.out_elems == 100  # size guessed from its input, with a warning
+    assert odd.fwd_flops == 4 * (100 + 100)
+    assert [t.src for t in g.tensors] == ["r", "odd"]
+
+
+def test_symbolic_input_needs_input_shapes():
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["batch", 16])], [_vi("y", None)])
+    with pytest.raises(DistplanError, match="input_shapes"):
+        import_onnx(m)
+    g = import_onnx(m, input_shapes={"x": (8, 16)})
+    assert g.ops[0].out_elems == 128 and g.batch_size == 8
+    with pytest.raises(DistplanError, match="not inputs"):
+        import_onnx(m, input_shapes={"nope": (1,)})
+
+
+def test_file_path_and_resolve(tmp_path):
+    p = tmp_path / "mlp.onnx"
+    onnx.save(mlp_onnx(8, (16, 32, 4)), str(p))
+    g = resolve_workload(str(p), mode="training")
+    assert g.name == "mlp" and g.mode == "training" and len(g.ops) == 3
+    with pytest.raises(DistplanError, match="not found"):
+        import_onnx(tmp_path / "missing.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(DistplanError, match="could not be read"):
+        import_onnx(tmp_path / "junk.onnx")
+    with pytest.raises(DistplanError, match="mode"):
+        import_onnx(str(p), mode="serving")
+
+
+def test_missing_onnx_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(DistplanError, match=r"pip install -e \.\[onnx\]"):
+        import_onnx("model.onnx")
+
+
+def test_no_warning_on_a_clean_model():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import_onnx(transformer_onnx(_tiny(False)[0], 1, 8, fine=True))
