@@ -50,7 +50,7 @@ for _fam, _names in {
     "move": "view reshape transpose permute contiguous split chunk cat concat stack getitem flatten "
             "unflatten unsqueeze squeeze expand expand_as repeat narrow select t float half bfloat16 to "
             "type_as type dropout clone detach index_select gather tril triu zeros_like ones_like "
-            "full_like new_zeros new_ones flip roll pad unbind movedim swapaxes view_as",
+            "full_like new_zeros new_ones flip roll pad unbind movedim swapaxes view_as getattr",
     "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min",
     "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d",
 }.items():
