@@ -1,0 +1,366 @@
+"""Execution of a :class:`sim.program.Program`: node-level arrays and the event loop.
+
+Static servers (devices; links too in ideal mode) run their fixed sequence: a node
+starts at max(server free, all inputs delivered). That is pure dataflow, so it is
+computed as soon as every input time is known, without events. Links whose order
+depends on time (``fifo`` arrival order, ``fair`` sharing, ``free``) take their nodes
+from one heap of ``(time, priority, sequence, node)`` (``sim.engine``'s shape); the heap
+is popped only when no static work is computable, so every pushed time is >= the last
+popped one and arrivals are served in true time order.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from distplan.errors import DistplanError
+from sim.engine import PRIO_ARRIVE, PRIO_DONE
+from sim.program import K_B, K_CAST_B, K_CAST_F, K_F, KIND_NAMES, Program
+
+
+@dataclass
+class Net:
+    """Node-level form of a program: node id = unit * T + type; extras after U * T."""
+
+    T: int
+    U: int
+    units: int  # real units (microbatches 0..M-1 live in them)
+    N0: int
+    N: int
+    succ: list
+    pending: list
+    dur: list
+    server: list
+    seqs: list
+    n_valid: int
+    valid: np.ndarray  # (N0,) bool: node exists (microbatch < M)
+    micro: np.ndarray  # (N0,) microbatch of each pipeline node
+
+
+def expand(prog: Program, plan) -> Net:
+    T, C, M = prog.T, prog.C, prog.M
+    units = -(-M // C)
+    pad = 2 if prog.backpressure else 0
+    U = units + pad
+    N0 = U * T
+    succ_t: list[list[int]] = [[] for _ in range(T)]
+    for t, ps in enumerate(prog.preds):
+        for u in ps:
+            succ_t[u].append(t - u)
+    pend_t = [len(ps) for ps in prog.preds]
+    bp_into: dict[int, int] = {}
+    for r, target, shift in prog.backpressure:
+        succ_t[r].append(shift * T + target - r)
+        pend_t[target] += 1
+        bp_into[target] = bp_into.get(target, 0) + 1
+    deltas = [tuple(x) for x in succ_t]
+    succ = deltas * U
+    pending = pend_t * U
+    if bp_into:
+        for target, cnt in bp_into.items():
+            p = prog.pat[target]
+            for u in range(U):
+                if u * C + p < 2:
+                    pending[u * T + target] -= cnt
+                else:
+                    break
+    dur = prog.dur * U
+    server = prog.server * U
+    t_arr = np.tile(np.arange(T), U)
+    u_arr = np.repeat(np.arange(U), T)
+    pat = np.asarray(prog.pat, dtype=np.int64)
+    micro = u_arr * C + pat[t_arr]
+    valid = micro < M
+    valid[units * T:] = False
+    D, L = prog.D, prog.L
+    ns = D + L
+    seqs: list[list[int]] = [[] for _ in range(ns)]
+    srv_t = np.asarray(prog.server, dtype=np.int64)
+    s_arr = srv_t[t_arr]
+    if plan.schedule == "explicit":
+        _explicit_device_seqs(prog, plan, seqs, T)
+        static_mask = valid & (s_arr >= D) if prog.static_links else np.zeros_like(valid)
+    else:
+        static_mask = valid & ((s_arr < D) | prog.static_links)
+    if static_mask.any():
+        off = np.asarray(prog.offset, dtype=np.int64)
+        block = np.asarray(prog.phase, dtype=np.int64) if prog.schedule == "gpipe" else np.zeros(T, np.int64)
+        idx = np.nonzero(static_mask)[0]
+        tt = t_arr[idx]
+        R = micro[idx] + off[tt]
+        order = np.lexsort((tt, R, block[tt], s_arr[idx]))
+        idx = idx[order]
+        ss = s_arr[idx]
+        counts = np.bincount(ss, minlength=ns)
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        ids = idx.tolist()
+        for s in np.nonzero(counts)[0].tolist():
+            seqs[s] = ids[bounds[s]:bounds[s + 1]]
+    # collectives appended after the pipeline
+    X = len(prog.x_server)
+    if X:
+        x_succ: list[list[int]] = [[] for _ in range(X)]
+        for i, ps in enumerate(prog.x_preds):
+            for a in ps:
+                x_succ[a].append(i - a)
+        succ.extend(tuple(x) for x in x_succ)
+        pending.extend(len(ps) for ps in prog.x_preds)
+        dur.extend(prog.x_dur)
+        server.extend(prog.x_server)
+        for i in range(X):
+            s = prog.x_server[i]
+            if s < D or prog.static_links:
+                seqs[s].append(N0 + i)
+    n_valid = int(valid.sum()) + X
+    return Net(T, U, units, N0, N0 + X, succ, pending, dur, server, seqs, n_valid, valid, micro)
+
+
+def _explicit_device_seqs(prog: Program, plan, seqs: list[list[int]], T: int) -> None:
+    groups: dict[tuple[int, int, str, int], list[int]] = {}
+    for t in range(T):
+        k = prog.kind[t]
+        if k in (K_F, K_CAST_F):
+            ph = "F"
+        elif k in (K_B, K_CAST_B):
+            ph = "B"
+        else:
+            continue
+        groups.setdefault((prog.pat[t], prog.op[t], ph, prog.server[t]), []).append(t)
+    C = prog.C
+    for dev, seq in (plan.device_order or {}).items():
+        out = seqs[dev]
+        for m, v, ph in seq:
+            base = (m // C) * T
+            for t in groups.get((m % C, v, ph, dev), ()):
+                out.append(base + t)
+
+
+@dataclass
+class Run:
+    beg: list
+    fin: list
+    link_busy_s: np.ndarray | None  # only for 'fair' (time with >= 1 active transfer)
+
+
+def run(net: Net, prog: Program, link_model: str) -> Run:
+    """Execute every node; deterministic. Raises DistplanError on a deadlocked order."""
+    D, L = prog.D, prog.L
+    ns = D + L
+    N = net.N
+    succ, dur, srv = net.succ, net.dur, net.server
+    pending = list(net.pending)
+    ready = [0.0] * N
+    beg = [-1.0] * N
+    fin = [0.0] * N
+    lat = prog.server_latency
+    seqs = net.seqs
+    pos = [0] * ns
+    free = [0.0] * ns
+    waiting = [-1] * ns
+    dyn = [False] * D + [not prog.static_links] * L
+    conc = prog.concurrency
+    slots: dict[int, list[float]] = {s: [0.0] * conc[s] for s in range(ns) if conc[s] > 1}
+    heap: list = []
+    push, pop = heapq.heappush, heapq.heappop
+    cnt = 0
+    stack = [s for s in range(ns) if seqs[s]]
+    stack.reverse()
+    fair = link_model == "fair"
+    free_links = link_model == "free"
+    lfree = [0.0] * ns
+    # processor sharing state (fair)
+    if fair:
+        f_active: list[dict] = [dict() for _ in range(ns)]
+        f_V = [0.0] * ns
+        f_t = [0.0] * ns
+        f_next = [-1] * ns
+        f_busy = [0.0] * ns
+        f_bw = [0.0] * D + list(prog.link_bw)
+    done_q: list[int] = []  # nodes finished by the heap, to propagate
+    while True:
+        while stack:
+            s = stack.pop()
+            seq = seqs[s]
+            i = pos[s]
+            n = len(seq)
+            ls = lat[s]
+            if s in slots:
+                sl = slots[s]
+                last_start = free[s]
+                while i < n:
+                    j = seq[i]
+                    if pending[j]:
+                        waiting[s] = j
+                        break
+                    st = ready[j]
+                    k0 = min(range(len(sl)), key=sl.__getitem__)
+                    if st < sl[k0]:
+                        st = sl[k0]
+                    if st < last_start:
+                        st = last_start
+                    last_start = st
+                    en = st + dur[j]
+                    sl[k0] = en
+                    beg[j] = st
+                    fin[j] = en
+                    i += 1
+                    done_q.append(j)
+                pos[s] = i
+                free[s] = last_start
+                # propagate below through done_q
+            else:
+                f = free[s]
+                while i < n:
+                    j = seq[i]
+                    if pending[j]:
+                        waiting[s] = j
+                        break
+                    st = ready[j]
+                    if st < f:
+                        st = f
+                    f = st + dur[j]
+                    beg[j] = st
+                    e = f + ls
+                    fin[j] = e
+                    i += 1
+                    for d in succ[j]:
+                        k = j + d
+                        if ready[k] < e:
+                            ready[k] = e
+                        c = pending[k] - 1
+                        pending[k] = c
+                        if not c:
+                            s2 = srv[k]
+                            if waiting[s2] == k:
+                                waiting[s2] = -1
+                                stack.append(s2)
+                            elif dyn[s2]:
+                                push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
+                                cnt += 1
+                pos[s] = i
+                free[s] = f
+            while done_q:
+                j = done_q.pop()
+                e = fin[j]
+                for d in succ[j]:
+                    k = j + d
+                    if ready[k] < e:
+                        ready[k] = e
+                    c = pending[k] - 1
+                    pending[k] = c
+                    if not c:
+                        s2 = srv[k]
+                        if waiting[s2] == k:
+                            waiting[s2] = -1
+                            stack.append(s2)
+                        elif dyn[s2]:
+                            push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
+                            cnt += 1
+        if not heap:
+            break
+        t, prio, sq, j = pop(heap)
+        if not fair:
+            s = srv[j]
+            if free_links:
+                st = t
+            else:
+                st = lfree[s]
+                if st < t:
+                    st = t
+            f = st + dur[j]
+            lfree[s] = f
+            beg[j] = st
+            fin[j] = f + lat[s]
+            done_q.append(j)
+        elif prio == PRIO_ARRIVE:
+            s = srv[j]
+            _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw)
+            f_active[s][j] = f_V[s] + dur[j] * f_bw[s]
+            beg[j] = t
+            cnt = _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw)
+        else:
+            s = -1 - j
+            if f_next[s] != sq:
+                continue
+            _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw)
+            act = f_active[s]
+            vmin = min(act.values())
+            tol = 1e-12 * max(abs(vmin), 1.0)
+            finished = sorted(k for k, tag in act.items() if tag <= vmin + tol)
+            for k in finished:
+                del act[k]
+                fin[k] = t + lat[s]
+                done_q.append(k)
+            f_next[s] = -1
+            cnt = _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw)
+        if done_q:
+            # propagate heap completions through the static machinery
+            while done_q:
+                j = done_q.pop()
+                e = fin[j]
+                for d in succ[j]:
+                    k = j + d
+                    if ready[k] < e:
+                        ready[k] = e
+                    c = pending[k] - 1
+                    pending[k] = c
+                    if not c:
+                        s2 = srv[k]
+                        if waiting[s2] == k:
+                            waiting[s2] = -1
+                            stack.append(s2)
+                        elif dyn[s2]:
+                            push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
+                            cnt += 1
+    done = sum(1 for x in beg if x >= 0.0)
+    if done != net.n_valid:
+        _deadlock(net, prog, waiting, pending, done)
+    busy = np.asarray(f_busy) if fair else None
+    return Run(beg, fin, busy)
+
+
+def _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw) -> None:
+    n = len(f_active[s])
+    if n:
+        f_V[s] += (t - f_t[s]) * f_bw[s] / n
+        f_busy[s] += t - f_t[s]
+    f_t[s] = t
+
+
+def _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw) -> int:
+    act = f_active[s]
+    if not act:
+        f_next[s] = -1
+        return cnt
+    vmin = min(act.values())
+    bw = f_bw[s]
+    when = t + (max(vmin - f_V[s], 0.0) * len(act) / bw if bw > 0 else 0.0)
+    heapq.heappush(heap, (when, PRIO_DONE, cnt, -1 - s))
+    f_next[s] = cnt
+    return cnt + 1
+
+
+def _deadlock(net: Net, prog: Program, waiting, pending, done: int) -> None:
+    T, C = net.T, prog.C
+    for s, j in enumerate(waiting):
+        if j >= 0:
+            what = _describe(net, prog, j)
+            where = f"device {s}" if s < prog.D else f"link {s - prog.D}"
+            raise DistplanError(
+                f"the plan's order deadlocks: {where} waits for {what}, whose inputs never arrive "
+                f"({done} of {net.n_valid} tasks ran); reorder device_order so every task comes after "
+                "the tasks it depends on")
+    raise DistplanError(f"simulation stalled after {done} of {net.n_valid} tasks (internal error)")
+
+
+def _describe(net: Net, prog: Program, nid: int) -> str:
+    if nid >= net.N0:
+        return f"all-reduce step node {nid - net.N0}"
+    t = nid % net.T
+    m = (nid // net.T) * prog.C + prog.pat[t]
+    return f"{KIND_NAMES[prog.kind[t]]} of op {prog.op[t]} for microbatch {m}"
+
+
+__all__ = ["Net", "Run", "expand", "run"]

@@ -1,0 +1,38 @@
+"""What a simulation run may vary: ideal mode, the link model, trace recording."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distplan.errors import DistplanError
+
+LINK_MODELS = ("fifo", "fair", "free")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Options of :func:`sim.simulate`.
+
+    ``link_model``:
+      - ``"fifo"``: a link serves one transfer at a time, in order of arrival (ties: the
+        schedule's order). The link is busy ``bytes / bw``; the data reaches the link's far
+        end ``latency_s`` after it has been serialised (latency is pipelined, so an isolated
+        transfer takes ``latency_s + bytes / bw`` per hop, store and forward).
+      - ``"fair"``: all transfers present on a link share its bandwidth equally
+        (processor sharing); latency as above.
+      - ``"free"``: no contention; every transfer gets the full bandwidth at once.
+    ``ideal``: link latencies are zero and, with ``"fifo"``, every link serves its transfers
+    in the schedule's static cyclic order (a statically scheduled interconnect) instead of
+    arrival order, and the schedule offsets every dependency that crosses servers by one
+    round, so compute and communication overlap fully. Under ``ideal`` the steady-state
+    period of a plan with single-device stages equals ``costs.evaluate.plan_cost``'s period.
+    Launch overheads are kept (they are part of each operator's time).
+    ``trace``: keep the per-task spans for :func:`sim.trace.write_chrome_trace`.
+    """
+
+    ideal: bool = False
+    link_model: str = "fifo"
+    trace: bool = False
+
+    def __post_init__(self) -> None:
+        if self.link_model not in LINK_MODELS:
+            raise DistplanError(f"link model {self.link_model!r} unknown; use one of {', '.join(LINK_MODELS)}")

@@ -1,0 +1,428 @@
+"""The task program a plan induces: every node (operator task, cast, link hop, collective
+step) of one *pattern* of microbatches, its server, duration, dependencies and its place
+in the static per-server order.
+
+A pattern covers ``C = lcm(replicas of every stage)`` consecutive microbatches (the cycle
+after which replica assignment repeats); node types are defined per pattern and repeat
+unit after unit, so node id = ``unit * T + type`` and microbatch = ``unit * C + p[type]``.
+Servers are numbered devices first (0..D-1), then links (D..D+L-1).
+
+Static order (rounds). Every node type t has an integer offset ``o[t]``; node (t, m)
+belongs to round ``R = m + o[t]`` and each static server runs its nodes sorted by
+``(block, R, rank)`` (rank = creation order, consistent with every dependency; block
+separates GPipe's forward and backward phases). Offsets:
+
+* ``deep`` (inference always, training in ideal mode): longest path over the type graph
+  where an edge between different servers weighs 1 and an edge on one server 0, then
+  device tasks are delayed as late as their successors allow (so a local tensor is
+  consumed in the round it is produced) and link hops are re-anchored right after their
+  producer. Every dependency between two servers then advances the round by >= 1, so any
+  cycle of the resulting max-plus system has mean <= the busiest server's load per
+  microbatch: the steady-state period equals that load (the MILP's period).
+* ``1f1b`` standard (training, not ideal): forward nodes offset 0, backward nodes of
+  stage k offset K-1-k (K = plan stages): stage k runs K-1-k warm-up forwards and then
+  alternates one forward, one backward, holding at most K-k microbatches.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import Plan
+
+# node kinds
+K_F, K_B, K_CAST_F, K_CAST_B, K_XFER, K_COLL = range(6)
+KIND_NAMES = ("F", "B", "cast", "cast_grad", "xfer", "allreduce")
+TP_ALLREDUCE_KINDS = ("matmul", "head")
+
+
+@dataclass
+class Buffer:
+    """Bytes resident on ``device`` from ``alloc`` (node type; its start, or its delivery
+    when ``at_arrival``) until the last of ``frees`` (node types) has finished serving."""
+
+    device: int
+    nbytes: float
+    alloc: int
+    at_arrival: bool
+    frees: tuple[int, ...]
+    own: bool  # an operator's own output activation (the part plan_memory_bytes bounds)
+
+
+@dataclass
+class Program:
+    D: int
+    L: int
+    C: int
+    M: int
+    training: bool
+    schedule: str
+    # per node type
+    server: list[int] = field(default_factory=list)
+    dur: list[float] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    pat: list[int] = field(default_factory=list)
+    op: list[int] = field(default_factory=list)
+    edge: list[int] = field(default_factory=list)
+    nbytes: list[float] = field(default_factory=list)
+    preds: list[list[int]] = field(default_factory=list)
+    phase: list[int] = field(default_factory=list)
+    offset: list[int] = field(default_factory=list)
+    buffers: list[Buffer] = field(default_factory=list)
+    # (release type, target type, unit shift): target(m + 2) waits for release(m)
+    backpressure: list[tuple[int, int, int]] = field(default_factory=list)
+    # collective nodes after the pipeline (absolute, appended after the units)
+    x_server: list[int] = field(default_factory=list)
+    x_dur: list[float] = field(default_factory=list)
+    x_nbytes: list[float] = field(default_factory=list)
+    x_preds: list[list[int]] = field(default_factory=list)  # indices into the x_ lists
+    x_after_device: list[int] = field(default_factory=list)  # device whose last task it waits for, or -1
+    x_stage: list[int] = field(default_factory=list)
+    static_bytes: np.ndarray | None = None
+    server_latency: list[float] = field(default_factory=list)
+    link_bw: list[float] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)
+    static_links: bool = False
+    explicit_types: dict = field(default_factory=dict)  # (p, v, phase, device) -> [types in order]
+
+    @property
+    def T(self) -> int:
+        return len(self.server)
+
+    def add(self, server: int, dur: float, kind: int, p: int, op: int, preds: list[int], phase: int,
+            edge: int = -1, nbytes: float = 0.0) -> int:
+        if not dur >= 0 or math.isinf(dur):
+            raise DistplanError(f"node {KIND_NAMES[kind]} of op {op} has duration {dur!r}; "
+                                "check that every op's precision runs on its device")
+        self.server.append(server)
+        self.dur.append(float(dur))
+        self.kind.append(kind)
+        self.pat.append(p)
+        self.op.append(op)
+        self.edge.append(edge)
+        self.nbytes.append(float(nbytes))
+        self.preds.append(list(preds))
+        self.phase.append(phase)
+        return len(self.server) - 1
+
+
+def _lcm(xs) -> int:
+    return math.lcm(*xs) if xs else 1
+
+
+class _Builder:
+    def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool):
+        self.pb, self.plan = problem, plan
+        topo = problem.topology
+        self.topo = topo
+        self.ideal = ideal
+        self.D, self.L = topo.n_devices, len(topo.links)
+        C = _lcm([s.replicas for s in plan.stages])
+        self.prog = Program(self.D, self.L, C, plan.microbatches, problem.training, plan.schedule,
+                            static_links=static_links)
+        self.qs = [problem.q_index(p) for p in plan.op_precision]
+        self.bw = [float(x) for x in problem.link_bw_bytes_per_s]
+        self.lat = [0.0 if ideal else float(x) for x in problem.link_latency_s]
+        V = problem.n_ops
+        self.in_edges: list[list[int]] = [[] for _ in range(V)]
+        self.out_edges: list[list[int]] = [[] for _ in range(V)]
+        for e, (u, v) in enumerate(problem.edges.tolist()):
+            self.in_edges[v].append(e)
+            self.out_edges[u].append(e)
+        self.edges = problem.edges.tolist()
+
+    # --- pieces ---------------------------------------------------------------
+    def chain(self, src: int, path: list[int], nbytes: float, p: int, phase: int, e: int, op: int):
+        """Link nodes carrying ``nbytes`` along the devices ``path`` (hop by hop, each hop
+        on its route). Returns (last node, first link node or None). Relay buffers are
+        recorded on intermediate devices."""
+        prog, topo = self.prog, self.topo
+        last, first = src, None
+        first_preds = src if isinstance(src, list) else [src]
+        pending_relay = None  # (device, arrival node) waiting for the next hop's first link
+        for a, b in zip(path, path[1:]):
+            route = topo.route(a, b)
+            if not route:
+                continue
+            for i, l in enumerate(route):
+                t = prog.add(self.D + l, nbytes / self.bw[l], K_XFER, p, op,
+                             first_preds if first is None else [last], phase, e, nbytes)
+                if first is None:
+                    first = t
+                if i == 0 and pending_relay is not None:
+                    dev, arr = pending_relay
+                    prog.buffers.append(Buffer(dev, nbytes, arr, True, (t,), False))
+                    pending_relay = None
+                last = t
+            pending_relay = (b, last)
+        return last, first
+
+    def ring(self, devs: list[int], own: list[int], nbytes: float, p: int, phase: int, op: int) -> list[int]:
+        """Ring all-reduce of ``nbytes`` over ``devs`` as pattern nodes: 2(n-1) steps, each
+        device sending nbytes/n to its successor once it holds its own data (``own[i]``
+        done) and the previous step's chunk. Returns, per device, the node after which
+        it holds the reduced data."""
+        n = len(devs)
+        chunk = nbytes / n
+        arrived = list(own)
+        for _ in range(2 * (n - 1)):
+            nxt = [0] * n
+            for i in range(n):
+                preds = [arrived[i]] if arrived[i] == own[i] else [arrived[i], own[i]]
+                last, _ = self.chain(preds, [devs[i], devs[(i + 1) % n]], chunk, p, phase, -1, op)
+                nxt[(i + 1) % n] = last
+            arrived = nxt
+        return arrived
+
+    # --- one microbatch pattern -----------------------------------------------
+    def pattern(self, p: int) -> None:
+        pb, plan, prog = self.pb, self.plan, self.prog
+        kinds = pb.device_kind
+        cast_share = 0.5 if pb.training else 1.0
+        where = [s.replica_devices(p) for s in plan.stages]
+        V = pb.n_ops
+        qs, bpe, elems = self.qs, pb.bytes_per_elem, pb.edge_elems
+        Fn: list[list[int]] = [[] for _ in range(V)]
+        out_at: list[list[int]] = [[] for _ in range(V)]
+        releases: list[list[list[int]]] = [[] for _ in range(V)]
+        for v in range(V):
+            k = plan.op_stage[v]
+            G = where[k]
+            tv = len(G)
+            releases[v] = [[] for _ in G]
+            fpreds: list[list[int]] = [[] for _ in G]
+            patch_buf: list[list[int]] = [[] for _ in G]  # buffers freed when F[v][j] ends
+            patch_rel: list[list[tuple[int, int]]] = [[] for _ in G]  # F[v][j] consumes u's output on ju
+            for e in self.in_edges[v]:
+                u = self.edges[e][0]
+                ku = plan.op_stage[u]
+                Gu = where[ku]
+                for j, d in enumerate(G):
+                    first = None
+                    if ku == k:
+                        ju, src = j, out_at[u][j]
+                    else:
+                        ju = j % len(Gu)
+                        path = [Gu[ju]] + [where[b][j % len(where[b])] for b in range(ku + 1, k + 1)]
+                        nb = float(elems[e] * bpe[qs[u]] / tv)
+                        src, first = self.chain(out_at[u][ju], path, nb, p, 0, e, v)
+                        if first is not None:
+                            releases[u][ju].append(first)
+                    cast = None
+                    if qs[u] != qs[v]:
+                        ct = pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * cast_share / tv
+                        cast = prog.add(d, ct, K_CAST_F, p, v, [src], 0, e)
+                        prog.buffers.append(Buffer(d, float(elems[e] * bpe[qs[v]] / tv), cast, False, (), False))
+                        patch_buf[j].append(len(prog.buffers) - 1)
+                    if first is not None:
+                        prog.buffers.append(Buffer(d, nb, src, True, (cast,) if cast is not None else (), False))
+                        if cast is None:
+                            patch_buf[j].append(len(prog.buffers) - 1)
+                    elif cast is not None:
+                        releases[u][ju].append(cast)
+                    else:
+                        patch_rel[j].append((u, ju))
+                    fpreds[j].append(cast if cast is not None else src)
+            for j, d in enumerate(G):
+                f = prog.add(d, pb.fwd_time_s[v, qs[v], kinds[d]] / tv, K_F, p, v, fpreds[j], 0)
+                Fn[v].append(f)
+                for bi in patch_buf[j]:
+                    prog.buffers[bi].frees = (f,)
+                for u, ju in patch_rel[j]:
+                    releases[u][ju].append(f)
+            if tv > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS:
+                out_at[v] = self.ring(list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
+            else:
+                out_at[v] = list(Fn[v])
+        own: dict[tuple[int, int], int] = {}
+        for v in range(V):
+            G = where[plan.op_stage[v]]
+            nb = float(pb.act_bytes[v, qs[v]])
+            for j, d in enumerate(G):
+                rel = tuple(releases[v][j]) or (Fn[v][j],)
+                prog.buffers.append(Buffer(d, nb, Fn[v][j], False, rel, True))
+                own[(v, j)] = len(prog.buffers) - 1
+                self._release_map[(p, v, j)] = (Fn[v][j], rel)
+                self._fidx[(p, v, j)] = Fn[v][j]
+        if pb.training:
+            Bn = self.backward(p, where, Fn)
+            for (v, j), bi in own.items():
+                prog.buffers[bi].frees = (Bn[v][j],)
+
+    def backward(self, p: int, where, Fn) -> list[list[int]]:
+        pb, plan, prog = self.pb, self.plan, self.prog
+        kinds = pb.device_kind
+        qs, bpe, elems = self.qs, pb.bytes_per_elem, pb.edge_elems
+        V = pb.n_ops
+        Bn: list[list[int]] = [[] for _ in range(V)]
+        grad_at: list[list[int]] = [[] for _ in range(V)]  # node after which v's input gradients exist
+        for v in reversed(range(V)):
+            k = plan.op_stage[v]
+            G = where[k]
+            tv = len(G)
+            bpreds: list[list[int]] = [[Fn[v][j]] for j in range(tv)]
+            patch_buf: list[list[int]] = [[] for _ in range(tv)]
+            for e in self.out_edges[v]:
+                w = self.edges[e][1]
+                kw = plan.op_stage[w]
+                Gw = where[kw]
+                for j, d in enumerate(G):
+                    jw = j % len(Gw)
+                    dw = Gw[jw]
+                    src = grad_at[w][jw]
+                    nb = float(elems[e] * bpe[qs[v]] / tv)
+                    if qs[v] != qs[w]:
+                        ct = pb.cast_time_s(e, qs[v], qs[w], int(kinds[dw])) * 0.5 / len(Gw)
+                        src = prog.add(dw, ct, K_CAST_B, p, w, [src], 1, e)
+                    first = None
+                    if kw != k:
+                        path = [dw] + [where[b][j % len(where[b])] for b in range(kw - 1, k - 1, -1)]
+                        last, first = self.chain(src, path, nb, p, 1, e, v)
+                    prog.buffers.append(Buffer(dw, nb, src, False, (first,) if first is not None else (), False))
+                    if first is None:
+                        patch_buf[j].append(len(prog.buffers) - 1)
+                        bpreds[j].append(src)
+                    else:
+                        prog.buffers.append(Buffer(d, nb, last, True, (), False))
+                        patch_buf[j].append(len(prog.buffers) - 1)
+                        bpreds[j].append(last)
+            for j, d in enumerate(G):
+                b = prog.add(d, pb.bwd_time_s[v, qs[v], kinds[d]] / tv, K_B, p, v, bpreds[j], 1)
+                Bn[v].append(b)
+                for bi in patch_buf[j]:
+                    prog.buffers[bi].frees = (b,)
+            nb_in = float(sum(elems[e] * bpe[qs[self.edges[e][0]]] for e in self.in_edges[v]))
+            if tv > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS and nb_in > 0:
+                grad_at[v] = self.ring(list(G), list(Bn[v]), nb_in, p, 1, v)
+            else:
+                grad_at[v] = list(Bn[v])
+        return Bn
+
+    # --- whole program ----------------------------------------------------------
+    def build(self) -> Program:
+        pb, plan, prog = self.pb, self.plan, self.prog
+        self._release_map: dict = {}
+        self._fidx: dict = {}
+        for p in range(prog.C):
+            self.pattern(p)
+        prog.server_latency = [0.0] * self.D + self.lat
+        prog.link_bw = list(self.bw)
+        prog.concurrency = [int(pb.topology.kind_of(d).concurrency) for d in range(self.D)] + [1] * self.L
+        stat = np.zeros(self.D)
+        for v, k in enumerate(plan.op_stage):
+            st = plan.stages[k]
+            for d in st.devices:
+                stat[d] += pb.static_bytes[v, self.qs[v]] / st.tensor_parallel
+        prog.static_bytes = stat
+        self.offsets()
+        if plan.schedule == "stream":
+            self.add_backpressure()
+        if pb.training:
+            self.allreduce()
+        return prog
+
+    def offsets(self) -> None:
+        prog = self.prog
+        T = prog.T
+        K = self.plan.n_stages
+        D = self.D
+        if prog.training and prog.schedule == "1f1b" and not self.ideal:
+            o = [0] * T
+            for t in range(T):
+                if prog.phase[t] == 1:
+                    o[t] = K - 1 - self.plan.op_stage[prog.op[t]]
+            prog.offset = o
+            return
+        server, preds = prog.server, prog.preds
+        o = [0] * T
+        for t in range(T):
+            s = server[t]
+            best = 0
+            for u in preds[t]:
+                x = o[u] + (server[u] != s)
+                if x > best:
+                    best = x
+            o[t] = best
+        succs: list[list[int]] = [[] for _ in range(T)]
+        for t in range(T):
+            for u in preds[t]:
+                succs[u].append(t)
+        lb = [0] * T  # latest round allowed (links), from successors
+        for t in reversed(range(T)):
+            s = server[t]
+            bound = None
+            for w in succs[t]:
+                x = (lb[w] if server[w] >= D else o[w]) - (server[w] != s)
+                if bound is None or x < bound:
+                    bound = x
+            if s >= D:
+                lb[t] = bound if bound is not None else o[t]
+            elif bound is not None and bound > o[t]:
+                o[t] = bound
+        for t in range(T):  # link hops right after their producer
+            if server[t] >= D:
+                o[t] = max((o[u] + (server[u] != server[t]) for u in preds[t]), default=0)
+        prog.offset = o
+
+    def add_backpressure(self) -> None:
+        """Stream: double buffering. Op v's task for microbatch m + 2 waits until the
+        output of microbatch m has left its device (first link hop served) or been
+        consumed locally, so a device never holds more than two outputs of an op."""
+        prog = self.prog
+        C = prog.C
+        o = prog.offset
+        for (p, v, j), (f, rel) in self._release_map.items():
+            p2 = (p + 2) % C
+            shift = (p + 2) // C
+            target = self._f_of(p2, v, j)
+            for r in rel:
+                if prog.server[r] == prog.server[f] and o[r] - o[f] > 1:
+                    continue  # would deadlock the static order; this output may need more buffers
+                prog.backpressure.append((r, target, shift))
+
+    def _f_of(self, p: int, v: int, j: int) -> int:
+        return self._fidx[(p, v, j)]
+
+    def allreduce(self) -> None:
+        """Data-parallel gradient all-reduce per stage: ring over the replicas, after each
+        replica's last task, bytes = the stage's parameters at their precisions / tp."""
+        pb, plan, prog = self.pb, self.plan, self.prog
+        for k, st in enumerate(plan.stages):
+            r, tp = st.replicas, st.tensor_parallel
+            if r < 2:
+                continue
+            nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[self.qs[v]]
+                         for v in plan.ops_in_stage(k)) / tp
+            if nbytes <= 0:
+                continue
+            for j in range(tp):
+                devs = [st.devices[i * tp + j] for i in range(r)]
+                chunk = nbytes / r
+                arrived = [self._x_add(d, 0.0, 0.0, [], d, k) for d in devs]
+                for _ in range(2 * (r - 1)):
+                    nxt = [0] * r
+                    for i in range(r):
+                        last = arrived[i]
+                        for l in self.topo.route(devs[i], devs[(i + 1) % r]):
+                            last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], -1, k)
+                        nxt[(i + 1) % r] = last
+                    arrived = nxt
+
+    def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], after_device: int, stage: int) -> int:
+        prog = self.prog
+        prog.x_server.append(server)
+        prog.x_dur.append(dur)
+        prog.x_nbytes.append(nbytes)
+        prog.x_preds.append(preds)
+        prog.x_after_device.append(after_device)
+        prog.x_stage.append(stage)
+        return len(prog.x_server) - 1
+
+
+def build_program(problem: Problem, plan: Plan, ideal: bool = False, static_links: bool = False) -> Program:
+    """The node types, offsets, buffers and collectives of ``plan`` on ``problem``."""
+    return _Builder(problem, plan, ideal, static_links).build()

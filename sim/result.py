@@ -1,0 +1,52 @@
+"""The outcome of one simulation run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """What :func:`sim.simulate` measured.
+
+    ``period_s``: steady-state time between microbatch completions. It is read from the
+    completion times (``microbatch_done_s``) once the run is periodic: the smallest p such
+    that ``done[m + p] - done[m]`` is constant over the last half of the microbatches not
+    affected by the pipeline draining; period = that constant / p (``steady`` True). If no
+    periodic regime is found (too few microbatches, or a time-dependent link order), it is
+    the average spacing over that window (``steady`` False). GPipe flushes every step and
+    has no steady state: its period is ``makespan_s / microbatches``.
+    ``throughput_per_s`` = batch_size / period_s (samples per second).
+    Busy fractions are busy seconds / makespan (with the ``free`` link model overlapping
+    transfers add up, so a link's figure may exceed 1).
+    ``peak_memory_bytes`` counts everything resident on a device (static bytes, the
+    device's own activations, received, relayed and cast tensors, gradients);
+    ``peak_own_memory_bytes`` only static bytes plus own activations, the quantity
+    ``costs.evaluate.plan_memory_bytes`` bounds.
+    """
+
+    makespan_s: float
+    period_s: float
+    throughput_per_s: float
+    steady: bool
+    device_busy_s: np.ndarray
+    device_busy_fraction: np.ndarray
+    link_busy_s: np.ndarray
+    link_busy_fraction: np.ndarray
+    link_bytes: np.ndarray
+    peak_memory_bytes: np.ndarray
+    peak_own_memory_bytes: np.ndarray
+    microbatch_done_s: np.ndarray
+    n_tasks: int
+    n_nodes: int
+    schedule: str
+    microbatches: int
+    events: tuple | None = field(default=None, repr=False)
+
+    def summary(self) -> str:
+        return (f"makespan {self.makespan_s:.6g} s, period {self.period_s:.6g} s"
+                f"{'' if self.steady else ' (not steady)'}, throughput {self.throughput_per_s:.6g} samples/s, "
+                f"{self.n_tasks} operator tasks, peak memory {self.peak_memory_bytes.max(initial=0) / 2**20:.2f} MiB, "
+                f"busiest device {self.device_busy_fraction.max(initial=0):.1%}, "
+                f"busiest link {self.link_busy_fraction.max(initial=0):.1%}")

@@ -1,0 +1,118 @@
+"""simulate(problem, plan, options) -> SimResult: build the program, run it, measure."""
+from __future__ import annotations
+
+import numpy as np
+
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import Plan
+from sim.execute import expand, run
+from sim.memory import peak_memory
+from sim.options import SimOptions
+from sim.period import steady_period
+from sim.program import K_B, K_F, K_XFER, build_program
+from sim.result import SimResult
+
+
+def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) -> SimResult:
+    """Replay ``plan`` exactly on ``problem``'s hardware (see ``sim`` package docs)."""
+    opts = options or SimOptions()
+    _validate(problem, plan)
+    static_links = opts.ideal and opts.link_model == "fifo"
+    prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links)
+    net = expand(prog, plan)
+    r = run(net, prog, opts.link_model)
+    return _measure(problem, plan, opts, prog, net, r)
+
+
+def _validate(problem: Problem, plan: Plan) -> None:
+    if len(plan.op_stage) != problem.n_ops:
+        raise DistplanError(f"plan covers {len(plan.op_stage)} ops but the graph has {problem.n_ops}")
+    if plan.schedule == "stream" and problem.training:
+        raise DistplanError("schedule 'stream' is for inference; use 'gpipe' or '1f1b' for a training graph")
+    if plan.schedule in ("gpipe", "1f1b") and not problem.training:
+        raise DistplanError(f"schedule {plan.schedule!r} needs a training graph; use 'stream' for inference")
+    if plan.schedule == "explicit" and plan.device_order is None:
+        raise DistplanError("schedule 'explicit' needs a device_order")
+    if plan.microbatches < 1:
+        raise DistplanError(f"microbatches must be >= 1, got {plan.microbatches}")
+
+
+def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> SimResult:
+    D, L = prog.D, prog.L
+    T, U, units = net.T, net.U, net.units
+    beg = np.asarray(r.beg)
+    fin = np.asarray(r.fin)
+    dur = np.asarray(net.dur)
+    server = np.asarray(net.server, dtype=np.int64)
+    ran = beg >= 0
+    end = np.where(ran, beg + dur, 0.0)
+    makespan = float(fin[ran].max(initial=0.0))
+    M = prog.M
+    # completion of each microbatch: the last of its nodes
+    fin_u = np.where(net.valid, fin[:net.N0], -np.inf).reshape(U, T)[:units]
+    pat = np.asarray(prog.pat)
+    done = np.full(units * prog.C, -np.inf)
+    for p in range(prog.C):
+        cols = np.nonzero(pat == p)[0]
+        if len(cols):
+            done[p::prog.C][:units] = fin_u[:, cols].max(axis=1)
+    done = done[:M]
+    if plan.schedule == "gpipe" or plan.schedule == "explicit" and not np.all(np.isfinite(done)):
+        period, steady = makespan / M, False
+    else:
+        off = prog.offset
+        tail = (max(off) - min(off)) if off else 0
+        if plan.schedule == "explicit":
+            tail = M // 4
+        period, steady = steady_period(done, tail)
+        if plan.schedule == "explicit":
+            steady = False if not steady else steady
+    if not period > 0:
+        period = makespan / M if makespan > 0 else 0.0
+    thr = problem.graph.batch_size / period if period > 0 else float("inf")
+    dev_mask = ran & (server < D)
+    dev_busy = np.bincount(server[dev_mask], weights=dur[dev_mask], minlength=D)[:D]
+    link_mask = ran & (server >= D)
+    if r.link_busy_s is not None:
+        link_busy = np.asarray(r.link_busy_s[D:], dtype=float)
+    else:
+        link_busy = np.bincount(server[link_mask] - D, weights=dur[link_mask], minlength=L)[:L]
+    nbytes_t = np.asarray(prog.nbytes + [0.0] * 0)
+    node_bytes = np.concatenate((np.tile(nbytes_t, U), np.asarray(prog.x_nbytes, dtype=float)))
+    link_bytes = np.bincount(server[link_mask] - D, weights=node_bytes[link_mask], minlength=L)[:L]
+    kind = np.tile(np.asarray(prog.kind), U)
+    n_tasks = int(np.count_nonzero(net.valid & ((kind == K_F) | (kind == K_B))))
+    peak_all, peak_own = peak_memory(prog, units, T, beg, end, fin, net.micro)
+    span = makespan if makespan > 0 else 1.0
+    events = _events(problem, prog, net, beg, dur, ran) if opts.trace else None
+    return SimResult(
+        makespan_s=makespan, period_s=float(period), throughput_per_s=float(thr), steady=bool(steady),
+        device_busy_s=dev_busy, device_busy_fraction=dev_busy / span,
+        link_busy_s=link_busy, link_busy_fraction=link_busy / span, link_bytes=link_bytes,
+        peak_memory_bytes=peak_all, peak_own_memory_bytes=peak_own, microbatch_done_s=done,
+        n_tasks=n_tasks, n_nodes=int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
+    )
+
+
+def _events(problem: Problem, prog, net, beg, dur, ran) -> tuple:
+    """(server, start_s, duration_s, name, category) per executed node."""
+    from sim.program import KIND_NAMES
+
+    ops = problem.graph.ops
+    out = []
+    T, C = net.T, prog.C
+    for nid in np.nonzero(ran)[0].tolist():
+        if nid >= net.N0:
+            i = nid - net.N0
+            s = prog.x_server[i]
+            out.append((s, float(beg[nid]), float(dur[nid]), f"allreduce stage {prog.x_stage[i]}", "allreduce"))
+            continue
+        t = nid % T
+        m = (nid // T) * C + prog.pat[t]
+        k = prog.kind[t]
+        name = f"{KIND_NAMES[k]} {ops[prog.op[t]].name} m{m}"
+        cat = "transfer" if k == K_XFER else ("backward" if prog.phase[t] else "forward")
+        out.append((prog.server[t], float(beg[nid]), float(dur[nid]), name, cat))
+    out.sort(key=lambda e: (e[0], e[1]))
+    return tuple(out)
