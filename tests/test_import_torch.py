@@ -108,6 +108,9 @@ def test_block_kinds_and_edges():
     qkv = g.op("qkv")
     assert qkv.param_elems == 32 * 96 + 96 and qkv.out_elems == 2 * 8 * 96
     assert qkv.touched_elems == 2 * 8 * 32 + 32 * 96 + 96 + 2 * 8 * 96
+    view = g.op("view")  # a view: no traffic, no activation of its own, but a real edge
+    assert (view.kind, view.touched_elems, view.out_elems, view.fwd_flops) == ("reshape", 0, 0, 0)
+    assert g.op("reshape").touched_elems == 2 * 512  # reshape of a transposed tensor copies
     split = {t.dst: t.elems for t in g.tensors if t.src == "split"}
     assert sorted(split.values()) == [512, 512, 512]  # each getitem takes its third
 

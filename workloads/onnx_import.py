@@ -56,8 +56,8 @@ for _fam, _names in {
     "layernorm": "LayerNormalization SkipLayerNormalization InstanceNormalization GroupNormalization",
     "rmsnorm": "RMSNormalization SimplifiedLayerNormalization SkipSimplifiedLayerNormalization",
     "batchnorm": "BatchNormalization",
-    "move": "Reshape Transpose Squeeze Unsqueeze Flatten Concat Split Slice Expand Tile Identity "
-            "Dropout Cast CastLike Shape Size GatherElements GatherND ScatterND ScatterElements Pad "
+    "view": "Reshape Squeeze Unsqueeze Flatten Identity Dropout Shape Size",
+    "move": "Transpose Concat Split Slice Expand Tile Cast CastLike GatherElements GatherND ScatterND ScatterElements Pad "
             "ConstantOfShape Range DepthToSpace SpaceToDepth Trilu OneHot NonZero Resize "
             "Upsample ReverseSequence Compress",
     "reduce": "ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare "
@@ -324,7 +324,8 @@ def _cost(node: Any, name: str, ins: list[str], param: int, st: _State,
                 fwd = out_elems * oc.numel(_attr(node, "kernel_shape", []))
             else:
                 fwd = oc.FLOPS_PER_ELEM[fam] * out_elems
-            return oc.make_operator(name, oc.FAMILY_KIND[fam], fwd, param, in_elems, out_elems), fam
+            kind = "view" if fam == "view" else oc.FAMILY_KIND[fam]
+            return oc.make_operator(name, kind, fwd, param, in_elems, out_elems), fam
     except _NeedShape:
         pass
     unknown[t if not node.domain else f"{node.domain}.{t}"].append(name)
@@ -371,10 +372,11 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
     raise _NeedShape(t)
 
 
-_HEAD_TAIL = frozenset({"move", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
+_MOVES = frozenset({"move", "view"})
+_HEAD_TAIL = frozenset({"move", "view", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
 
 
-def _through_moves(x: str, st: _State, limit: int = 8, through: frozenset[str] = frozenset({"move"})) -> int | None:
+def _through_moves(x: str, st: _State, limit: int = 8, through: frozenset[str] = _MOVES) -> int | None:
     """The op that produced ``x``, looking back through up to ``limit`` ops of the families
     ``through`` (each followed along its first op-produced input)."""
     for _ in range(limit):

@@ -8,8 +8,10 @@ of the same model agree):
   a fused bias; convolutions ``2 * out_elems * (C_in / groups) * prod(kernel)``;
 - element-wise families: ``FLOPS_PER_ELEM[family]`` per output element (softmax 5,
   layer norm 8, GELU 8, tanh / exp / erf / sigmoid 4, plain arithmetic 1);
-- reductions: one FLOP per input element; data movement (reshape, transpose, slice,
-  concat, gather of activations, casts, ...) 0 FLOPs;
+- reductions: one FLOP per input element; data movement (transpose, slice, concat,
+  gather of activations, casts, ...) 0 FLOPs; views (reshape, squeeze, unsqueeze,
+  flatten, identity, dropout, and torch's transpose/permute/split views) touch nothing
+  and hold no activation of their own (``touched_elems = out_elems = 0``);
 - backward FLOPs = ``BWD_FACTOR`` x forward: 2 for the matmul family, softmax, norms
   and every other element-wise family, 1 for adds; an embedding lookup's backward is a
   scatter-add of its output rows (``out_elems``). Backward FLOPs are always filled
@@ -43,7 +45,8 @@ FLOPS_PER_ELEM: dict[str, int] = {
     "transcendental": 4, "silu": 5, "softmax": SOFTMAX_FLOPS_PER_ELEM,
     "layernorm": LAYERNORM_FLOPS_PER_ELEM, "rmsnorm": RMSNORM_FLOPS_PER_ELEM,
     "batchnorm": 2,  # inference batch norm: one multiply-add per element
-    "move": 0,
+    "move": 0,       # data movement that copies: reads its inputs, writes its output
+    "view": 0,       # a new view of the same storage: no traffic, no new activation
 }
 UNKNOWN_FLOPS_PER_ELEM = 4
 
@@ -52,7 +55,7 @@ FAMILY_KIND: dict[str, str] = {
     "add": "add", "arith": "elementwise", "compare": "elementwise", "relu": "activation",
     "gelu": "activation", "tanh": "activation", "transcendental": "activation",
     "silu": "activation", "softmax": "softmax", "layernorm": "layernorm", "rmsnorm": "layernorm",
-    "batchnorm": "layernorm", "move": "reshape", "reduce": "elementwise", "pool": "elementwise",
+    "batchnorm": "layernorm", "move": "reshape", "view": "reshape", "reduce": "elementwise", "pool": "elementwise",
     "matmul": "matmul", "conv": "conv", "embedding": "embedding", "other": "other",
 }
 
@@ -74,6 +77,8 @@ def make_operator(name: str, kind: str, fwd_flops: int, param_elems: int, in_ele
     """An Operator with the conventions above; ``reads`` overrides the input elements read
     (a lookup reads only its output's rows, not the whole table)."""
     read = sum(int(x) for x in in_elems) if reads is None else int(reads)
+    if kind == "view":  # family name passed as kind: a view of its input
+        kind, read, out_elems = "reshape", 0, 0
     fwd = int(fwd_flops)
     bwd = int(round(bwd_factor(kind) * fwd)) if bwd_flops is None else int(bwd_flops)
     return Operator(name=name, kind=kind, fwd_flops=float(fwd), bwd_flops=float(bwd),

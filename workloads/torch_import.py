@@ -47,10 +47,10 @@ for _fam, _names in {
     "layernorm": "layer_norm group_norm instance_norm",
     "rmsnorm": "rms_norm",
     "batchnorm": "batch_norm",
-    "move": "view reshape transpose permute contiguous split chunk cat concat stack getitem flatten "
-            "unflatten unsqueeze squeeze expand expand_as repeat narrow select t float half bfloat16 to "
-            "type_as type dropout clone detach index_select gather tril triu zeros_like ones_like "
-            "full_like new_zeros new_ones flip roll pad unbind movedim swapaxes view_as getattr",
+    "view": "view transpose permute split chunk getitem flatten unflatten unsqueeze squeeze expand "
+            "expand_as narrow select t dropout detach unbind movedim swapaxes view_as getattr",
+    "move": "reshape contiguous cat concat stack repeat float half bfloat16 to type_as type clone "
+            "index_select gather tril triu zeros_like ones_like full_like new_zeros new_ones flip roll pad",
     "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min",
     "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d",
 }.items():
@@ -66,8 +66,8 @@ _MOD_FAMILY: dict[str, str] = {
     "LayerNorm": "layernorm", "GroupNorm": "layernorm", "InstanceNorm1d": "layernorm",
     "InstanceNorm2d": "layernorm", "RMSNorm": "rmsnorm",
     "BatchNorm1d": "batchnorm", "BatchNorm2d": "batchnorm", "BatchNorm3d": "batchnorm",
-    "Dropout": "move", "Dropout1d": "move", "Dropout2d": "move", "Identity": "move",
-    "Flatten": "move", "Unflatten": "move",
+    "Dropout": "view", "Dropout1d": "view", "Dropout2d": "view", "Identity": "view",
+    "Flatten": "view", "Unflatten": "view",
     "MaxPool1d": "pool", "MaxPool2d": "pool", "MaxPool3d": "pool",
     "AvgPool1d": "pool", "AvgPool2d": "pool", "AvgPool3d": "pool",
     "AdaptiveAvgPool1d": "reduce", "AdaptiveAvgPool2d": "reduce", "AdaptiveMaxPool2d": "reduce",
@@ -227,10 +227,11 @@ def _fetch_attr(gm: Any, target: str) -> Any:
     return obj
 
 
-_HEAD_TAIL = frozenset({"move", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
+_MOVES = frozenset({"move", "view"})
+_HEAD_TAIL = frozenset({"move", "view", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
 
 
-def _through_moves(node: Any, w: _Walk, limit: int = 8, through: frozenset[str] = frozenset({"move"})) -> int | None:
+def _through_moves(node: Any, w: _Walk, limit: int = 8, through: frozenset[str] = _MOVES) -> int | None:
     """The op that produced ``node``, looking back through ops of the families ``through``."""
     for _ in range(limit):
         v = w.producer.get(node)
@@ -316,7 +317,7 @@ def _family_op(node: Any, fam: str, name: str, param: int, in_elems: list[int], 
         fwd = out * math.prod(int(x) for x in ks)
     else:
         fwd = oc.FLOPS_PER_ELEM[fam] * out
-    return oc.make_operator(name, oc.FAMILY_KIND[fam], fwd, param, in_elems, out)
+    return oc.make_operator(name, "view" if fam == "view" else oc.FAMILY_KIND[fam], fwd, param, in_elems, out)
 
 
 def _unknown(node: Any, what: str, w: _Walk, name: str, param: int, in_elems: list[int],
