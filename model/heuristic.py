@@ -141,3 +141,25 @@ def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "th
         if best is None or s < best[1]:
             best = (plan, s)
     return best
+
+
+def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...]) -> list[Plan]:
+    """Feasible plans one move away: one op shifted to the next or previous stage, or
+    run at another precision (candidate starts for the K best plans)."""
+    K, Q = len(path), len(problem.precisions)
+    preds, succs = problem.graph.preds(), problem.graph.succs()
+    stage, qs = list(plan.op_stage), [problem.q_index(p) for p in plan.op_precision]
+    out = []
+    for v in range(problem.n_ops):
+        for d in (-1, 1):
+            k = stage[v] + d
+            if 0 <= k < K and all(stage[u] <= k for u in preds[v]) and all(stage[w] >= k for w in succs[v]):
+                st = stage[:]
+                st[v] = k
+                out.append(make_plan(problem, path, st, qs))
+        for q in range(Q):
+            if q != qs[v]:
+                qq = qs[:]
+                qq[v] = q
+                out.append(make_plan(problem, path, stage, qq))
+    return [p for p in out if not plan_violations(problem, p)]

@@ -9,12 +9,15 @@ import numpy as np
 import pyomo.environ as pyo
 
 from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
+from costs.memory import inflight_microbatches
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
 from model.build import ModelSpec, build_model
+from model.downsets import enumerate_downsets, fixed_precision_plan, relaxation_bound
+from model.extract import make_plan
 from model.extract import assign_plan, plan_from_values, projection
-from model.heuristic import heuristic_plan, score
+from model.heuristic import heuristic_plan, neighbours, precision_candidates, score
 from model.highs import HighsRun
 from model.options import SolveOptions, SolveResult
 from model.paths import device_paths
@@ -28,7 +31,9 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
     g, topo = problem.graph, problem.topology
     kinds = problem.device_kind
     D = problem.n_devices
-    n1 = 1.0
+    # fewest microbatches any stage holds at once (1F1B's last stage holds one)
+    n1 = 1.0 if problem.schedule == "1f1b" else float(inflight_microbatches(problem.schedule, 0, 1,
+                                                                             problem.microbatches))
     for v, op in enumerate(g.ops):
         best = None
         for q, p in enumerate(problem.precisions):
@@ -46,8 +51,11 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
             need, cap, p = best
             raise DistplanError(
                 f"op {op.name!r} does not fit on any device: it needs {need / MIB:.2f} MiB even at {p} "
+                f"(parameters {problem.static_bytes[v, problem.q_index(p)] / MIB:.2f} MiB + output "
+                f"{problem.act_bytes[v, problem.q_index(p)] / MIB:.2f} MiB x {n1:g} in-flight microbatches) "
                 f"but the largest device holds {cap / MIB:.2f} MiB (short by {(need - cap) / MIB:.2f} MiB); "
-                "use a lower precision, a smaller batch, or devices with more memory")
+                "use a lower precision, a smaller batch or sequence, fewer in-flight microbatches, "
+                "or devices with more memory")
     if options.sensitivity_budget is not None:
         lo = math.fsum(min(problem.sensitivity[v, q] for q in range(len(problem.precisions))
                            if problem.supported[q].any()) for v in range(problem.n_ops))
@@ -88,6 +96,30 @@ def _nogood(m, problem: Problem, plan: Plan):
     return m.nogood.add(sum(terms) >= 1)
 
 
+def _better(problem, options, a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a[1] <= b[1] else b
+
+
+def _downset_plans(problem, path, mat, budget, weight):
+    """Exact best stage assignment for each candidate precision vector (downset DP)."""
+    best = None
+    for prec in precision_candidates(problem, path, budget):
+        if budget is not None and math.fsum(problem.sensitivity[v, q] for v, q in enumerate(prec)) > budget:
+            continue
+        stage = fixed_precision_plan(problem, path, mat, prec)
+        if stage is None:
+            continue
+        plan = make_plan(problem, path, stage, prec)
+        if plan_violations(problem, plan):
+            continue
+        best = _better(problem, None, best, (plan, score(problem, plan, "throughput", weight)))
+    return best
+
+
 def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     """Plan ``problem``: the best plans found within ``options.time_limit_s`` (end to end)."""
     options = options or SolveOptions()
@@ -111,21 +143,31 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
             names = ", ".join(n for n, _ in device_paths(problem.topology))
             raise DistplanError(f"path family {options.path!r} not available here; use one of {names}")
     budget, weight = options.sensitivity_budget, options.sensitivity_weight
+    mat = enumerate_downsets(problem)
     cands = []
     for name, p in paths:
         p = tuple(p[:K])
         h = heuristic_plan(problem, p, options.objective, budget, weight)
+        if mat is not None and options.objective == "throughput":
+            h = _better(problem, options, h, _downset_plans(problem, p, mat, budget, weight))
+        lb = relaxation_bound(problem, p, mat) if mat is not None and options.objective == "throughput" else 0.0
         s = h[1] if h else math.inf
-        say(f"path {name}: heuristic objective {_fmt(s)}")
-        cands.append((s, len(cands), name, p, h))
-    cands.sort(key=lambda c: (c[0], c[1]))
-    _, _, path_name, path, heur = cands[0]
+        say(f"path {name}: heuristic objective {_fmt(s)}, relaxation bound {_fmt(lb)}")
+        cands.append((s, -lb, len(cands), name, p, h, lb))
+    cands.sort(key=lambda c: c[:3])
+    _, _, _, path_name, path, heur, lb = cands[0]
+    if math.isinf(lb):
+        raise DistplanError(f"no plan fits the devices' memory on path {path_name} even with every op at its "
+                            "smallest precision; allow lower precisions, fewer in-flight microbatches or more devices")
     say(f"solving on path {path_name} ({K} stages)")
 
     tb = time.perf_counter()
     spec = ModelSpec(path=path, objective=options.objective, sensitivity_budget=budget, sensitivity_weight=weight)
     m = build_model(problem, spec)
     m.nogood = pyo.ConstraintList()
+    if lb > 0 and options.objective == "throughput":
+        # valid cut: the downset-DP relaxation bounds every plan's period
+        m.period_relax = pyo.Constraint(expr=m.T >= m.tscale * lb * (1 - 1e-9))
     run = HighsRun(m, threads=options.threads, seed=options.seed, verbose=options.verbose,
                    progress=options.progress)
     build_s = time.perf_counter() - tb
@@ -170,15 +212,33 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         saved = [np.array(s.col_value) for s in run.h.getSavedMipSolutions()]
     except Exception:  # older highspy: no solution pool
         pass
-    spare = [plan_from_values(m, problem, run.value_fn(x)) for x in saved]
-    while len(plans) < options.top_k and left() > 0.05:
+    pool = [plan_from_values(m, problem, run.value_fn(x)) for x in saved] + ([heur[0]] if heur else [])
+    if options.top_k > 1:
+        pool += neighbours(problem, best, path)
+
+    def ok(p: Plan) -> bool:
+        return projection(p) not in seen and not plan_violations(problem, p) and (
+            budget is None or plan_sensitivity(problem, p) <= budget * (1 + 1e-12))
+    whole_bound = bound if math.isfinite(bound) else 0.0   # bounds every plan, hence the k-th best
+    while len(plans) < options.top_k:
+        pool = sorted({projection(p): p for p in pool if ok(p)}.values(),
+                      key=lambda p: score(problem, p, options.objective, weight))
+        if pool:
+            c = pool[0]
+            cs = score(problem, c, options.objective, weight)
+            if cs > 0 and (cs - whole_bound) / cs <= options.rel_gap:
+                # within the gap of a bound valid for every plan: no re-solve needed
+                seen.add(projection(c))
+                plans.append(_annotate(problem, c, options, None))
+                pool = pool[1:] + neighbours(problem, c, path)
+                say(f"plan {len(plans)}: objective {_fmt(cs)} (within {options.rel_gap:.1%} of the bound)")
+                continue
+        if left() <= 0.05:
+            break
         for p in plans[len(m.nogood):]:
             run.add_constraint(_nogood(m, problem, p))
-        starts = [p for p in spare + ([heur[0]] if heur else []) if projection(p) not in seen
-                  and not plan_violations(problem, p)]
-        if starts:
-            st = min(starts, key=lambda p: score(problem, p, options.objective, weight))
-            assign_plan(m, problem, st)
+        if pool:
+            assign_plan(m, problem, pool[0])
             run.set_start()
         k_left = options.top_k - len(plans)
         rr = run.run(left() / k_left, options.rel_gap)
@@ -187,10 +247,11 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
                 say(f"no further distinct plan exists after {len(plans)}")
             break
         p = plan_from_values(m, problem, run.value_fn(rr["values"]))
-        if projection(p) in seen or plan_violations(problem, p):
+        if not ok(p):
             break
         seen.add(projection(p))
         plans.append(_annotate(problem, p, options, rr["objective"]))
+        pool += neighbours(problem, p, path)
         say(f"plan {len(plans)}: objective {_fmt(plans[-1].predicted['milp_objective'])} ({rr['status']})")
     plans.sort(key=lambda p: p.predicted["milp_objective"])
     obj = plans[0].predicted["milp_objective"]
