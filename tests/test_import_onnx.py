@@ -181,3 +181,18 @@ def test_no_warning_on_a_clean_model():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         import_onnx(transformer_onnx(_tiny(False)[0], 1, 8, fine=True))
+
+
+def test_gpt2_small_onnx_matches_the_zoo_gpt2():
+    """The acceptance model (12 layers, hidden 768), at seq 256 to stay fast."""
+    from workloads.onnx_builders import GPT2_SMALL
+    from workloads.zoo import get_workload
+
+    zoo = get_workload("gpt2", seq_len=256)
+    g = import_onnx(transformer_onnx(GPT2_SMALL, 1, 256), mode="training")
+    assert g.param_elems == zoo.param_elems == 124_439_808
+    scores = 12 * 256 * 256
+    assert g.fwd_flops == zoo.fwd_flops + 12 * 2 * scores  # + the scale Div and causal Where per layer
+    c = coarsen(g, target_ops=len(zoo.ops))
+    assert len(c.coarse.ops) <= len(zoo.ops) and c.coarse.bwd_flops == g.bwd_flops
+    assert c.coarse.ops[0].kind == "embedding"  # a fused group is named after its main operator

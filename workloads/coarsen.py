@@ -22,7 +22,8 @@ parameter, memory-traffic and activation totals are unchanged, and the memory a 
 needs on each device is the same on the coarse and the fine graph. Tensors between two
 coarse operators are summed; tensors inside one disappear (they no longer cross a
 device boundary). Not conserved: the number of operator launches, and the sensitivity
-proxy (a coarse operator takes the kind of its member with the most forward FLOPs).
+proxy (a coarse operator takes the name and kind of its member with the most forward
+FLOPs, preferring members that are not cheap).
 
 Consequences for a plan (``expand_plan``: every fine operator takes its coarse operator's
 stage and precision; stages, schedule and microbatches are unchanged):
@@ -210,7 +211,7 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
     for grp in live:
         mem = sorted(c.members[grp])
         fine = [g.ops[v] for v in mem]
-        anchor = max(range(len(fine)), key=lambda i: (fine[i].fwd_flops, -i))
+        anchor = max(range(len(fine)), key=lambda i: (fine[i].kind not in CHEAP_KINDS, fine[i].fwd_flops, -i))
         names[grp] = fine[anchor].name
         ops.append(Operator(
             name=fine[anchor].name, kind=fine[anchor].kind,
