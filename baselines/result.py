@@ -1,0 +1,137 @@
+"""What a baseline search returns (BaselineResult) and the bookkeeping every search
+shares (Tracker): the wall-clock deadline, the feasibility gate, the scorer, the
+count of candidates scored and the best plan so far.
+
+A candidate is *evaluated* when the scorer runs on it (cache hits and plans rejected
+by the feasibility gate are not counted as evaluated; rejections are counted apart).
+Only plans that pass the independent checker (``sim.check.plan_violations``) and the
+sensitivity budget are ever scored, so a search can only return a feasible plan.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from costs.evaluate import plan_sensitivity
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import Plan
+from baselines.scoring import Scorer, default_scorer
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """Outcome of one search.
+
+    ``plan`` is the best feasible plan found (None when none was found within the
+    budget), ``throughput_per_s`` its score (samples/s; 0.0 when ``plan`` is None),
+    ``seconds`` the wall-clock time used, ``candidates`` the plans scored,
+    ``rejected`` the candidates the feasibility gate turned away before scoring, and
+    ``history`` (seconds, best throughput) each time the best improved.
+    """
+
+    method: str
+    plan: Plan | None
+    throughput_per_s: float
+    seconds: float
+    candidates: int
+    rejected: int = 0
+    history: tuple[tuple[float, float], ...] = field(default=(), compare=False)
+
+
+def plan_key(plan: Plan) -> tuple:
+    """Hashable identity of a plan as a scorer sees it."""
+    return (plan.op_stage, plan.op_precision, plan.stages, plan.microbatches, plan.schedule)
+
+
+class Tracker:
+    """Deadline, feasibility gate, scoring with a cache, and best-so-far of one search.
+
+    ``max_candidates`` (optional) ends the search after that many scored plans: with a
+    generous budget this makes a seeded search deterministic.
+    """
+
+    def __init__(self, problem: Problem, method: str, budget_s: float, scorer: Scorer | None = None,
+                 sensitivity_budget: float | None = None, max_candidates: int | None = None) -> None:
+        if not budget_s > 0:
+            raise DistplanError(f"baseline {method!r}: budget must be > 0 s, got {budget_s}")
+        if max_candidates is not None and max_candidates < 1:
+            raise DistplanError(f"baseline {method!r}: max_candidates must be >= 1, got {max_candidates}")
+        self.problem = problem
+        self.method = method
+        self.scorer = scorer or default_scorer()
+        self.sensitivity_budget = sensitivity_budget
+        self.max_candidates = max_candidates
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + budget_s
+        self.budget_s = budget_s
+        self.candidates = 0
+        self.rejected = 0
+        self.best_plan: Plan | None = None
+        self.best = 0.0
+        self.history: list[tuple[float, float]] = []
+        self._cache: dict[tuple, float | None] = {}
+        self._stale = 0  # consecutive proposals already seen (a small space is exhausted)
+
+    #: consecutive already-seen proposals after which a search stops early
+    STALE_LIMIT = 2000
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def fraction(self) -> float:
+        """Share of the budget used (time or candidates, whichever is further along)."""
+        f = self.elapsed_s() / self.budget_s
+        if self.max_candidates:
+            f = max(f, self.candidates / self.max_candidates)
+        return min(1.0, f)
+
+    def expired(self) -> bool:
+        if self._stale >= self.STALE_LIMIT:
+            return True
+        if self.max_candidates is not None and self.candidates >= self.max_candidates:
+            return True
+        return time.perf_counter() >= self.deadline
+
+    def violations(self, plan: Plan) -> list[str]:
+        from sim.check import plan_violations
+
+        bad = plan_violations(self.problem, plan)
+        if not bad and self.sensitivity_budget is not None:
+            s = plan_sensitivity(self.problem, plan)
+            if s > self.sensitivity_budget * (1 + 1e-9) + 1e-12:
+                bad = [f"sensitivity {s:.6g} over the budget {self.sensitivity_budget:.6g}"]
+        return bad
+
+    def idle(self) -> None:
+        """Record a proposal that produced no new candidate (counts towards stopping early)."""
+        self._stale += 1
+
+    def evaluate(self, plan: Plan) -> float | None:
+        """Score ``plan`` (samples/s) if it is feasible, else None; updates the best."""
+        key = plan_key(plan)
+        if key in self._cache:
+            self._stale += 1
+            return self._cache[key]
+        self._stale = 0
+        if self.violations(plan):
+            self.rejected += 1
+            self._cache[key] = None
+            return None
+        try:
+            score = float(self.scorer(self.problem, plan))
+        except DistplanError:
+            score = None  # the scorer cannot model this plan (e.g. analytic cost with tp > 1)
+        if score is not None:
+            self.candidates += 1
+            if score > self.best:
+                self.best, self.best_plan = score, plan
+                self.history.append((self.elapsed_s(), score))
+        else:
+            self.rejected += 1
+        self._cache[key] = score
+        return score
+
+    def result(self) -> BaselineResult:
+        return BaselineResult(self.method, self.best_plan, self.best if self.best_plan else 0.0,
+                              self.elapsed_s(), self.candidates, self.rejected, tuple(self.history))

@@ -1,0 +1,45 @@
+"""Scorers: a function ``(problem, plan) -> samples per second`` that a baseline
+maximises. The default is the realistic simulator (``sim.simulate`` with
+``SimOptions()``), the same judge the MILP's plans face. ``ideal_throughput`` uses the
+simulator's ideal mode and ``analytic_throughput`` the analytic steady-state period
+(``costs.evaluate.plan_cost``): both are the MILP's own cost model, so a baseline scored
+with them can be compared with the MILP's proven optimum (they agree for
+tensor_parallel = 1).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from costs.evaluate import plan_cost
+from costs.problem import Problem
+from distplan.plan import Plan
+
+Scorer = Callable[[Problem, Plan], float]
+
+
+def simulated_throughput(problem: Problem, plan: Plan) -> float:
+    """Samples/s of ``plan`` in the realistic simulator (``sim.SimOptions()``)."""
+    from sim import SimOptions, simulate
+
+    return float(simulate(problem, plan, SimOptions()).throughput_per_s)
+
+
+def ideal_throughput(problem: Problem, plan: Plan) -> float:
+    """Samples/s of ``plan`` in the simulator's ideal mode (the MILP's model)."""
+    from sim import SimOptions, simulate
+
+    return float(simulate(problem, plan, SimOptions(ideal=True)).throughput_per_s)
+
+
+def analytic_throughput(problem: Problem, plan: Plan) -> float:
+    """batch_size / analytic period: the MILP's objective turned into samples/s."""
+    period = plan_cost(problem, plan).period_s
+    return problem.graph.batch_size / period if period > 0 else float("inf")
+
+
+SCORERS: dict[str, Scorer] = {"sim": simulated_throughput, "ideal": ideal_throughput,
+                              "analytic": analytic_throughput}
+
+
+def default_scorer() -> Scorer:
+    return simulated_throughput
