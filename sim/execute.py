@@ -42,7 +42,7 @@ class Net:
 def expand(prog: Program, plan) -> Net:
     T, C, M = prog.T, prog.C, prog.M
     units = -(-M // C)
-    pad = 2 if prog.backpressure else 0
+    pad = max((b[2] for b in prog.backpressure), default=0)
     U = units + pad
     N0 = U * T
     succ_t: list[list[int]] = [[] for _ in range(T)]
@@ -50,19 +50,19 @@ def expand(prog: Program, plan) -> Net:
         for u in ps:
             succ_t[u].append(t - u)
     pend_t = [len(ps) for ps in prog.preds]
-    bp_into: dict[int, int] = {}
-    for r, target, shift in prog.backpressure:
+    bp_into: dict[tuple[int, int], int] = {}
+    for r, target, shift, depth in prog.backpressure:
         succ_t[r].append(shift * T + target - r)
         pend_t[target] += 1
-        bp_into[target] = bp_into.get(target, 0) + 1
+        bp_into[(target, depth)] = bp_into.get((target, depth), 0) + 1
     deltas = [tuple(x) for x in succ_t]
     succ = deltas * U
     pending = pend_t * U
     if bp_into:
-        for target, cnt in bp_into.items():
+        for (target, depth), cnt in bp_into.items():
             p = prog.pat[target]
             for u in range(U):
-                if u * C + p < 2:
+                if u * C + p < depth:
                     pending[u * T + target] -= cnt
                 else:
                     break

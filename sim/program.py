@@ -73,8 +73,8 @@ class Program:
     phase: list[int] = field(default_factory=list)
     offset: list[int] = field(default_factory=list)
     buffers: list[Buffer] = field(default_factory=list)
-    # (release type, target type, unit shift): target(m + 2) waits for release(m)
-    backpressure: list[tuple[int, int, int]] = field(default_factory=list)
+    # (release type, target type, unit shift, depth): target(m + depth) waits for release(m)
+    backpressure: list[tuple[int, int, int, int]] = field(default_factory=list)
     # collective nodes after the pipeline (absolute, appended after the units)
     x_server: list[int] = field(default_factory=list)
     x_dur: list[float] = field(default_factory=list)
@@ -369,20 +369,21 @@ class _Builder:
         prog.offset = o
 
     def add_backpressure(self) -> None:
-        """Stream: double buffering. Op v's task for microbatch m + 2 waits until the
-        output of microbatch m has left its device (first link hop served) or been
-        consumed locally, so a device never holds more than two outputs of an op."""
+        """Stream: bounded output buffers. Op v's task for microbatch m + depth waits until
+        the output of microbatch m has left its device (first link hop served) and been
+        consumed locally. depth = 2 (double buffering) unless a local consumer runs
+        r >= 2 rounds after the producer in the static order (an all-reduce or a round trip
+        in between), then r + 1, so the order can never deadlock."""
         prog = self.prog
         C = prog.C
         o = prog.offset
         for (p, v, j), (f, rel) in self._release_map.items():
-            p2 = (p + 2) % C
-            shift = (p + 2) // C
-            target = self._f_of(p2, v, j)
+            gaps = [o[r] - o[f] for r in rel if prog.server[r] == prog.server[f]]
+            depth = max([2] + [g + 1 for g in gaps])
+            target = self._f_of((p + depth) % C, v, j)
+            shift = (p + depth) // C
             for r in rel:
-                if prog.server[r] == prog.server[f] and o[r] - o[f] > 1:
-                    continue  # would deadlock the static order; this output may need more buffers
-                prog.backpressure.append((r, target, shift))
+                prog.backpressure.append((r, target, shift, depth))
 
     def _f_of(self, p: int, v: int, j: int) -> int:
         return self._fidx[(p, v, j)]
