@@ -57,8 +57,10 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
         return out
     for u, v in problem.edges:
         if plan.op_stage[u] > plan.op_stage[v]:
-            out.append(f"tensor {g.ops[u].name!r}->{g.ops[v].name!r} flows from stage "
-                       f"{plan.op_stage[u]} back to stage {plan.op_stage[v]}")
+            a, b = g.ops[u].name, g.ops[v].name
+            out.append(f"tensor {a!r}->{b!r} flows from stage {plan.op_stage[u]} back to stage "
+                       f"{plan.op_stage[v]}; move {b!r} to stage >= {plan.op_stage[u]} or {a!r} to stage "
+                       f"<= {plan.op_stage[v]}")
     if plan.schedule == "explicit":
         out += _order_violations(problem, plan)
     mem = plan_memory_bytes(problem, plan)

@@ -1,0 +1,127 @@
+"""Simulator I/O: plan JSON round trip, the checker's messages, the trace file and the
+``python -m sim`` replay command."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costs.problem import ProblemOptions, build_problem
+from distplan.plan import Plan, Stage, plan_from_dict, plan_to_dict, save_plan
+from sim import SimOptions, simulate
+from sim.check import InfeasiblePlan, check_plan, plan_violations
+from sim.trace import chrome_trace, write_chrome_trace
+from test_sim_exact import chain, pipeline_plan, run, topo_line
+from workloads.zoo import get_workload
+from topologies.presets import get_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_json_round_trip_replays_identically(tmp_path):
+    g = chain([1.0, 2.0, 1.0], elems=[1000, 2000])
+    topo = topo_line(3)
+    plan = Plan((0, 1, 2), ("fp16", "int8", "fp16"), (Stage((0,)), Stage((1,)), Stage((2,))), 8, "stream",
+                predicted={"milp_period_s": 2.0})
+    r, pb = run(g, topo, plan)
+    save_plan(plan, pb, tmp_path / "p.json")
+    back = plan_from_dict(json.loads((tmp_path / "p.json").read_text()), pb)
+    assert back == plan and back.predicted == plan.predicted
+    r2 = simulate(pb, back)
+    assert r2.makespan_s == r.makespan_s and np.array_equal(r2.microbatch_done_s, r.microbatch_done_s)
+
+
+def test_explicit_order_round_trips():
+    g = chain([1.0, 1.0])
+    order = {0: ((0, 0, "F"), (1, 0, "F")), 1: ((0, 1, "F"), (1, 1, "F"))}
+    plan = Plan((0, 1), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 2, "explicit", device_order=order)
+    r, pb = run(g, topo_line(2), plan)
+    back = plan_from_dict(json.loads(json.dumps(plan_to_dict(plan, pb))), pb)
+    assert back.device_order == order
+    assert simulate(pb, back).makespan_s == r.makespan_s == 3.0
+
+
+def test_checker_names_device_and_memory_shortfall():
+    g = chain([1.0, 1.0], params=10**6)  # 2 MB of fp16 params per op
+    topo = topo_line(2)
+    from topologies.topology import DeviceKind, Topology
+    small = DeviceKind("exact", {"fp16": 1e12}, mem_capacity_bytes=3e6, mem_bw_bytes_per_s=1e12, efficiency=1.0)
+    topo = Topology("tiny", {"exact": small}, topo.devices, topo.links)
+    pb = build_problem(g, topo, ProblemOptions(precisions=("fp16",), microbatches=2))
+    ok = Plan((0, 1), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 2, "stream")
+    check_plan(pb, ok)
+    bad = Plan((0, 0), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 2, "stream")
+    with pytest.raises(InfeasiblePlan, match=r"device d0: needs 3\.81 MiB .*short by 0\.95 MiB"):
+        check_plan(pb, bad)
+
+
+def test_checker_names_ops_of_a_backward_tensor():
+    g = chain([1.0, 1.0])
+    _, pb = run(g, topo_line(2), pipeline_plan(2, 1, "stream"))
+    bad = Plan((1, 0), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 1, "stream")
+    (msg,) = plan_violations(pb, bad)
+    assert "'o0'->'o1'" in msg and "stage 1 back to stage 0" in msg and "move" in msg
+
+
+def test_trace_has_a_track_per_device_and_link(tmp_path):
+    g = chain([1.0, 2.0], elems=[10**6])
+    plan = pipeline_plan(2, 3, "stream")
+    r, pb = run(g, topo_line(2), plan, trace=True)
+    write_chrome_trace(r, pb, tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert len(names) == pb.n_devices + len(pb.topology.links)
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == r.n_nodes == 6 + 3
+    assert {e["cat"] for e in spans} == {"forward", "transfer"}
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(r.makespan_s * 1e6)
+    with pytest.raises(Exception, match="trace=True"):
+        chrome_trace(simulate(pb, plan), pb)
+
+
+def _zoo_plan(tmp_path, stage_devices=(0, 1, 2, 3)) -> Path:
+    g = get_workload("mlp-xs")
+    topo = get_topology("dgx-a100")
+    pb = build_problem(g, topo, ProblemOptions(precisions=("fp16",), microbatches=8))
+    V = len(g.ops)
+    K = len(stage_devices)
+    plan = Plan(tuple(v * K // V for v in range(V)), ("fp16",) * V, tuple(Stage((d,)) for d in stage_devices),
+                8, "stream")
+    path = tmp_path / "plan.json"
+    save_plan(plan, pb, path)
+    return path
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "sim", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_replays_a_plan_file_and_writes_a_trace(tmp_path):
+    plan = _zoo_plan(tmp_path)
+    out = _cli(plan, "--trace", tmp_path / "trace.json")
+    assert out.returncode == 0, out.stderr
+    assert "period" in out.stdout and "throughput" in out.stdout
+    doc = json.loads((tmp_path / "trace.json").read_text())
+    assert any(e["ph"] == "X" for e in doc["traceEvents"])
+    out = _cli(plan, "--ideal", "--link-model", "free")
+    assert out.returncode == 0, out.stderr
+
+
+def test_cli_errors_are_one_line_with_status_2(tmp_path):
+    out = _cli(tmp_path / "missing.json")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "not found" in out.stderr
+    (tmp_path / "junk.json").write_text("{}")
+    out = _cli(tmp_path / "junk.json")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    doc = json.loads(_zoo_plan(tmp_path).read_text())
+    first = next(iter(doc["ops"]))
+    doc["ops"][first]["stage"] = 3  # the first op after its consumers
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    out = _cli(tmp_path / "bad.json")
+    assert out.returncode == 2 and "infeasible plan" in out.stderr and "Traceback" not in out.stderr
