@@ -330,7 +330,7 @@ def _unknown(node: Any, what: str, w: _Walk, name: str, param: int, in_elems: li
 def _matmul(node: Any, t: str, w: _Walk, deps: list[Any], name: str, param: int, in_elems: list[int],
             out: int) -> tuple[Operator, str]:
     if t == "linear":
-        x, weight = node.args[0], _arg(node, 1, "weight")
+        x = node.args[0]
         bias = _arg(node, 2, "bias") is not None
         return oc.make_operator(name, "matmul", oc.matmul_flops(out, w.shape(x)[-1], bias), param, in_elems,
                                 out), "matmul_w"
