@@ -45,13 +45,26 @@ def expand(prog: Program, plan) -> Net:
     pad = max((b[2] for b in prog.backpressure), default=0)
     U = units + pad
     N0 = U * T
+    # An edge between two nodes of one single-slot static server is implied by the
+    # server's order when that order is the schedule's (key-sorted, consistent with every
+    # dependency): drop it. Explicit orders keep every edge (the user may misorder).
+    if plan.schedule == "explicit":
+        implied = [False] * (prog.D + prog.L)
+    else:
+        implied = [(s < prog.D or prog.static_links) and prog.concurrency[s] == 1 for s in range(prog.D + prog.L)]
+    srv_of = prog.server
     succ_t: list[list[int]] = [[] for _ in range(T)]
+    pend_t = [0] * T
     for t, ps in enumerate(prog.preds):
         for u in ps:
+            if srv_of[u] == srv_of[t] and implied[srv_of[t]]:
+                continue
             succ_t[u].append(t - u)
-    pend_t = [len(ps) for ps in prog.preds]
+            pend_t[t] += 1
     bp_into: dict[tuple[int, int], int] = {}
     for r, target, shift, depth in prog.backpressure:
+        if srv_of[r] == srv_of[target] and implied[srv_of[r]]:
+            continue
         succ_t[r].append(shift * T + target - r)
         pend_t[target] += 1
         bp_into[(target, depth)] = bp_into.get((target, depth), 0) + 1
@@ -314,7 +327,7 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
                         elif dyn[s2]:
                             push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
                             cnt += 1
-    done = sum(1 for x in beg if x >= 0.0)
+    done = int(np.count_nonzero(np.asarray(beg) >= 0.0))
     if done != net.n_valid:
         _deadlock(net, prog, waiting, pending, done)
     busy = np.asarray(f_busy) if fair else None
