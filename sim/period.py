@@ -10,11 +10,14 @@ REL_TOL = 1e-9
 def steady_period(done: np.ndarray, tail: int) -> tuple[float, bool]:
     """(period, steady) from completion times ``done`` (one per microbatch, in order).
 
+    Completions count in order (a microbatch is delivered once all earlier ones are: the
+    running maximum), so replicas of unequal speed are paced by the slowest one.
     The last ``tail`` microbatches may finish early while the pipeline drains and are
     left out. Over the last half of the rest, find the smallest p <= 8 with
     ``done[m + p] - done[m]`` constant (to 1e-9 relative): the period is that / p.
     Otherwise return the average spacing over the window and ``steady=False``.
     """
+    done = np.maximum.accumulate(np.asarray(done, dtype=float))  # in-order delivery
     M = len(done)
     if M < 2:
         return float(done[-1]) if M else 0.0, False

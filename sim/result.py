@@ -11,7 +11,8 @@ class SimResult:
     """What :func:`sim.simulate` measured.
 
     ``period_s``: steady-state time between microbatch completions. It is read from the
-    completion times (``microbatch_done_s``) once the run is periodic: the smallest p such
+    in-order completion times (running maximum of ``microbatch_done_s``) once the run is
+    periodic: the smallest p such
     that ``done[m + p] - done[m]`` is constant over the last half of the microbatches not
     affected by the pipeline draining; period = that constant / p (``steady`` True). If no
     periodic regime is found (too few microbatches, or a time-dependent link order), it is

@@ -26,7 +26,7 @@ def _rel(a: float, b: float) -> float:
 
 # --- the identity the MILP relies on ------------------------------------------------
 @FAST
-@given(problem_and_plan(mode="inference", microbatches=96))
+@given(problem_and_plan(mode="inference", microbatches=96, replicas=True))
 def test_ideal_period_equals_analytic_period_inference(x):
     pb, plan = x
     r = simulate(pb, plan, SimOptions(ideal=True))
@@ -35,7 +35,7 @@ def test_ideal_period_equals_analytic_period_inference(x):
 
 
 @FAST
-@given(problem_and_plan(mode="training", schedule="1f1b", microbatches=96))
+@given(problem_and_plan(mode="training", schedule="1f1b", microbatches=96, replicas=True))
 def test_ideal_period_equals_analytic_period_training_1f1b(x):
     pb, plan = x
     r = simulate(pb, plan, SimOptions(ideal=True))
