@@ -57,12 +57,13 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
                 "use a lower precision, a smaller batch or sequence, fewer in-flight microbatches, "
                 "or devices with more memory")
     if options.sensitivity_budget is not None:
-        lo = math.fsum(min(problem.sensitivity[v, q] for q in range(len(problem.precisions))
-                           if problem.supported[q].any()) for v in range(problem.n_ops))
+        usable = [q for q in range(len(problem.precisions))
+                  if any(problem.supported[q, problem.device_kind[d]] for d in range(problem.n_devices))]
+        lo = math.fsum(min(problem.sensitivity[v, q] for q in usable) for v in range(problem.n_ops))
         if options.sensitivity_budget < lo - 1e-12:
             raise DistplanError(
                 f"sensitivity budget {options.sensitivity_budget:.6g} is below the minimum any plan achieves "
-                f"({lo:.6g}, every op at its highest allowed precision); raise the budget to at least {lo:.6g}")
+                f"({lo:.6g}, every op at the highest precision some device runs); raise the budget to at least {lo:.6g}")
     K = options.n_stages or D
     if K > D:
         raise DistplanError(f"n_stages {K} exceeds the {D} devices of topology {topo.name!r}; use at most {D}")
@@ -93,6 +94,8 @@ def _nogood(m, problem: Problem, plan: Plan):
         for q in m.PRECS:
             if len(problem.precisions) > 1:
                 terms.append((1 - m.prec[v, q]) if q == qv else m.prec[v, q])
+    if not terms:
+        return None   # no binaries: the plan is the only one
     return m.nogood.add(sum(terms) >= 1)
 
 
@@ -235,8 +238,14 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
                 continue
         if left() <= 0.05:
             break
-        for p in plans[len(m.nogood):]:
-            run.add_constraint(_nogood(m, problem, p))
+        n_cut = len(m.nogood)
+        for p in plans[n_cut:]:
+            con = _nogood(m, problem, p)
+            if con is None:
+                break
+            run.add_constraint(con)
+        if len(m.nogood) < len(plans):
+            break
         if pool:
             assign_plan(m, problem, pool[0])
             run.set_start()
