@@ -119,7 +119,7 @@ sim = pytest.importorskip("sim.simulate")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(max_ops=6))
+@given(instances(max_ops=6).filter(lambda pb: not pb.training))
 def test_simulated_ideal_period_equals_milp_objective(pb):
     """With enough microbatches for a steady state (stream / 1F1B), the ideal simulator's
     period equals the MILP objective of every returned plan."""
@@ -135,3 +135,21 @@ def test_simulated_ideal_period_equals_milp_objective(pb):
         s = sim.simulate(pb, p, SimOptions(ideal=True))
         assert s.steady
         assert s.period_s == pytest.approx(p.predicted["milp_period_s"], rel=1e-6)
+
+
+@pytest.mark.xfail(reason="sim (not model) reports 3.85 ms for a 1F1B plan whose stage 1 has 4.49 ms "
+                          "of work per microbatch; reported to the lead", strict=False)
+def test_simulated_ideal_period_training_disconnected_ops():
+    from sim.options import SimOptions
+    ops = (Operator("v0", "matmul", 1e6, 1e6), Operator("v1", "matmul", 1e6, 1e6),
+           Operator("v2", "matmul", 1e6, 7185277958.0), Operator("v3", "matmul", 1e6, 6153628725.0))
+    g = Graph("r", ops, (Tensor("v0", "v1", 0),), mode="training")
+    kind = DeviceKind("fast", {"fp16": 2e12}, 4e6, 1e11, 0.8, 1e-6)
+    devs = tuple(Device(f"d{i}", "fast") for i in range(3))
+    links = (Link("d0", "d1", 1e8), Link("d1", "d0", 1e8), Link("d1", "d2", 1e8), Link("d2", "d1", 1e8))
+    pb = build_problem(g, Topology("line", {"fast": kind}, devs, links),
+                       ProblemOptions(precisions=("fp16",), microbatches=24, schedule="1f1b"))
+    r = solve(pb, SolveOptions(top_k=2, rel_gap=0.0, path="natural"))
+    for p in r.plans:
+        assert sim.simulate(pb, p, SimOptions(ideal=True)).period_s == pytest.approx(
+            p.predicted["milp_period_s"], rel=1e-6)
