@@ -29,10 +29,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")
     s = ap.add_argument_group("solver")
     s.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
-    s.add_argument("--sensitivity-budget", type=float, default=None,
-                   help="upper bound on the summed numerical-sensitivity proxy")
+    s.add_argument("--sensitivity-budget", default=None,
+                   help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
+                        "all-lowest-precision total such as 10%%")
     s.add_argument("--sensitivity-weight", type=float, default=0.0,
                    help="seconds of period traded per unit of sensitivity (weighted objective)")
+    s.add_argument("--coarsen", type=int, default=None,
+                   help="solve on a graph coarsened to this many ops (default: 150 when the graph has > 300; 0: never)")
     s.add_argument("--stages", type=int, default=None, help="pipeline stages (default: up to the device count)")
     s.add_argument("--top-k", type=int, default=5)
     s.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds")

@@ -87,14 +87,36 @@ def format_table(problem: Problem, solved: Any, ranked: list[RankedPlan]) -> str
     return "\n".join(lines)
 
 
-def solve_options(args: argparse.Namespace):
+def parse_budget(text: str | None, problem: Problem | None) -> float | None:
+    """'--sensitivity-budget' as an absolute value ('120') or as a share of the
+    all-lowest-precision sensitivity ('10%')."""
+    if text is None:
+        return None
+    t = str(text).strip()
+    try:
+        if t.endswith("%"):
+            if problem is None:
+                raise DistplanError("a percentage sensitivity budget needs the problem it refers to")
+            frac = float(t[:-1]) / 100.0
+            if not 0 <= frac:
+                raise ValueError
+            return frac * float(problem.sensitivity.max(axis=1).sum())
+        value = float(t)
+    except ValueError:
+        raise DistplanError(f"--sensitivity-budget must be a number or a percentage like 10%, got {text!r}") from None
+    if value < 0:
+        raise DistplanError(f"--sensitivity-budget must be >= 0, got {text!r}")
+    return value
+
+
+def solve_options(args: argparse.Namespace, problem: Problem | None = None):
     from model import SolveOptions
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     kw: dict[str, Any] = dict(
-        objective=args.objective, sensitivity_budget=args.sensitivity_budget,
+        objective=args.objective, sensitivity_budget=parse_budget(args.sensitivity_budget, problem),
         sensitivity_weight=args.sensitivity_weight, top_k=args.top_k, time_limit_s=args.time_limit,
         rel_gap=args.gap, seed=args.seed, n_stages=args.stages,
         progress=None if args.quiet or args.json else progress,
@@ -104,20 +126,63 @@ def solve_options(args: argparse.Namespace):
     return SolveOptions(**kw)
 
 
-def run_main(problem: Problem, args: argparse.Namespace) -> int:
-    """Solve, rank, print, write; returns the process exit code."""
+#: Graphs larger than this are coarsened before the solve unless --coarsen says otherwise.
+AUTO_COARSEN_ABOVE_OPS = 300
+AUTO_COARSEN_TARGET_OPS = 150
+
+
+def coarsen_target(problem: Problem, requested: int | None) -> int | None:
+    """Target op count for the solve (None: solve the graph as it is)."""
+    n = problem.n_ops
+    if requested is None:
+        return AUTO_COARSEN_TARGET_OPS if n > AUTO_COARSEN_ABOVE_OPS else None
+    if requested < 0:
+        raise DistplanError(f"--coarsen must be >= 0 (0 disables), got {requested}")
+    return requested if 0 < requested < n else None
+
+
+def solve_maybe_coarse(problem: Problem, args: argparse.Namespace):
+    """Solve ``problem``, on a coarsened graph when it is large; plans come back on the
+    original operators. Returns (SolveResult, plans on ``problem``, coarse op count or None)."""
+    from costs.evaluate import plan_cost
+    from costs.problem import ProblemOptions, build_problem
     from model import solve
 
+    target = coarsen_target(problem, getattr(args, "coarsen", None))
+    if target is None:
+        solved = solve(problem, solve_options(args, problem))
+        return solved, list(solved.plans), None
+    from workloads.coarsen import coarsen, expand_plan
+
+    c = coarsen(problem.graph, target_ops=target)
+    coarse = build_problem(c.coarse, problem.topology, ProblemOptions(
+        precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule))
+    if not args.quiet and not args.json:
+        print(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back and "
+              "simulated on the original graph (the proven gap holds for the coarse problem)",
+              file=sys.stderr, flush=True)
+    solved = solve(coarse, solve_options(args, coarse))
+    plans = []
+    for p in solved.plans:
+        fine = expand_plan(c, p)
+        fine.predicted.update(coarse_milp_period_s=p.predicted.get("milp_period_s"),
+                              milp_period_s=plan_cost(problem, fine).period_s)
+        plans.append(fine)
+    return solved, plans, coarse.n_ops
+
+
+def run_main(problem: Problem, args: argparse.Namespace) -> int:
+    """Solve, rank, print, write; returns the process exit code."""
     if args.top_k < 1:
         raise DistplanError("--top-k must be >= 1")
     if args.compare:
         from distplan.compare import run_compare
 
         return run_compare(problem, args)
-    solved = solve(problem, solve_options(args))
-    if not solved.plans:
+    solved, plans, coarse_ops = solve_maybe_coarse(problem, args)
+    if not plans:
         raise DistplanError(f"the solver returned no plan (status {solved.status})")
-    ranked = rank_plans(problem, solved.plans, trace=bool(args.trace or args.report))
+    ranked = rank_plans(problem, plans, trace=bool(args.trace or args.report))
     best = ranked[0]
     if args.plan_out:
         best_plan = best.plan
@@ -132,9 +197,14 @@ def run_main(problem: Problem, args: argparse.Namespace) -> int:
 
         write_report(problem, best, args.report)
     if args.json:
-        print(json.dumps(result_document(problem, solved, ranked), indent=1, default=float))
+        doc = result_document(problem, solved, ranked)
+        doc["solver"]["coarse_ops"] = coarse_ops
+        print(json.dumps(doc, indent=1, default=float))
     else:
         print(format_table(problem, solved, ranked))
+        if coarse_ops is not None:
+            print(f"note: solved on a {coarse_ops}-op coarsening of the {problem.n_ops}-op graph; the bound and gap "
+                  "above are for the coarse problem, periods are for the expanded plans on the original graph")
         outs = [p for p in (args.plan_out, args.trace, args.report) if p]
         if outs:
             print("wrote " + ", ".join(outs))

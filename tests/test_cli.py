@@ -65,3 +65,35 @@ def test_negative_bandwidth_file(capsys, tmp_path):
 def test_unknown_names(capsys, argv, needle):
     rc, _, err = run(capsys, *argv, "--describe")
     _one_error_line(rc, err, needle)
+
+
+def test_main_job_json_small(capsys, tmp_path):
+    """End to end on a small instance: the JSON document carries the promised fields and
+    the ideal simulation reproduces the MILP period."""
+    rc, out, _ = run(capsys, "--workload", "mlp-xs", "--topology", "mcm2x2", "--time-limit", "20", "--top-k", "2",
+                     "--json", "--plan-out", str(tmp_path / "plan.json"))
+    assert rc == 0
+    doc = json.loads(out)
+    for key in ("status", "objective_s", "bound_s", "gap", "seconds"):
+        assert key in doc["solver"]
+    assert doc["plans"] and (tmp_path / "plan.json").exists()
+    for p in doc["plans"]:
+        assert set(p) >= {"rank", "milp_period_s", "sim_period_s", "throughput_per_s", "stages", "precisions",
+                          "peak_memory_bytes"}
+        assert p["sim_ideal_period_s"] == pytest.approx(p["milp_period_s"], rel=1e-6)
+        assert len(p["precisions"]) == 16
+
+
+def test_coarsened_solve_maps_back_to_every_op(capsys, tmp_path):
+    rc, out, _ = run(capsys, "--workload", "mlp-xs", "--topology", "mcm2x2", "--coarsen", "6", "--time-limit", "20",
+                     "--top-k", "1", "--json", "--plan-out", str(tmp_path / "plan.json"))
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["solver"]["coarse_ops"] <= 6
+    assert len(doc["plans"][0]["precisions"]) == 16
+
+
+@pytest.mark.parametrize("budget,needle", [("-1", ">= 0"), ("abc", "percentage")])
+def test_bad_budget(capsys, budget, needle):
+    rc, _, err = run(capsys, "--workload", "mlp-xs", "--topology", "mcm2x2", "--sensitivity-budget", budget)
+    _one_error_line(rc, err, needle)
