@@ -1,0 +1,205 @@
+"""``solve.py --compare``: the MILP against baseline searches at equal wall-clock budget.
+
+Every method gets the same budget; the MILP (``model.solve`` with ``time_limit_s`` =
+budget) returns its top-K plans, which are checked and replayed in the realistic
+simulator (``distplan.run.rank_plans``); every baseline scores its candidates with that
+same simulator and the same feasibility checker. The table shows, per method, the best
+plan's simulated throughput, its ratio to the MILP plan, wall seconds and candidates
+evaluated, and, as the ceiling, the throughput the MILP's proven bound allows
+(``batch_size / bound_s``: no plan's period is shorter under the MILP's cost model, which
+is the simulator's ideal mode).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from costs.problem import Problem
+from distplan.errors import DistplanError
+from distplan.plan import Plan, plan_to_dict
+
+#: the searches the acceptance target is stated against (MCM partitioning paper)
+SEARCH_BASELINES = ("random", "sa")
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One method's outcome. For the MILP ``status``/``objective_s``/``bound_s``/``gap``
+    are the solver's; for a baseline ``status`` is 'found' or 'none', ``objective_s`` the
+    simulated period of its plan and bound/gap are NaN. ``candidates``: plans simulated
+    (MILP: its top-K), ``rejected``: candidates the feasibility gate turned away."""
+
+    method: str
+    throughput_per_s: float
+    seconds: float
+    candidates: int
+    status: str
+    objective_s: float = math.nan
+    bound_s: float = math.nan
+    gap: float = math.nan
+    rejected: int = 0
+    plan: Plan | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    problem: Problem
+    budget_s: float
+    rows: tuple[MethodRow, ...]  # the MILP first
+
+    @property
+    def milp(self) -> MethodRow:
+        return self.rows[0]
+
+    @property
+    def ceiling_per_s(self) -> float:
+        """batch_size / proven bound (inf when the bound is 0 or unknown)."""
+        b = self.milp.bound_s
+        return self.problem.graph.batch_size / b if b > 0 and math.isfinite(b) else math.inf
+
+    def ratio(self, row: MethodRow) -> float:
+        """row throughput / MILP throughput."""
+        m = self.milp.throughput_per_s
+        return row.throughput_per_s / m if m > 0 else math.nan
+
+    def milp_over(self, methods: Sequence[str] = SEARCH_BASELINES) -> float:
+        """MILP throughput / the best throughput among ``methods`` present (NaN if none)."""
+        best = max((r.throughput_per_s for r in self.rows[1:] if r.method in methods), default=None)
+        if best is None:
+            return math.nan
+        return self.milp.throughput_per_s / best if best > 0 else math.inf
+
+
+def run_milp(problem: Problem, options: Any) -> MethodRow:
+    """Solve, then check and simulate every returned plan; the row carries the best simulated."""
+    from distplan.run import rank_plans
+    from model import solve
+
+    t0 = time.perf_counter()
+    solved = solve(problem, options)
+    if not solved.plans:
+        raise DistplanError(f"the solver returned no plan (status {solved.status})")
+    ranked = rank_plans(problem, solved.plans)
+    best = ranked[0]
+    return MethodRow("milp", float(best.sim.throughput_per_s), time.perf_counter() - t0, len(ranked),
+                     solved.status, float(solved.objective_s), float(solved.bound_s), float(solved.gap),
+                     plan=best.plan,
+                     extra={"solve_seconds": solved.seconds, "build_seconds": solved.build_seconds,
+                            "binaries": solved.n_binaries, "constraints": solved.n_constraints,
+                            "milp_period_s": best.milp_period_s, "sim_period_s": best.sim.period_s})
+
+
+def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
+               sensitivity_budget: float | None = None, scorer=None) -> MethodRow:
+    """One baseline as a table row."""
+    from baselines import run_baseline
+
+    r = run_baseline(method, problem, budget_s, seed, scorer=scorer, sensitivity_budget=sensitivity_budget)
+    found = r.plan is not None
+    period = problem.graph.batch_size / r.throughput_per_s if found and r.throughput_per_s > 0 else math.nan
+    return MethodRow(method, r.throughput_per_s, r.seconds, r.candidates, "found" if found else "none",
+                     objective_s=period, rejected=r.rejected, plan=r.plan)
+
+
+def compare_methods(problem: Problem, methods: Sequence[str], budget_s: float, seed: int = 0,
+                    solve_options: Any = None, sensitivity_budget: float | None = None,
+                    progress: Callable[[str], None] | None = None) -> Comparison:
+    """Run the MILP (time limit = ``budget_s``) and each baseline (budget ``budget_s``), one
+    after the other so that none competes with another for the cores."""
+    from baselines import parse_methods
+    from model import SolveOptions
+
+    if not budget_s > 0:
+        raise DistplanError(f"--budget must be > 0 seconds, got {budget_s}")
+    methods = parse_methods(",".join(methods))
+    opts = solve_options or SolveOptions(seed=seed, sensitivity_budget=sensitivity_budget)
+    opts = dataclasses.replace(opts, time_limit_s=budget_s)
+    say = progress or (lambda msg: None)
+    say(f"compare: MILP with a {budget_s:g} s time limit ...")
+    rows = [run_milp(problem, opts)]
+    say(f"compare: milp {rows[0].throughput_per_s:.6g} samples/s ({rows[0].status}, {rows[0].seconds:.1f} s)")
+    for m in methods:
+        say(f"compare: {m} with a {budget_s:g} s budget ...")
+        rows.append(run_method(problem, m, budget_s, seed, opts.sensitivity_budget))
+        r = rows[-1]
+        say(f"compare: {m} {r.throughput_per_s:.6g} samples/s after {r.candidates} candidates ({r.seconds:.1f} s)")
+    return Comparison(problem, budget_s, tuple(rows))
+
+
+def _num(x: float, fmt: str = ".5g") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def format_comparison(c: Comparison) -> str:
+    p, g = c.problem, c.problem.graph
+    lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, {p.n_devices} devices, "
+             f"precisions {','.join(p.precisions)}; {c.budget_s:g} s per method, throughput simulated (realistic)",
+             f"{'method':<8} {'samples/s':>11} {'vs MILP':>8} {'wall s':>7} {'candidates':>10}  note"]
+    for r in c.rows:
+        if r.method == "milp":
+            note = f"{r.status}, gap {_num(100 * r.gap, '.2f')} %, top-{r.candidates} simulated"
+        else:
+            note = "no feasible plan found" if r.plan is None else f"{r.rejected} rejected as infeasible"
+        lines.append(f"{r.method:<8} {r.throughput_per_s:>11.5g} {_num(c.ratio(r), '.3f'):>8} {r.seconds:>7.1f} "
+                     f"{r.candidates:>10}  {note}")
+    ceil = c.ceiling_per_s
+    lines.append(f"{'ceiling':<8} {_num(ceil):>11} {_num(ceil / c.milp.throughput_per_s if c.milp.throughput_per_s else math.nan, '.3f'):>8} "
+                 f"{'':>7} {'':>10}  batch / proven bound {_num(c.milp.bound_s, '.6g')} s (MILP cost model)")
+    present = [m for m in SEARCH_BASELINES if any(r.method == m for r in c.rows)]
+    if present:
+        lines.append(f"MILP / best of {','.join(present)}: {c.milp_over(present):.3f}x")
+    return "\n".join(lines)
+
+
+def comparison_document(c: Comparison) -> dict[str, Any]:
+    p, g = c.problem, c.problem.graph
+    rows = []
+    for r in c.rows:
+        rows.append({
+            "method": r.method, "throughput_per_s": r.throughput_per_s, "ratio_to_milp": c.ratio(r),
+            "seconds": r.seconds, "candidates": r.candidates, "rejected": r.rejected, "status": r.status,
+            "objective_s": r.objective_s, "bound_s": r.bound_s, "gap": r.gap, **r.extra,
+            "plan": plan_to_dict(r.plan, p) if r.plan is not None else None,
+        })
+    present = [m for m in SEARCH_BASELINES if any(r.method == m for r in c.rows)]
+    return {"workload": g.name, "mode": g.mode, "topology": p.topology.name,
+            "precisions_allowed": list(p.precisions), "budget_s": c.budget_s,
+            "ceiling_throughput_per_s": c.ceiling_per_s, "milp_bound_s": c.milp.bound_s,
+            "milp_over_best_search": c.milp_over(present) if present else None,
+            "methods": rows}
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def run_compare(problem: Problem, args: argparse.Namespace) -> int:
+    """solve.py's ``--compare``: run, print the table (or ``--json``), return the exit code."""
+    from distplan.run import solve_options
+
+    budget = args.budget if args.budget is not None else args.time_limit
+    progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    opts = solve_options(args)
+    if not args.quiet:
+        opts = dataclasses.replace(opts, progress=progress)
+    c = compare_methods(problem, args.compare.split(","), budget, seed=args.seed, solve_options=opts,
+                        sensitivity_budget=args.sensitivity_budget, progress=progress)
+    if args.json:
+        print(json.dumps(_json_safe(comparison_document(c)), indent=1, default=float))
+    else:
+        print(format_comparison(c))
+    return 0
