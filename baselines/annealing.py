@@ -16,7 +16,8 @@ A move that would send a tensor backwards is not proposed; precisions a device c
 run are repaired to its fastest one; a neighbour that breaks memory or the sensitivity
 budget is rejected by the feasibility gate (never scored). Metropolis acceptance on the
 relative change of 1/throughput with a temperature falling geometrically from
-``t_start`` to ``t_end`` over the budget. Starts from a random feasible partition.
+``t_start`` to ``t_end`` over the budget. Starts from a random feasible partition (``init="random"``, the classic baseline
+of the MCM partitioning paper) or from the DP partitioner's best plan (``init="dp"``).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from baselines.result import BaselineResult, Tracker
 from baselines.scoring import Scorer
 from baselines.space import allowed_precisions, build_plan, compact, device_paths, neighbours, repair_precisions
 from costs.problem import Problem
+from distplan.errors import DistplanError
 
 MOVES = ("shift", "move", "swap", "precision", "split", "merge", "path")
 MOVE_WEIGHTS = (0.3, 0.2, 0.1, 0.25, 0.06, 0.06, 0.03)
@@ -129,17 +131,34 @@ class _Space:
         return st, prec, pi
 
 
+def _dp_starts(problem: Problem, sensitivity_budget: float | None):
+    """The DP partitioner's plans, best estimate first (single-device stages on a path)."""
+    from baselines.dp import partitions, precision_pass
+    from baselines.space import contiguous_stages
+
+    for part in partitions(problem):
+        st = contiguous_stages(part.cuts, problem.n_ops)
+        prec = tuple(part.precision[int(problem.device_kind[part.path[s]])][v] for v, s in enumerate(st))
+        prec = precision_pass(problem, st, prec, part.path, sensitivity_budget)
+        if prec is not None:
+            yield build_plan(problem, st, prec, part.path)
+
+
 def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | None = None,
            sensitivity_budget: float | None = None, max_candidates: int | None = None,
-           t_start: float = 0.1, t_end: float = 1e-3) -> BaselineResult:
-    """Anneal from a random feasible partition until the budget ends; return the best plan."""
+           t_start: float = 0.1, t_end: float = 1e-3, init: str = "random") -> BaselineResult:
+    """Anneal from a random feasible partition (or the DP's best plan) until the budget
+    ends; return the best plan."""
+    if init not in ("random", "dp"):
+        raise DistplanError(f"annealing init {init!r} unknown; use 'random' or 'dp'")
     rng = np.random.default_rng(seed)
     tr = Tracker(problem, "sa", budget_s, scorer, sensitivity_budget, max_candidates)
     paths = device_paths(problem)
     space = _Space(problem, paths, rng)
     cur = None
-    while cur is None and not tr.expired():  # a random feasible start
-        plan = sample_plan(problem, rng, paths)
+    starts = iter(_dp_starts(problem, sensitivity_budget) if init == "dp" else ())
+    while cur is None and not tr.expired():  # a feasible start
+        plan = next(starts, None) or sample_plan(problem, rng, paths)
         score = tr.evaluate(plan)
         if score is not None and score > 0:
             pi = next(i for i, (_, p) in enumerate(paths) if p[:plan.n_stages] == tuple(s.devices[0] for s in plan.stages))

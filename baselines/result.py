@@ -6,6 +6,12 @@ A candidate is *evaluated* when the scorer runs on it (cache hits and plans reje
 by the feasibility gate are not counted as evaluated; rejections are counted apart).
 Only plans that pass the independent checker (``sim.check.plan_violations``) and the
 sensitivity budget are ever scored, so a search can only return a feasible plan.
+
+A score above the physical ceiling ``batch_size / problem.period_lower_bound_s()``
+(every op at its fastest, all devices busy all the time) cannot be a real throughput:
+such a candidate is counted as ``implausible`` and discarded rather than allowed to win
+(it means the scorer mis-measured it; a baseline "beating" physics is a bug report, not
+a result).
 """
 from __future__ import annotations
 
@@ -26,8 +32,10 @@ class BaselineResult:
     ``plan`` is the best feasible plan found (None when none was found within the
     budget), ``throughput_per_s`` its score (samples/s; 0.0 when ``plan`` is None),
     ``seconds`` the wall-clock time used, ``candidates`` the plans scored,
-    ``rejected`` the candidates the feasibility gate turned away before scoring, and
-    ``history`` (seconds, best throughput) each time the best improved.
+    ``rejected`` the candidates the feasibility gate turned away before scoring,
+    ``implausible`` the scored candidates discarded because their score exceeded the
+    physical ceiling (see :class:`Tracker`), and ``history`` (seconds, best throughput)
+    each time the best improved.
     """
 
     method: str
@@ -36,6 +44,7 @@ class BaselineResult:
     seconds: float
     candidates: int
     rejected: int = 0
+    implausible: int = 0
     history: tuple[tuple[float, float], ...] = field(default=(), compare=False)
 
 
@@ -71,6 +80,9 @@ class Tracker:
         self.best = 0.0
         self.history: list[tuple[float, float]] = []
         self._cache: dict[tuple, float | None] = {}
+        self.implausible = 0
+        lb = problem.period_lower_bound_s()
+        self.ceiling_per_s = problem.graph.batch_size / lb if lb > 0 else float("inf")
         self._stale = 0  # consecutive proposals already seen (a small space is exhausted)
 
     #: consecutive already-seen proposals after which a search stops early
@@ -121,17 +133,20 @@ class Tracker:
         try:
             score = float(self.scorer(self.problem, plan))
         except DistplanError:
-            score = None  # the scorer cannot model this plan (e.g. analytic cost with tp > 1)
-        if score is not None:
-            self.candidates += 1
-            if score > self.best:
-                self.best, self.best_plan = score, plan
-                self.history.append((self.elapsed_s(), score))
-        else:
-            self.rejected += 1
+            self.rejected += 1  # the scorer cannot model this plan (e.g. analytic cost with tp > 1)
+            self._cache[key] = None
+            return None
+        self.candidates += 1
+        if score > self.ceiling_per_s * (1 + 1e-9):
+            self.implausible += 1
+            score = None
+        elif score > self.best:
+            self.best, self.best_plan = score, plan
+            self.history.append((self.elapsed_s(), score))
         self._cache[key] = score
         return score
 
     def result(self) -> BaselineResult:
         return BaselineResult(self.method, self.best_plan, self.best if self.best_plan else 0.0,
-                              self.elapsed_s(), self.candidates, self.rejected, tuple(self.history))
+                              self.elapsed_s(), self.candidates, self.rejected, self.implausible,
+                              tuple(self.history))

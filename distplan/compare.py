@@ -45,6 +45,7 @@ class MethodRow:
     bound_s: float = math.nan
     gap: float = math.nan
     rejected: int = 0
+    implausible: int = 0
     plan: Plan | None = None
     extra: dict = dataclasses.field(default_factory=dict)
 
@@ -106,7 +107,7 @@ def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
     found = r.plan is not None
     period = problem.graph.batch_size / r.throughput_per_s if found and r.throughput_per_s > 0 else math.nan
     return MethodRow(method, r.throughput_per_s, r.seconds, r.candidates, "found" if found else "none",
-                     objective_s=period, rejected=r.rejected, plan=r.plan)
+                     objective_s=period, rejected=r.rejected, implausible=r.implausible, plan=r.plan)
 
 
 def compare_methods(problem: Problem, methods: Sequence[str], budget_s: float, seed: int = 0,
@@ -134,6 +135,20 @@ def compare_methods(problem: Problem, methods: Sequence[str], budget_s: float, s
     return Comparison(problem, budget_s, tuple(rows))
 
 
+def plan_shape(plan: Plan | None) -> str:
+    """'4 stages' / '4 stages x2 replicas tp2' (largest replica and tp degrees)."""
+    if plan is None:
+        return ""
+    r = max(s.replicas for s in plan.stages)
+    tp = max(s.tensor_parallel for s in plan.stages)
+    return f"{len(plan.used_stages())} stages" + (f" x{r} replicas" if r > 1 else "") + (f" tp{tp}" if tp > 1 else "")
+
+
+def outside_milp_space(plan: Plan | None) -> bool:
+    """Replicated or tensor-parallel stages: plans the MILP's single-device stages cannot express."""
+    return plan is not None and any(s.replicas > 1 or s.tensor_parallel > 1 for s in plan.stages)
+
+
 def _num(x: float, fmt: str = ".5g") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
@@ -145,14 +160,23 @@ def format_comparison(c: Comparison) -> str:
              f"{'method':<8} {'samples/s':>11} {'vs MILP':>8} {'wall s':>7} {'candidates':>10}  note"]
     for r in c.rows:
         if r.method == "milp":
-            note = f"{r.status}, gap {_num(100 * r.gap, '.2f')} %, top-{r.candidates} simulated"
+            note = f"{r.status}, gap {_num(100 * r.gap, '.2f')} %, top-{r.candidates} simulated; {plan_shape(r.plan)}"
         else:
-            note = "no feasible plan found" if r.plan is None else f"{r.rejected} rejected as infeasible"
+            note = "no feasible plan found" if r.plan is None else f"{plan_shape(r.plan)}; {r.rejected} infeasible"
+            if r.implausible:
+                note += f", {r.implausible} discarded (simulated throughput above the physical ceiling)"
         lines.append(f"{r.method:<8} {r.throughput_per_s:>11.5g} {_num(c.ratio(r), '.3f'):>8} {r.seconds:>7.1f} "
                      f"{r.candidates:>10}  {note}")
     ceil = c.ceiling_per_s
     lines.append(f"{'ceiling':<8} {_num(ceil):>11} {_num(ceil / c.milp.throughput_per_s if c.milp.throughput_per_s else math.nan, '.3f'):>8} "
                  f"{'':>7} {'':>10}  batch / proven bound {_num(c.milp.bound_s, '.6g')} s (MILP cost model)")
+    for r in c.rows[1:]:
+        if r.throughput_per_s > ceil * (1 + 1e-6):
+            why = ("its plan has replicated or tensor-parallel stages, outside the MILP's plan space"
+                   if outside_milp_space(r.plan) else
+                   "its plan lies inside the MILP's plan space: a bug in the MILP, its bound or the simulator")
+            lines.append(f"warning: {r.method} beats the MILP's proven ceiling by "
+                         f"{r.throughput_per_s / ceil - 1:.1%}: {why}")
     present = [m for m in SEARCH_BASELINES if any(r.method == m for r in c.rows)]
     if present:
         lines.append(f"MILP / best of {','.join(present)}: {c.milp_over(present):.3f}x")
@@ -165,7 +189,9 @@ def comparison_document(c: Comparison) -> dict[str, Any]:
     for r in c.rows:
         rows.append({
             "method": r.method, "throughput_per_s": r.throughput_per_s, "ratio_to_milp": c.ratio(r),
-            "seconds": r.seconds, "candidates": r.candidates, "rejected": r.rejected, "status": r.status,
+            "seconds": r.seconds, "candidates": r.candidates, "rejected": r.rejected,
+            "implausible": r.implausible, "status": r.status, "plan_shape": plan_shape(r.plan),
+            "outside_milp_space": outside_milp_space(r.plan),
             "objective_s": r.objective_s, "bound_s": r.bound_s, "gap": r.gap, **r.extra,
             "plan": plan_to_dict(r.plan, p) if r.plan is not None else None,
         })

@@ -46,7 +46,7 @@ def run_one(spec: RunSpec) -> list[dict[str, Any]]:
 
 
 def _run(spec: RunSpec) -> list[dict[str, Any]]:
-    from distplan.compare import compare_methods
+    from distplan.compare import compare_methods, plan_shape
     from model import SolveOptions
 
     base = _base(spec)
@@ -68,7 +68,8 @@ def _run(spec: RunSpec) -> list[dict[str, Any]]:
         rows.append({**base, **common, "method": r.method, "status": r.status, "objective_s": r.objective_s,
                      "bound_s": r.bound_s, "gap": r.gap, "seconds": r.seconds,
                      "throughput_per_s": r.throughput_per_s, "ratio_to_milp": c.ratio(r),
-                     "candidates": r.candidates, "rejected": r.rejected, "error": "", "finished_at": now})
+                     "candidates": r.candidates, "rejected": r.rejected, "implausible": r.implausible,
+                     "plan_shape": plan_shape(r.plan), "error": "", "finished_at": now})
     return rows
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from studies.spec import KEY_FIELDS
 
 FIELDS = (*KEY_FIELDS, "method", "status", "objective_s", "bound_s", "gap", "seconds", "throughput_per_s",
-          "ratio_to_milp", "candidates", "rejected", "n_ops", "n_devices", "n_binaries", "n_constraints",
+          "ratio_to_milp", "candidates", "rejected", "implausible", "plan_shape", "n_ops", "n_devices", "n_binaries", "n_constraints",
           "ceiling_per_s", "error", "finished_at")
 
 

@@ -181,3 +181,26 @@ def test_random_and_sa_never_beat_brute_force(g, topo, seed):
             continue
         assert best < float("inf")
         assert plan_cost(p, r.plan).period_s >= best * (1 - 1e-9), name
+
+
+def test_scores_above_the_physical_ceiling_are_discarded():
+    """A scorer that over-reports (as a mis-measured simulation would) never wins."""
+    p = chain_problem()
+    ceiling = p.graph.batch_size / p.period_lower_bound_s()
+
+    def liar(problem, plan):
+        honest = analytic_throughput(problem, plan)
+        return 100 * ceiling if plan.n_stages == 2 else honest
+
+    r = random_search.search(p, 10.0, seed=0, scorer=liar, max_candidates=500)
+    assert r.plan.n_stages == 1 and r.implausible > 0
+    assert r.throughput_per_s == pytest.approx(1 / 5e-3, rel=1e-12)  # all int8 on one chip
+
+
+def test_annealing_from_dp_start_is_at_least_dp():
+    p = build_problem(chain_graph(6), line_topology(3))
+    d = dp.search(p, 10.0, scorer=analytic_throughput)
+    s = annealing.search(p, 10.0, seed=0, scorer=analytic_throughput, max_candidates=50, init="dp")
+    assert s.throughput_per_s >= d.throughput_per_s * (1 - 1e-12)
+    with pytest.raises(DistplanError, match="init"):
+        annealing.search(p, 1.0, init="bogus")
