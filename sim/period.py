@@ -13,9 +13,11 @@ def steady_period(done: np.ndarray, tail: int) -> tuple[float, bool]:
     Completions count in order (a microbatch is delivered once all earlier ones are: the
     running maximum), so replicas of unequal speed are paced by the slowest one.
     The last ``tail`` microbatches may finish early while the pipeline drains and are
-    left out. Over the last half of the rest, find the smallest p <= 8 with
-    ``done[m + p] - done[m]`` constant (to 1e-9 relative): the period is that / p.
-    Otherwise return the average spacing over the window and ``steady=False``.
+    left out. The run is periodic from some microbatch on when ``done[m + p] - done[m]``
+    is constant (to 1e-9 relative): take the smallest p <= 8 for which that holds over a
+    trailing stretch of at least max(4p, 8) microbatches; the
+    period is that difference / p. Otherwise return the average spacing over the last
+    half of the kept microbatches and ``steady=False``.
     """
     done = np.maximum.accumulate(np.asarray(done, dtype=float))  # in-order delivery
     M = len(done)
@@ -24,14 +26,17 @@ def steady_period(done: np.ndarray, tail: int) -> tuple[float, bool]:
     hi = M - 1 - max(tail, 0)
     if hi < 2:
         hi = M - 1
-    lo = hi // 2
     for p in range(1, MAX_CYCLICITY + 1):
-        if hi - lo < 2 * p:
+        need = max(4 * p, 8)
+        if hi + 1 - p < need:
             break
-        d = done[lo + p:hi + 1] - done[lo:hi + 1 - p]
+        d = done[p:hi + 1] - done[:hi + 1 - p]
         ref = float(d[-1])
-        if np.all(np.abs(d - ref) <= REL_TOL * max(abs(ref), 1e-300)):
+        bad = np.nonzero(np.abs(d - ref) > REL_TOL * max(abs(ref), 1e-300))[0]
+        run = len(d) - (int(bad[-1]) + 1 if len(bad) else 0)
+        if run >= need and ref > 0:
             return ref / p, True
+    lo = hi // 2
     if hi > lo:
         return float(done[hi] - done[lo]) / (hi - lo), False
     return float(done[-1] - done[0]) / (M - 1), False

@@ -46,9 +46,11 @@ def topology(draw, n_min: int = 1, n_max: int = 4, latency: bool = True) -> Topo
 
 
 @st.composite
-def problem_and_plan(draw, mode: str = "inference", schedule: str | None = None, max_ops: int = 6,
+def problem_and_plan(draw, mode: str | st.SearchStrategy = "inference", schedule: str | None = None, max_ops: int = 6,
                      microbatches: int | st.SearchStrategy = 64, replicas: bool = False, distinct: bool = False,
                      latency: bool = True, max_tp: int = 1):
+    if not isinstance(mode, str):
+        mode = draw(mode)
     g = draw(dag(max_ops, mode))
     topo = draw(topology(latency=latency))
     sched = schedule or ("stream" if mode == "inference" else draw(st.sampled_from(["gpipe", "1f1b"])))

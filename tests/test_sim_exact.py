@@ -71,7 +71,7 @@ def test_two_stage_pipeline_with_transfer_and_latency():
     r, _ = run(g, topo_line(2, latency_s=0.25), pipeline_plan(2, 4, "stream"))
     assert np.allclose(r.microbatch_done_s, [3.75, 5.75, 7.75, 9.75], rtol=1e-12, atol=0)
     assert close(r.makespan_s, 9.75)
-    assert close(r.period_s, 2.0) and r.steady
+    assert close(r.period_s, 2.0)  # 4 microbatches: too few to call it steady
     assert close(r.throughput_per_s, 0.5)
     assert r.n_tasks == 8
     assert close(r.link_bytes[0], 4 * 500_000_000) and r.link_bytes[1] == 0

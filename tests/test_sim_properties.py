@@ -26,7 +26,7 @@ def _rel(a: float, b: float) -> float:
 
 # --- the identity the MILP relies on ------------------------------------------------
 @FAST
-@given(problem_and_plan(mode="inference", microbatches=96, replicas=True))
+@given(problem_and_plan(mode="inference", microbatches=96))
 def test_ideal_period_equals_analytic_period_inference(x):
     pb, plan = x
     r = simulate(pb, plan, SimOptions(ideal=True))
@@ -35,7 +35,19 @@ def test_ideal_period_equals_analytic_period_inference(x):
 
 
 @FAST
-@given(problem_and_plan(mode="training", schedule="1f1b", microbatches=96, replicas=True))
+@given(problem_and_plan(mode=st.sampled_from(["inference", "training"]), microbatches=256, replicas=True))
+def test_ideal_period_equals_analytic_period_data_parallel(x):
+    # replicas of unequal speed sharing devices can take long to settle: more microbatches
+    pb, plan = x
+    if plan.schedule == "gpipe":
+        plan = dataclasses.replace(plan, schedule="1f1b")
+    r = simulate(pb, plan, SimOptions(ideal=True))
+    assert r.steady
+    assert _rel(r.period_s, plan_cost(pb, plan).period_s) <= 1e-9
+
+
+@FAST
+@given(problem_and_plan(mode="training", schedule="1f1b", microbatches=96))
 def test_ideal_period_equals_analytic_period_training_1f1b(x):
     pb, plan = x
     r = simulate(pb, plan, SimOptions(ideal=True))
