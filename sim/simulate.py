@@ -47,6 +47,9 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
     server = np.asarray(net.server, dtype=np.int64)
     ran = beg >= 0
     end = np.where(ran, beg + dur, 0.0)
+    if opts.link_model == "fair":  # shared links: a hop ends when its last byte leaves
+        lat = np.asarray(prog.server_latency)[server]
+        end = np.where(ran & (server >= D), fin - lat, end)
     makespan = float(fin[ran].max(initial=0.0))
     M = prog.M
     # completion of each microbatch: the last of its nodes
@@ -85,7 +88,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
     n_tasks = int(np.count_nonzero(net.valid & ((kind == K_F) | (kind == K_B))))
     peak_all, peak_own = peak_memory(prog, units, T, beg, end, fin, net.micro)
     span = makespan if makespan > 0 else 1.0
-    events = _events(problem, prog, net, beg, dur, ran) if opts.trace else None
+    events = _events(problem, prog, net, beg, end - beg, ran) if opts.trace else None
     return SimResult(
         makespan_s=makespan, period_s=float(period), throughput_per_s=float(thr), steady=bool(steady),
         device_busy_s=dev_busy, device_busy_fraction=dev_busy / span,

@@ -250,3 +250,25 @@ def test_memory_counts_static_and_stream_double_buffer():
     # the link is the bottleneck: 2 s per microbatch
     assert close(r.period_s, 2.0)
     assert math.isfinite(r.peak_memory_bytes.sum())
+
+
+def test_fair_sharing_spans_in_trace():
+    g, topo, plan = _two_tensor_problem()
+    r, _ = run(g, topo, plan, link_model="fair", trace=True)
+    link = sorted((e[1], e[1] + e[2]) for e in r.events if e[0] == 2)
+    # A1 alone on [1, 2] then shared with A2 from 2: A2 done at 3.0, A1 at 3.5
+    assert np.allclose(link, [(1.0, 3.5), (2.0, 3.0)], rtol=1e-12)
+    assert close(r.link_busy_s[0], 2.5)
+
+
+def test_device_with_two_slots_runs_two_tasks_at_once():
+    kind = DeviceKind("dual", {"fp16": 1e12}, mem_capacity_bytes=1e15, mem_bw_bytes_per_s=1e12, efficiency=1.0,
+                      concurrency=2)
+    topo = Topology("one", {"dual": kind}, (Device("d0", "dual"),), ())
+    ops = (Operator("a", "add", 1e12), Operator("b", "add", 2e12), Operator("c", "add", 1e12))
+    g = Graph("par", ops, (Tensor("a", "c", 0),))
+    plan = Plan((0, 0, 0), ("fp16",) * 3, (Stage((0,)),), 1, "stream")
+    r, _ = run(g, topo, plan)
+    # a [0, 1] and b [0, 2] side by side; c after a on the free slot: [1, 2]
+    assert close(r.makespan_s, 2.0)
+    assert close(r.device_busy_s[0], 4.0)
