@@ -13,6 +13,7 @@ from costs.memory import inflight_microbatches
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
+from model.budget import budget_plans_and_bound
 from model.build import ModelSpec, build_model
 from model.downsets import enumerate_downsets, fixed_precision_plan, relaxation_bound
 from model.extract import make_plan
@@ -154,6 +155,13 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         if mat is not None and options.objective == "throughput":
             h = _better(problem, options, h, _downset_plans(problem, p, mat, budget, weight))
         lb = relaxation_bound(problem, p, mat) if mat is not None and options.objective == "throughput" else 0.0
+        if budget is not None and mat is not None and options.objective == "throughput" and math.isfinite(lb):
+            # budget-aware chain DP (model.budget): a proven period bound and incumbents
+            hi = plan_cost(problem, h[0]).period_s if h is not None else None
+            bps, lb_b = budget_plans_and_bound(problem, p, mat, budget, lb, hi)
+            lb = max(lb, lb_b)
+            for bp in bps[:3]:
+                h = _better(problem, options, h, (bp, score(problem, bp, "throughput", weight)))
         s = h[1] if h else math.inf
         say(f"path {name}: heuristic objective {_fmt(s)}, relaxation bound {_fmt(lb)}")
         cands.append((s, -lb, len(cands), name, p, h, lb))
@@ -181,8 +189,16 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         run.set_start()
 
     share = 1.0 if options.top_k == 1 else 0.8
-    r = run.run(left() * share, options.rel_gap)
+    hs = heur[1] if heur is not None else math.inf
+    if options.objective == "throughput" and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
+        # the warm start is already within the gap of a proven bound: nothing for HiGHS to do
+        r = {"status": "optimal", "objective": hs, "bound": lb, "seconds": 0.0, "values": None}
+        say(f"warm start {_fmt(hs)} is within {options.rel_gap:.1%} of the proven bound {_fmt(lb)}; HiGHS skipped")
+    else:
+        r = run.run(left() * share, options.rel_gap)
     status, bound = r["status"], r["bound"]
+    if options.objective == "throughput" and (not math.isfinite(bound) or bound < lb):
+        bound = lb   # T >= lb is a valid cut, and the objective is >= T
     if r["values"] is not None:
         best = plan_from_values(m, problem, run.value_fn(r["values"]))
     elif heur is not None:

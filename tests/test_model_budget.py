@@ -1,0 +1,84 @@
+"""model.budget: the budget-aware period bound never exceeds the brute-force optimum under
+the budget; its plans are feasible and within the budget; budget_from_fraction."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from costs.evaluate import plan_cost, plan_sensitivity
+from distplan.errors import DistplanError
+from model.budget import budget_from_fraction, budget_plans_and_bound, front_choice
+from model.downsets import enumerate_downsets, relaxation_bound
+from sim.check import check_plan
+
+from test_model_milp import all_plans, first_path, instances, small
+
+
+def _optimum(problem, path, budget):
+    best = math.inf
+    for plan in all_plans(problem, path):
+        if plan_sensitivity(problem, plan) <= budget + 1e-9:
+            best = min(best, plan_cost(problem, plan).period_s)
+    return best
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.filter_too_much])
+@given(instances(max_ops=6), st.sampled_from([0.0, 0.05, 0.1, 0.25, 0.5, 1.0]))
+def test_budget_bound_never_exceeds_brute_force_optimum(problem, frac):
+    if not small(problem):
+        return
+    _, path = first_path(problem)
+    mat = enumerate_downsets(problem)
+    budget = budget_from_fraction(problem, frac)
+    opt = _optimum(problem, path, budget)
+    lb0 = relaxation_bound(problem, path, mat)
+    if math.isinf(opt) or math.isinf(lb0):
+        event("infeasible")
+        return
+    plans, bound = budget_plans_and_bound(problem, path, mat, budget, lb0, opt)
+    event(f"bound {'tight' if bound >= opt * (1 - 1e-3) else 'loose'}; plans {'found' if plans else 'none'}")
+    assert lb0 <= bound <= opt * (1 + 1e-9)
+    for p in plans:
+        check_plan(problem, p)
+        assert plan_sensitivity(problem, p) <= budget * (1 + 1e-9) + 1e-12
+        assert plan_cost(problem, p).period_s >= bound * (1 - 1e-9)
+    # with no known plan the upward search still returns a valid bound
+    plans2, bound2 = budget_plans_and_bound(problem, path, mat, budget, lb0, None)
+    assert bound2 <= opt * (1 + 1e-9)
+    for p in plans2:
+        check_plan(problem, p)
+        assert plan_sensitivity(problem, p) <= budget * (1 + 1e-9) + 1e-12
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e-6, 1.0), st.floats(0.0, 10.0)), min_size=1, max_size=7),
+       st.floats(0.0, 3.0))
+def test_front_choice_is_the_exact_knapsack(items, need):
+    opts = {v: [(dt, ds, 1)] for v, (dt, ds) in enumerate(items)}
+    best = math.inf
+    for pick in itertools.product((0, 1), repeat=len(items)):
+        if sum(p * dt for p, (dt, _) in zip(pick, items)) >= need:
+            best = min(best, sum(p * ds for p, (_, ds) in zip(pick, items)))
+    ch = front_choice(opts, need)
+    if math.isinf(best):
+        assert ch is None
+    else:
+        assert ch is not None
+        assert sum(items[v][0] for v in ch) >= need * (1 - 1e-9)
+        assert sum(items[v][1] for v in ch) == pytest.approx(best, abs=1e-9)
+
+
+def test_budget_from_fraction_is_share_of_all_lowest_precision_sensitivity(request):
+    from test_model_solve import problem as chain_problem
+    pb = chain_problem(6)
+    s_max = float(pb.sensitivity.max(axis=1).sum())
+    assert s_max > 0
+    assert budget_from_fraction(pb, 0.1) == pytest.approx(0.1 * s_max, rel=1e-12)
+    assert budget_from_fraction(pb, 0) == 0.0
+    with pytest.raises(DistplanError, match="fraction"):
+        budget_from_fraction(pb, -0.1)
