@@ -46,12 +46,13 @@ def plot_placement(problem: Problem, plan, path: str | Path) -> None:
         if k is not None:
             precs = sorted({plan.op_precision[v] for v in ops})
             label += f"\nstage {k}\n{len(ops)} ops\n{'/'.join(precs) or 'relay'}"
-        ax.text(x, y, label, ha="center", va="center", fontsize=7)
+        ax.text(x, y, label, ha="center", va="center", fontsize=7, zorder=3,
+                bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8))
         centres[d] = (x, y)
     path_devs = [st.devices[0] for st in plan.stages]
     for a, b in zip(path_devs, path_devs[1:]):
         (x0, y0), (x1, y1) = centres[a], centres[b]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", color="red", lw=1.5))
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", color="red", lw=1.5, shrinkA=22, shrinkB=22), zorder=4)
     xs = [p[0] for p in xy]
     ys = [p[1] for p in xy]
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
