@@ -279,9 +279,11 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
             m0, mopts = memory_options(problem, c, cap, q0, n)
             need = fm @ m0
             need = need[:, None] - need[None, :] - cp * (1 + 1e-12)
-            mf, mcap = _fronts(mat, sub, want & (need > 0), mopts, max_front)
+            mf, mcap = _fronts(mat, sub, want, mopts, max_front)
             extra = np.zeros((N, N))
             for (i, j), (a, b) in mf.items():
+                if need[i, j] <= 0:
+                    continue
                 r = int(np.searchsorted(a, need[i, j] * (1 - 1e-12)))
                 extra[i, j] = b[r] if r < len(a) else math.inf
             for (i, j) in mcap:
