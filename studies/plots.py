@@ -81,8 +81,8 @@ def make_plots(csv_path: str | Path, out_dir: str | Path) -> list[Path]:
             vals = [v for v in vals if math.isfinite(v)]
             mean = sum(vals) / len(vals) if vals else math.nan
             means.append(mean)
-            lo.append(mean - min(vals) if vals else 0)
-            hi.append(max(vals) - mean if vals else 0)
+            lo.append(max(0.0, mean - min(vals)) if vals else 0.0)  # rounding can make these -1e-16
+            hi.append(max(0.0, max(vals) - mean) if vals else 0.0)
         xs = [i + (j - (len(methods) - 1) / 2) * width for i in range(len(keys))]
         ax.bar(xs, means, width, yerr=[lo, hi], capsize=2, label=m)
     ax.axhline(1.0, color="k", lw=0.8)

@@ -127,3 +127,19 @@ def test_study_on_dask_worker_processes(workloads, tmp_path):
         rep = run_sweep(specs, tmp_path / "results.csv", scheduler=cluster.scheduler_address)
     assert rep.ran == 18
     assert all(r["status"] != "error" for r in read_rows(tmp_path / "results.csv"))
+
+
+def test_plots_survive_equal_ratios_and_errors(tmp_path):
+    """Equal ratios across seeds (mean - min rounding below 0) and error rows."""
+    p = tmp_path / "r.csv"
+    base = {f: "" for f in FIELDS} | {"workload": "w", "topology": "t", "precisions": "fp16", "mode": "inference",
+                                      "time_limit_s": "1", "finished_at": "now", "n_ops": "5"}
+    rows = []
+    for seed in range(3):
+        rows.append(base | {"seed": str(seed), "method": "milp", "status": "optimal", "gap": "0.0",
+                            "seconds": "0.5", "throughput_per_s": repr(0.1 + 0.2)})
+        rows.append(base | {"seed": str(seed), "method": "sa", "status": "found", "throughput_per_s": "0.1",
+                            "ratio_to_milp": "0.3"})
+    rows.append(base | {"seed": "9", "method": "milp", "status": "error", "error": "no fit"})
+    append_rows(p, rows)
+    assert len(make_plots(p, tmp_path)) == 3
