@@ -7,7 +7,7 @@ MAX_CYCLICITY = 8
 REL_TOL = 1e-9
 
 
-def steady_period(done: np.ndarray, tail: int) -> tuple[float, bool]:
+def steady_period(done: np.ndarray, tail: int, floor: float = 0.0) -> tuple[float, bool]:
     """(period, steady) from completion times ``done`` (one per microbatch, in order).
 
     Completions count in order (a microbatch is delivered once all earlier ones are: the
@@ -16,8 +16,10 @@ def steady_period(done: np.ndarray, tail: int) -> tuple[float, bool]:
     left out. The run is periodic from some microbatch on when ``done[m + p] - done[m]``
     is constant (to 1e-9 relative): take the smallest p <= 8 for which that holds over a
     trailing stretch of at least max(4p, 8) microbatches; the
-    period is that difference / p. Otherwise return the average spacing over the last
-    half of the kept microbatches and ``steady=False``.
+    period is that difference / p. A periodic stretch faster than ``floor`` (the busiest
+    server's work per microbatch, which every steady state must fit in one period) is a
+    transient, not the steady state, and is rejected. Otherwise return the average
+    spacing over the last half of the kept microbatches and ``steady=False``.
     """
     done = np.maximum.accumulate(np.asarray(done, dtype=float))  # in-order delivery
     M = len(done)
@@ -34,7 +36,7 @@ def steady_period(done: np.ndarray, tail: int) -> tuple[float, bool]:
         ref = float(d[-1])
         bad = np.nonzero(np.abs(d - ref) > REL_TOL * max(abs(ref), 1e-300))[0]
         run = len(d) - (int(bad[-1]) + 1 if len(bad) else 0)
-        if run >= need and ref > 0:
+        if run >= need and ref > 0 and ref / p >= floor * (1 - REL_TOL):
             return ref / p, True
     lo = hi // 2
     if hi > lo:

@@ -371,15 +371,14 @@ class _Builder:
     def add_backpressure(self) -> None:
         """Stream: bounded output buffers. Op v's task for microbatch m + depth waits until
         the output of microbatch m has left its device (first link hop served) and been
-        consumed locally. depth = 2 (double buffering) unless a local consumer runs
-        r >= 2 rounds after the producer in the static order (an all-reduce or a round trip
-        in between), then r + 1, so the order can never deadlock."""
+        consumed locally. depth = 2 (double buffering) unless a consumer or the first hop
+        runs r >= 2 rounds after the producer in the static order (an all-reduce or a
+        round trip in between), then r + 1, so the static order can never deadlock."""
         prog = self.prog
         C = prog.C
         o = prog.offset
         for (p, v, j), (f, rel) in self._release_map.items():
-            gaps = [o[r] - o[f] for r in rel if prog.server[r] == prog.server[f]]
-            depth = max([2] + [g + 1 for g in gaps])
+            depth = max([2] + [o[r] - o[f] + 1 for r in rel])
             target = self._f_of((p + depth) % C, v, j)
             shift = (p + depth) // C
             for r in rel:

@@ -12,11 +12,14 @@ class SimResult:
 
     ``period_s``: steady-state time between microbatch completions. It is read from the
     in-order completion times (running maximum of ``microbatch_done_s``) once the run is
-    periodic: the smallest p such
-    that ``done[m + p] - done[m]`` is constant over the last half of the microbatches not
-    affected by the pipeline draining; period = that constant / p (``steady`` True). If no
-    periodic regime is found (too few microbatches, or a time-dependent link order), it is
-    the average spacing over that window (``steady`` False). GPipe flushes every step and
+    periodic (``sim.period.steady_period``; ``steady`` True). The steady state does not
+    depend on the microbatch count: when the plan's own run is too short to show it, the
+    same program is run again with more microbatches (4 x rounds of fill + 64, then 4x
+    more, within a budget of 1e6 nodes) for the period alone (every other figure is from
+    the plan's run). Two servers whose loads nearly tie (as optimised plans often have)
+    settle late, so this matters. If no periodic regime is found (a time-dependent link
+    order may never settle), the period is the longest run's average spacing over its
+    last half (``steady`` False). GPipe flushes every step and
     has no steady state: its period is ``makespan_s / microbatches``.
     ``throughput_per_s`` = batch_size / period_s (samples per second).
     Busy fractions are busy seconds / makespan (with the ``free`` link model overlapping

@@ -52,25 +52,10 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
         end = np.where(ran & (server >= D), fin - lat, end)
     makespan = float(fin[ran].max(initial=0.0))
     M = prog.M
-    # completion of each microbatch: the last of its nodes
-    fin_u = np.where(net.valid, fin[:net.N0], -np.inf).reshape(U, T)[:units]
-    pat = np.asarray(prog.pat)
-    done = np.full(units * prog.C, -np.inf)
-    for p in range(prog.C):
-        cols = np.nonzero(pat == p)[0]
-        if len(cols):
-            done[p::prog.C][:units] = fin_u[:, cols].max(axis=1)
-    done = done[:M]
-    if plan.schedule == "gpipe" or plan.schedule == "explicit" and not np.all(np.isfinite(done)):
-        period, steady = makespan / M, False
-    else:
-        off = prog.offset
-        tail = (max(off) - min(off)) if off else 0
-        if plan.schedule == "explicit":
-            tail = M // 4
-        period, steady = steady_period(done, tail)
-        if plan.schedule == "explicit":
-            steady = False if not steady else steady
+    done = _completions(prog, net, fin)
+    period, steady = _period(plan, prog, done, makespan, opts.link_model)
+    if not steady and plan.schedule in ("stream", "1f1b"):
+        period, steady = _period_from_longer_run(plan, prog, opts, period)
     if not period > 0:
         period = makespan / M if makespan > 0 else 0.0
     thr = problem.graph.batch_size / period if period > 0 else float("inf")
@@ -96,6 +81,67 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
         peak_memory_bytes=peak_all, peak_own_memory_bytes=peak_own, microbatch_done_s=done,
         n_tasks=n_tasks, n_nodes=int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
     )
+
+
+def _completions(prog, net, fin: np.ndarray) -> np.ndarray:
+    """Completion time of each microbatch: the last of its nodes."""
+    T, U, units = net.T, net.U, net.units
+    fin_u = np.where(net.valid, fin[:net.N0], -np.inf).reshape(U, T)[:units]
+    pat = np.asarray(prog.pat)
+    done = np.full(units * prog.C, -np.inf)
+    for p in range(prog.C):
+        cols = np.nonzero(pat == p)[0]
+        if len(cols):
+            done[p::prog.C][:units] = fin_u[:, cols].max(axis=1)
+    return done[:prog.M]
+
+
+def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str) -> tuple[float, bool]:
+    M = len(done)
+    if plan.schedule == "gpipe" or not np.all(np.isfinite(done)):
+        return makespan / M, False
+    off = prog.offset
+    tail = (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
+    return steady_period(done, tail, work_per_microbatch(prog, link_model))
+
+
+def work_per_microbatch(prog, link_model: str) -> float:
+    """The busiest server's seconds of work per microbatch (over one replica cycle);
+    links count unless they are contention-free."""
+    work = np.bincount(np.asarray(prog.server, dtype=np.int64), weights=np.asarray(prog.dur),
+                       minlength=prog.D + prog.L) / prog.C
+    if link_model == "free":
+        work = work[:prog.D]
+    return float(work.max(initial=0.0))
+
+
+#: a longer run for the period may hold at most this many nodes (about 2 s)
+PERIOD_NODE_BUDGET = 1_000_000
+
+
+def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float) -> tuple[float, bool]:
+    """The steady-state period does not depend on the microbatch count. When the plan's
+    run is too short to reach it (pipeline fill, or two servers whose loads nearly tie
+    and take long to settle which one paces the pipeline), run the same program with
+    4 x (rounds of fill) + 64 microbatches, then 4 times more each time, within
+    PERIOD_NODE_BUDGET nodes; the longest run's estimate stands if none settles."""
+    import dataclasses
+
+    off = prog.offset
+    M2 = max(4 * ((max(off) - min(off)) if off else 0) + 64, 2 * prog.M)
+    best = (period, False)
+    while M2 * prog.T <= PERIOD_NODE_BUDGET:
+        prog2 = dataclasses.replace(prog, M=M2)
+        plan2 = dataclasses.replace(plan, microbatches=M2)
+        net2 = expand(prog2, plan2)
+        r2 = run(net2, prog2, opts.link_model)
+        fin2 = np.asarray(r2.fin)
+        done2 = _completions(prog2, net2, fin2)
+        best = _period(plan2, prog2, done2, float(fin2.max(initial=0.0)), opts.link_model)
+        if best[1]:
+            break
+        M2 *= 4
+    return best
 
 
 def _events(problem: Problem, prog, net, beg, dur, ran) -> tuple:
