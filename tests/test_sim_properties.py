@@ -25,8 +25,11 @@ def _rel(a: float, b: float) -> float:
 
 
 # --- the identity the MILP relies on ------------------------------------------------
+# The period is a steady-state figure: when the plan's own microbatches are too few to
+# reach it, the simulator measures it on a longer run of the same program, so a plan
+# with few microbatches is checked too.
 @FAST
-@given(problem_and_plan(mode="inference", microbatches=96))
+@given(problem_and_plan(mode="inference", microbatches=st.integers(1, 96)))
 def test_ideal_period_equals_analytic_period_inference(x):
     pb, plan = x
     r = simulate(pb, plan, SimOptions(ideal=True))
@@ -35,21 +38,22 @@ def test_ideal_period_equals_analytic_period_inference(x):
 
 
 @FAST
-@given(problem_and_plan(mode=st.sampled_from(["inference", "training"]), microbatches=256, replicas=True))
-def test_ideal_period_equals_analytic_period_data_parallel(x):
-    # replicas of unequal speed sharing devices can take long to settle: more microbatches
+@given(problem_and_plan(mode="training", schedule="1f1b", microbatches=st.integers(1, 96)))
+def test_ideal_period_equals_analytic_period_training_1f1b(x):
     pb, plan = x
-    if plan.schedule == "gpipe":
-        plan = dataclasses.replace(plan, schedule="1f1b")
     r = simulate(pb, plan, SimOptions(ideal=True))
     assert r.steady
     assert _rel(r.period_s, plan_cost(pb, plan).period_s) <= 1e-9
 
 
 @FAST
-@given(problem_and_plan(mode="training", schedule="1f1b", microbatches=96))
-def test_ideal_period_equals_analytic_period_training_1f1b(x):
+@given(problem_and_plan(mode=st.sampled_from(["inference", "training"]), microbatches=st.integers(1, 64),
+                        replicas=True))
+def test_ideal_period_equals_analytic_period_data_parallel(x):
+    # replicas of unequal speed sharing a device can take long to settle (near ties)
     pb, plan = x
+    if plan.schedule == "gpipe":
+        plan = dataclasses.replace(plan, schedule="1f1b")
     r = simulate(pb, plan, SimOptions(ideal=True))
     assert r.steady
     assert _rel(r.period_s, plan_cost(pb, plan).period_s) <= 1e-9
