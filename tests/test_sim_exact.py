@@ -272,3 +272,19 @@ def test_device_with_two_slots_runs_two_tasks_at_once():
     # a [0, 1] and b [0, 2] side by side; c after a on the free slot: [1, 2]
     assert close(r.makespan_s, 2.0)
     assert close(r.device_busy_s[0], 4.0)
+
+
+def test_standard_1f1b_window_bounds_the_period_with_communication():
+    # 2 stages, f = b = 1 s, 0.5 s on the link each way. Standard 1F1B lets stage 0 hold
+    # 2 microbatches, and microbatch m + 2's forward waits for m's backward, which needs a
+    # round trip F0 + c + F1 + B1 + c + B0 = 5 s: period 5 / 2 = 2.5 s, above the busiest
+    # server's 2 s (plan_cost). Ideal mode deepens the window and reaches 2 s.
+    from costs.evaluate import plan_cost
+    g = chain([1.0, 1.0], [1.0, 1.0], elems=[250_000_000], mode="training")
+    plan = pipeline_plan(2, 64, "1f1b")
+    r, pb = run(g, topo_line(2), plan)
+    assert close(r.period_s, 2.5) and r.steady
+    assert close(plan_cost(pb, plan).period_s, 2.0)
+    ideal, _ = run(g, topo_line(2), plan, ideal=True)
+    assert close(ideal.period_s, 2.0)
+    assert ideal.peak_own_memory_bytes[0] > r.peak_own_memory_bytes[0]
