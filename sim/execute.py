@@ -192,6 +192,7 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
         f_busy = [0.0] * ns
         f_bw = [0.0] * D + list(prog.link_bw)
     done_q: list[int] = []  # nodes finished by the heap, to propagate
+    now = 0.0
     while True:
         while stack:
             s = stack.pop()
@@ -274,6 +275,9 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
         if not heap:
             break
         t, prio, sq, j = pop(heap)
+        if t < now:
+            raise RuntimeError(f"event at {t!r} popped after {now!r}: the event order is broken")
+        now = t
         if not fair:
             s = srv[j]
             if free_links:

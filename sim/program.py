@@ -80,14 +80,12 @@ class Program:
     x_dur: list[float] = field(default_factory=list)
     x_nbytes: list[float] = field(default_factory=list)
     x_preds: list[list[int]] = field(default_factory=list)  # indices into the x_ lists
-    x_after_device: list[int] = field(default_factory=list)  # device whose last task it waits for, or -1
     x_stage: list[int] = field(default_factory=list)
     static_bytes: np.ndarray | None = None
     server_latency: list[float] = field(default_factory=list)
     link_bw: list[float] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
     static_links: bool = False
-    explicit_types: dict = field(default_factory=dict)  # (p, v, phase, device) -> [types in order]
 
     @property
     def T(self) -> int:
@@ -110,10 +108,6 @@ class Program:
         return len(self.server) - 1
 
 
-def _lcm(xs) -> int:
-    return math.lcm(*xs) if xs else 1
-
-
 class _Builder:
     def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool):
         self.pb, self.plan = problem, plan
@@ -121,7 +115,7 @@ class _Builder:
         self.topo = topo
         self.ideal = ideal
         self.D, self.L = topo.n_devices, len(topo.links)
-        C = _lcm([s.replicas for s in plan.stages])
+        C = math.lcm(*(s.replicas for s in plan.stages)) if plan.stages else 1
         self.prog = Program(self.D, self.L, C, plan.microbatches, problem.training, plan.schedule,
                             static_links=static_links)
         self.qs = [problem.q_index(p) for p in plan.op_precision]
@@ -402,23 +396,24 @@ class _Builder:
             for j in range(tp):
                 devs = [st.devices[i * tp + j] for i in range(r)]
                 chunk = nbytes / r
-                arrived = [self._x_add(d, 0.0, 0.0, [], d, k) for d in devs]
+                arrived = [self._x_add(d, 0.0, 0.0, [], k) for d in devs]  # after d's last task
                 for _ in range(2 * (r - 1)):
                     nxt = [0] * r
                     for i in range(r):
                         last = arrived[i]
                         for l in self.topo.route(devs[i], devs[(i + 1) % r]):
-                            last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], -1, k)
+                            last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], k)
                         nxt[(i + 1) % r] = last
                     arrived = nxt
 
-    def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], after_device: int, stage: int) -> int:
+    def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], stage: int) -> int:
+        """A collective node; one on a device is appended to that device's order, so it
+        starts after the device's last pipeline task."""
         prog = self.prog
         prog.x_server.append(server)
         prog.x_dur.append(dur)
         prog.x_nbytes.append(nbytes)
         prog.x_preds.append(preds)
-        prog.x_after_device.append(after_device)
         prog.x_stage.append(stage)
         return len(prog.x_server) - 1
 
