@@ -130,16 +130,19 @@ def test_simulated_ideal_period_equals_milp_objective(pb):
         r = solve(pb, SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=20, path=device_paths(pb.topology)[0][0]))
     except DistplanError:
         return
-    assert r.plans[0].predicted["solver_objective"] == pytest.approx(r.plans[0].predicted["milp_period_s"], rel=1e-6)
+    best = r.plans[0].predicted
+    assert r.objective_s == pytest.approx(best["milp_period_s"], rel=1e-6)
+    if "solver_objective" in best:  # absent when the warm start was certified and HiGHS skipped
+        assert best["solver_objective"] == pytest.approx(best["milp_period_s"], rel=1e-6)
     for p in r.plans:
         s = sim.simulate(pb, p, SimOptions(ideal=True))
         assert s.steady
         assert s.period_s == pytest.approx(p.predicted["milp_period_s"], rel=1e-6)
 
 
-@pytest.mark.xfail(reason="sim (not model) reports 3.85 ms for a 1F1B plan whose stage 1 has 4.49 ms "
-                          "of work per microbatch; reported to the lead", strict=False)
 def test_simulated_ideal_period_training_disconnected_ops():
+    """Regression: the simulator once reported 3.85 ms for this 1F1B plan whose stage 1 has
+    4.49 ms of work per microbatch (a periodic stretch measured before the run settled)."""
     from sim.options import SimOptions
     ops = (Operator("v0", "matmul", 1e6, 1e6), Operator("v1", "matmul", 1e6, 1e6),
            Operator("v2", "matmul", 1e6, 7185277958.0), Operator("v3", "matmul", 1e6, 6153628725.0))
