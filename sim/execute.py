@@ -152,8 +152,8 @@ def _explicit_device_seqs(prog: Program, plan, seqs: list[list[int]], T: int) ->
 
 @dataclass
 class Run:
-    beg: list
-    fin: list
+    beg: np.ndarray  # service start per node (-1: never ran)
+    fin: np.ndarray  # when successors may use the node's output
     link_busy_s: np.ndarray | None  # only for 'fair' (time with >= 1 active transfer)
 
 
@@ -331,11 +331,12 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
                         elif dyn[s2]:
                             push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
                             cnt += 1
-    done = int(np.count_nonzero(np.asarray(beg) >= 0.0))
+    beg_a = np.array(beg)
+    done = int(np.count_nonzero(beg_a >= 0.0))
     if done != net.n_valid:
         _deadlock(net, prog, waiting, pending, done)
     busy = np.asarray(f_busy) if fair else None
-    return Run(beg, fin, busy)
+    return Run(beg_a, np.array(fin), busy)
 
 
 def _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw) -> None:

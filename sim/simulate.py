@@ -36,15 +36,26 @@ def _validate(problem: Problem, plan: Plan) -> None:
         raise DistplanError("schedule 'explicit' needs a device_order")
     if plan.microbatches < 1:
         raise DistplanError(f"microbatches must be >= 1, got {plan.microbatches}")
+    if not plan.stages:
+        raise DistplanError("the plan has no stages")
+    for v, k in enumerate(plan.op_stage):
+        if not 0 <= k < plan.n_stages:
+            raise DistplanError(f"op {problem.graph.ops[v].name!r}: stage {k} outside 0..{plan.n_stages - 1}")
+    for k, st in enumerate(plan.stages):
+        if not st.devices or st.tensor_parallel < 1 or len(st.devices) % st.tensor_parallel:
+            raise DistplanError(f"stage {k}: {len(st.devices)} devices is not a positive multiple of "
+                                f"tensor_parallel {st.tensor_parallel}")
+        bad = [d for d in st.devices if not 0 <= d < problem.n_devices]
+        if bad:
+            raise DistplanError(f"stage {k}: device index {bad[0]} outside 0..{problem.n_devices - 1}")
 
 
 def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> SimResult:
     D, L = prog.D, prog.L
     T, U, units = net.T, net.U, net.units
-    beg = np.asarray(r.beg)
-    fin = np.asarray(r.fin)
-    dur = np.asarray(net.dur)
-    server = np.asarray(net.server, dtype=np.int64)
+    beg, fin = r.beg, r.fin
+    dur = _per_node(prog.dur, prog.x_dur, U, float)
+    server = _per_node(prog.server, prog.x_server, U, np.int64)
     ran = beg >= 0
     end = np.where(ran, beg + dur, 0.0)
     if opts.link_model == "fair":  # shared links: a hop ends when its last byte leaves
@@ -66,8 +77,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
         link_busy = np.asarray(r.link_busy_s[D:], dtype=float)
     else:
         link_busy = np.bincount(server[link_mask] - D, weights=dur[link_mask], minlength=L)[:L]
-    nbytes_t = np.asarray(prog.nbytes + [0.0] * 0)
-    node_bytes = np.concatenate((np.tile(nbytes_t, U), np.asarray(prog.x_nbytes, dtype=float)))
+    node_bytes = _per_node(prog.nbytes, prog.x_nbytes, U, float)
     link_bytes = np.bincount(server[link_mask] - D, weights=node_bytes[link_mask], minlength=L)[:L]
     kind = np.tile(np.asarray(prog.kind), U)
     n_tasks = int(np.count_nonzero(net.valid & ((kind == K_F) | (kind == K_B))))
@@ -81,6 +91,11 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
         peak_memory_bytes=peak_all, peak_own_memory_bytes=peak_own, microbatch_done_s=done,
         n_tasks=n_tasks, n_nodes=int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
     )
+
+
+def _per_node(per_type: list, extra: list, units: int, dtype) -> np.ndarray:
+    """A per-type list repeated unit after unit, then the collective nodes' values."""
+    return np.concatenate((np.tile(np.asarray(per_type, dtype=dtype), units), np.asarray(extra, dtype=dtype)))
 
 
 def _completions(prog, net, fin: np.ndarray) -> np.ndarray:
@@ -135,7 +150,7 @@ def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float) -
         plan2 = dataclasses.replace(plan, microbatches=M2)
         net2 = expand(prog2, plan2)
         r2 = run(net2, prog2, opts.link_model)
-        fin2 = np.asarray(r2.fin)
+        fin2 = r2.fin
         done2 = _completions(prog2, net2, fin2)
         best = _period(plan2, prog2, done2, float(fin2.max(initial=0.0)), opts.link_model)
         if best[1]:

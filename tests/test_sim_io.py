@@ -125,3 +125,17 @@ def test_cli_errors_are_one_line_with_status_2(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     out = _cli(tmp_path / "bad.json")
     assert out.returncode == 2 and "infeasible plan" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_simulate_rejects_malformed_plans_with_one_error():
+    from distplan.errors import DistplanError
+    g = chain([1.0, 1.0])
+    _, pb = run(g, topo_line(2), pipeline_plan(2, 1, "stream"))
+    with pytest.raises(DistplanError, match="stage 5 outside"):
+        simulate(pb, Plan((0, 5), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 1, "stream"))
+    with pytest.raises(DistplanError, match="device index 7"):
+        simulate(pb, Plan((0, 1), ("fp16",) * 2, (Stage((0,)), Stage((7,))), 1, "stream"))
+    with pytest.raises(DistplanError, match="not allowed"):
+        simulate(pb, Plan((0, 1), ("fp16", "fp8"), (Stage((0,)), Stage((1,))), 1, "stream"))
+    with pytest.raises(DistplanError, match="training graph"):
+        simulate(pb, Plan((0, 1), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 1, "1f1b"))
