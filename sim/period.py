@@ -15,19 +15,24 @@ def steady_period(done: np.ndarray, tail: int, floor: float = 0.0) -> tuple[floa
     The last ``tail`` microbatches may finish early while the pipeline drains and are
     left out. The run is periodic from some microbatch on when ``done[m + p] - done[m]``
     is constant (to 1e-9 relative): take the smallest p <= 8 for which that holds over a
-    trailing stretch of at least max(4p, 8) microbatches; the
-    period is that difference / p. A periodic stretch faster than ``floor`` (the busiest
-    server's work per microbatch, which every steady state must fit in one period) is a
-    transient, not the steady state, and is rejected. Otherwise return the average
-    spacing over the last half of the kept microbatches and ``steady=False``.
+    trailing stretch of at least max(4p, 8) microbatches; the period is that difference
+    / p. A periodic stretch faster than ``floor`` (the busiest server's work per
+    microbatch, which every steady state must fit in one period) is a transient, not the
+    steady state, and is rejected.
+
+    Otherwise ``steady`` is False and the period is an honest figure, never below
+    ``floor``: the average spacing over the last half of the kept microbatches when at
+    least 3 are kept, else (the run never left its fill: ``tail`` >= M - 2, e.g. a
+    schedule whose static order spans more rounds than there are microbatches, so every
+    microbatch finishes in one burst) the run's own rate, last completion / M.
     """
     done = np.maximum.accumulate(np.asarray(done, dtype=float))  # in-order delivery
     M = len(done)
     if M < 2:
-        return float(done[-1]) if M else 0.0, False
+        return max(float(done[-1]), floor) if M else 0.0, False
     hi = M - 1 - max(tail, 0)
-    if hi < 2:
-        hi = M - 1
+    if hi < 2:  # nothing kept past the fill: the run's own rate
+        return max(float(done[-1]) / M, floor), False
     for p in range(1, MAX_CYCLICITY + 1):
         need = max(4 * p, 8)
         if hi + 1 - p < need:
@@ -39,6 +44,4 @@ def steady_period(done: np.ndarray, tail: int, floor: float = 0.0) -> tuple[floa
         if run >= need and ref > 0 and ref / p >= floor * (1 - REL_TOL):
             return ref / p, True
     lo = hi // 2
-    if hi > lo:
-        return float(done[hi] - done[lo]) / (hi - lo), False
-    return float(done[-1] - done[0]) / (M - 1), False
+    return max(float(done[hi] - done[lo]) / (hi - lo), floor), False

@@ -17,10 +17,17 @@ class SimResult:
     same program is run again with more microbatches (4 x rounds of fill + 64, then 4x
     more, within a budget of 1e6 nodes) for the period alone (every other figure is from
     the plan's run). Two servers whose loads nearly tie (as optimised plans often have)
-    settle late, so this matters. If no periodic regime is found (a time-dependent link
-    order may never settle), the period is the longest run's average spacing over its
-    last half (``steady`` False). GPipe flushes every step and
-    has no steady state: its period is ``makespan_s / microbatches``.
+    settle late, so this matters. If no periodic regime is found (``steady`` False: a
+    time-dependent link order may never settle, or the longer run would exceed the node
+    budget, as for large tensor-parallel plans whose all-reduce rings make the static
+    order span more rounds than there are microbatches), the period is the longest run's
+    average spacing over its last half past the fill, or, when that run is all fill (its
+    microbatches finish in one burst), its own rate: last completion / microbatches.
+    GPipe flushes every step and has no steady state: its period is ``makespan_s /
+    microbatches``. In every case the period is at least the busiest server's work per
+    microbatch (``sim.simulate.work_per_microbatch``: devices with their TP shares and
+    casts, links with every hop and TP all-reduce step), so no plan reports a throughput
+    its hardware cannot reach.
     ``throughput_per_s`` = batch_size / period_s (samples per second).
     Busy fractions are busy seconds / makespan (with the ``free`` link model overlapping
     transfers add up, so a link's figure may exceed 1).

@@ -112,19 +112,24 @@ def _completions(prog, net, fin: np.ndarray) -> np.ndarray:
 
 
 def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str) -> tuple[float, bool]:
+    """(period, steady); never below the busiest server's work per microbatch."""
     M = len(done)
+    floor = work_per_microbatch(prog, link_model)
     if plan.schedule == "gpipe" or not np.all(np.isfinite(done)):
-        return makespan / M, False
+        return max(makespan / M, floor), False
     off = prog.offset
     tail = (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
-    return steady_period(done, tail, work_per_microbatch(prog, link_model))
+    return steady_period(done, tail, floor)
 
 
 def work_per_microbatch(prog, link_model: str) -> float:
-    """The busiest server's seconds of work per microbatch (over one replica cycle);
-    links count unless they are contention-free."""
+    """The busiest server's seconds of work per microbatch (over one replica cycle; a
+    device with s slots counts 1/s): every task, TP share, cast and link hop of the
+    pattern, TP all-reduce steps included; links count unless they are contention-free.
+    No steady state has a shorter period."""
     work = np.bincount(np.asarray(prog.server, dtype=np.int64), weights=np.asarray(prog.dur),
                        minlength=prog.D + prog.L) / prog.C
+    work /= np.asarray(prog.concurrency, dtype=float)
     if link_model == "free":
         work = work[:prog.D]
     return float(work.max(initial=0.0))
