@@ -48,11 +48,14 @@ def topology(draw, n_min: int = 1, n_max: int = 4, latency: bool = True) -> Topo
 @st.composite
 def problem_and_plan(draw, mode: str | st.SearchStrategy = "inference", schedule: str | None = None, max_ops: int = 6,
                      microbatches: int | st.SearchStrategy = 64, replicas: bool = False, distinct: bool = False,
-                     latency: bool = True, max_tp: int = 1):
+                     latency: bool = True, max_tp: int = 1, max_devices: int = 4):
+    """A problem and a random plan on it. ``replicas``: stages of 1-2 data-parallel
+    replicas; ``max_tp`` > 1: each stage's replicas are groups of 1..max_tp
+    tensor-parallel devices (matmul ops all-reduce their output within a group)."""
     if not isinstance(mode, str):
         mode = draw(mode)
     g = draw(dag(max_ops, mode))
-    topo = draw(topology(latency=latency))
+    topo = draw(topology(n_max=max_devices, latency=latency))
     sched = schedule or ("stream" if mode == "inference" else draw(st.sampled_from(["gpipe", "1f1b"])))
     M = microbatches if isinstance(microbatches, int) else draw(microbatches)
     pb = build_problem(g, topo, ProblemOptions(precisions=("fp16", "int8"), microbatches=M, schedule=sched))
