@@ -22,3 +22,11 @@ def roofline_time_s(flops: float, bytes_moved: float, kind: DeviceKind, prec: st
 def op_time_s(flops: float, touched_elems: float, kind: DeviceKind, prec: str) -> float:
     """Roofline time of an operator whose memory traffic is ``touched_elems`` at ``prec``."""
     return roofline_time_s(flops, touched_elems * precision(prec).bytes_per_elem, kind, prec)
+
+
+def tp_shard_time_s(task_s: float, launch_overhead_s: float, tensor_parallel: int) -> float:
+    """One device's share of a task split over ``tensor_parallel`` devices: the work
+    divides, the launch does not (every shard pays its own kernel launch)."""
+    if tensor_parallel <= 1:
+        return task_s
+    return (task_s - launch_overhead_s) / tensor_parallel + launch_overhead_s

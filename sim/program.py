@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costs.compute import tp_shard_time_s
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
@@ -208,7 +209,8 @@ class _Builder:
                             releases[u][ju].append(first)
                     cast = None
                     if qs[u] != qs[v]:
-                        ct = pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * cast_share / tv
+                        ct = tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * cast_share,
+                                            pb.cast_fixed_s[kinds[d]], tv)
                         cast = prog.add(d, ct, K_CAST_F, p, v, [src], 0, e)
                         prog.buffers.append(Buffer(d, float(elems[e] * bpe[qs[v]] / tv), cast, False, (), False))
                         patch_buf[j].append(len(prog.buffers) - 1)
@@ -222,7 +224,8 @@ class _Builder:
                         patch_rel[j].append((u, ju))
                     fpreds[j].append(cast if cast is not None else src)
             for j, d in enumerate(G):
-                f = prog.add(d, pb.fwd_time_s[v, qs[v], kinds[d]] / tv, K_F, p, v, fpreds[j], 0)
+                f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tv),
+                             K_F, p, v, fpreds[j], 0)
                 Fn[v].append(f)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (f,)
@@ -270,7 +273,8 @@ class _Builder:
                     src = grad_at[w][jw]
                     nb = float(elems[e] * bpe[qs[v]] / tv)
                     if qs[v] != qs[w]:
-                        ct = pb.cast_time_s(e, qs[v], qs[w], int(kinds[dw])) * 0.5 / len(Gw)
+                        ct = tp_shard_time_s(pb.cast_time_s(e, qs[v], qs[w], int(kinds[dw])) * 0.5,
+                                            pb.cast_fixed_s[kinds[dw]], len(Gw))
                         src = prog.add(dw, ct, K_CAST_B, p, w, [src], 1, e)
                     first = None
                     if kw != k:
@@ -285,7 +289,8 @@ class _Builder:
                         patch_buf[j].append(len(prog.buffers) - 1)
                         bpreds[j].append(last)
             for j, d in enumerate(G):
-                b = prog.add(d, pb.bwd_time_s[v, qs[v], kinds[d]] / tv, K_B, p, v, bpreds[j], 1)
+                b = prog.add(d, tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tv),
+                             K_B, p, v, bpreds[j], 1)
                 Bn[v].append(b)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (b,)

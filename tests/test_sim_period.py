@@ -11,6 +11,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from costs.compute import tp_shard_time_s
 from costs.problem import Problem
 from distplan.plan import Plan, Stage
 from sim import SimOptions, simulate
@@ -59,7 +60,9 @@ def server_loads_s(pb: Problem, plan: Plan, link_model: str) -> np.ndarray:
         for v, k in enumerate(plan.op_stage):
             G, q = where[k], qs[v]
             for d in G:
-                load[d] += (pb.fwd_time_s[v, q, kinds[d]] + pb.bwd_time_s[v, q, kinds[d]]) / len(G)
+                launch = pb.cast_fixed_s[kinds[d]]
+                load[d] += (tp_shard_time_s(pb.fwd_time_s[v, q, kinds[d]], launch, len(G))
+                            + (tp_shard_time_s(pb.bwd_time_s[v, q, kinds[d]], launch, len(G)) if pb.training else 0.0))
             if len(G) > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS:
                 ring(G, pb.act_bytes[v, q])
                 nb_in = sum(pb.edge_elems[e] * bpe[qs[u]] for e, (u, w) in enumerate(edges) if w == v)
@@ -73,13 +76,15 @@ def server_loads_s(pb: Problem, plan: Plan, link_model: str) -> np.ndarray:
                     path = [Gu[j % len(Gu)]] + [where[b][j % len(where[b])] for b in range(ku + 1, kv + 1)]
                     send(path, pb.edge_elems[e] * bpe[qs[u]] / len(Gv))
                 if qs[u] != qs[v]:
-                    load[d] += pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * share / len(Gv)
+                    load[d] += tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * share,
+                                              pb.cast_fixed_s[kinds[d]], len(Gv))
             if not pb.training:
                 continue
             for j, d in enumerate(Gu):  # backward: producer u's TP share j gets its gradient
                 dw = Gv[j % len(Gv)]
                 if qs[u] != qs[v]:
-                    load[dw] += pb.cast_time_s(e, qs[u], qs[v], int(kinds[dw])) * 0.5 / len(Gv)
+                    load[dw] += tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[dw])) * 0.5,
+                                               pb.cast_fixed_s[kinds[dw]], len(Gv))
                 if kv != ku:
                     path = [dw] + [where[b][j % len(where[b])] for b in range(kv - 1, ku - 1, -1)]
                     send(path, pb.edge_elems[e] * bpe[qs[u]] / len(Gu))
