@@ -81,7 +81,9 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     K = len(path)
     kinds = [int(problem.device_kind[d]) for d in path]
     fm = mat.astype(float)
-    W = {c: fm @ op_cost[:, c] for c in set(kinds)}
+    fin = {c: np.isfinite(op_cost[:, c]) for c in set(kinds)}
+    W = {c: fm @ np.where(fin[c], op_cost[:, c], 0.0) for c in set(kinds)}
+    BAD = {c: fm @ (~fin[c]).astype(float) for c in set(kinds)}   # ops kind c cannot run
     MS, MA = fm @ mem_static, fm @ mem_act
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ edge_bytes if len(u) else np.zeros(N)
@@ -101,7 +103,7 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
                 r += list(topo.route(path[s], path[s - 1]))
             inv = max((1.0 / bw[l] for l in r), default=0.0)
             base = np.maximum(f, out_bytes * inv)
-        seg = W[c][:, None] - W[c][None, :]
+        seg = np.where(BAD[c][:, None] - BAD[c][None, :] > 0.5, math.inf, W[c][:, None] - W[c][None, :])
         mem = (MS[:, None] - MS[None, :]) + inflight[s] * (MA[:, None] - MA[None, :])
         val = np.maximum(base[None, :], seg)
         val[~sub | (mem > cap * (1 + 1e-12))] = math.inf

@@ -32,7 +32,9 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
         a = np.array([problem.op_time_s(v, prec[v], c) for v in range(V)])
         for e, (u, v) in enumerate(problem.edges):
             a[v] += problem.cast_time_s(e, prec[u], prec[v], c)
-        cost_c[c] = np.concatenate([[0.0], np.cumsum(a)])
+        bad = ~np.isfinite(a)   # ops kind c cannot run: counted, so empty segments cost 0
+        cost_c[c] = (np.concatenate([[0.0], np.cumsum(np.where(bad, 0.0, a))]),
+                     np.concatenate([[0], np.cumsum(bad)]))
     stat = np.concatenate([[0.0], np.cumsum([problem.static_bytes[v, prec[v]] for v in range(V)])])
     act = np.concatenate([[0.0], np.cumsum([problem.act_bytes[v, prec[v]] for v in range(V)])])
     diff = np.zeros(V + 2)
@@ -47,7 +49,7 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
     idx = np.arange(V + 1)
     for s in range(K):
         c = kinds[s]
-        P = cost_c[c]
+        P, NB = cost_c[c]
         n = inflight_microbatches(problem.schedule, s, K, problem.microbatches)
         cap = problem.device_mem_bytes[path[s]]
         if s == 0:
@@ -66,7 +68,7 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
         g = np.full(V + 1, inf)
         for j in range(V + 1):
             i = idx[: j + 1]
-            seg = P[j] - P[i]
+            seg = np.where(NB[j] - NB[i] > 0, inf, P[j] - P[i])
             mem = (stat[j] - stat[i]) + n * (act[j] - act[i])
             val = (base[i] + seg) if latency else np.maximum(base[i], seg)
             val = np.where(mem <= cap, val, inf)
@@ -143,7 +145,7 @@ def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "th
     return best
 
 
-def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...]) -> list[Plan]:
+def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...], lanes=None) -> list[Plan]:
     """Feasible plans one move away: one op shifted to the next or previous stage, or
     run at another precision (candidate starts for the K best plans)."""
     K, Q = len(path), len(problem.precisions)
@@ -156,10 +158,10 @@ def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...]) -> list[Plan
             if 0 <= k < K and all(stage[u] <= k for u in preds[v]) and all(stage[w] >= k for w in succs[v]):
                 st = stage[:]
                 st[v] = k
-                out.append(make_plan(problem, path, st, qs))
+                out.append(make_plan(problem, path, st, qs, lanes=lanes))
         for q in range(Q):
             if q != qs[v]:
                 qq = qs[:]
                 qq[v] = q
-                out.append(make_plan(problem, path, stage, qq))
+                out.append(make_plan(problem, path, stage, qq, lanes=lanes))
     return [p for p in out if not plan_violations(problem, p)]
