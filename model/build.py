@@ -1,6 +1,8 @@
 """The MILP, stated in Pyomo: one function per variable/constraint family.
 
-Stage k (0..K-1) runs on device ``path[k]``. Encoding (DESIGN.md, "optimisation model"):
+Stage k (0..K-1) runs on device ``path[k]``, or, with r replicated lanes (model.lanes), on
+devices (lane_0[k], ..., lane_{r-1}[k]) with ``path`` = lane_0; microbatch m stays in lane
+m % r. Encoding (DESIGN.md, "optimisation model"):
 
 - ``y[v,k]`` (binary, k = 1..K-1) = 1 iff stage(v) >= k; y(v,0) = 1, y(v,K) = 0.
 - ``prec[v,q]`` (binary) = 1 iff op v runs at precision q.
@@ -14,8 +16,16 @@ Stage k (0..K-1) runs on device ``path[k]``. Encoding (DESIGN.md, "optimisation 
   consumer's stage k, exactly as costs.evaluate does.
 - ``w[k]`` >= y(sink,k): stage k or a later one is used (for 1F1B's in-flight count).
 
+Replicas (r > 1, throughput only): ``device_load[k,c]`` is the load of stage k's devices of
+kind c = (compute + casts at kind c) / r; a cell (v,k,q) needs q on every device kind of
+stage k and op v alone to fit the smallest of its devices (every replica holds the whole
+stage); link l carries sum over lanes i and boundaries b whose route lane_i[b] ->
+lane_i[b+1] uses l of bytes_b / (r bw_l). This is costs.evaluate.plan_cost's average over
+the replica cycle, term by term. Constraints whose expression holds no variable are
+checked when built and skipped (a violated one makes the model infeasible).
+
 Times are in model units (seconds x ``m.tscale``, see :func:`time_scale`) and memory
-rows in units of the device's capacity. The throughput objective minimises the period ``T`` >= every stage load and every link
+rows in units of the device's capacity. The throughput objective minimises the period ``T`` >= every device load and every link
 load; the latency objective minimises costs.evaluate.plan_latency_s. Both may add
 ``sensitivity_weight`` x sensitivity. At integral points the objective equals
 costs.evaluate.plan_cost(...).period_s (resp. plan_latency_s) of the extracted plan.
@@ -40,6 +50,23 @@ class ModelSpec:
     objective: str = "throughput"
     sensitivity_budget: float | None = None
     sensitivity_weight: float = 0.0
+    lanes: tuple[tuple[int, ...], ...] | None = None   # None: one lane, ``path``
+
+    def all_lanes(self) -> tuple[tuple[int, ...], ...]:
+        lanes = self.lanes or (tuple(self.path),)
+        if tuple(lanes[0]) != tuple(self.path) or any(len(l) != len(self.path) for l in lanes):
+            raise ValueError("lanes must all have the path's length, lane 0 being the path")
+        if len(lanes) > 1 and self.objective != "throughput":
+            raise ValueError("replicated lanes are modelled for the throughput objective only")
+        return tuple(tuple(l) for l in lanes)
+
+
+def _checked(expr):
+    """A rule's relation, or Constraint.Skip when it has no variable and holds
+    (Constraint.Infeasible when it has none and fails)."""
+    if isinstance(expr, bool):
+        return pyo.Constraint.Skip if expr else pyo.Constraint.Infeasible
+    return expr
 
 
 # --------------------------------------------------------------------------- data
@@ -47,16 +74,23 @@ def stage_kinds(problem: Problem, path: tuple[int, ...]) -> list[int]:
     return [int(problem.device_kind[d]) for d in path]
 
 
-def allowed_cells(problem: Problem, path: tuple[int, ...]) -> list[tuple[int, int, int]]:
-    """(v, k, q) where op v may run on stage k at precision q: the precision runs on the
-    stage's device and the op alone fits its memory (at one in-flight microbatch)."""
-    kinds = stage_kinds(problem, path)
+def stage_kind_sets(problem: Problem, lanes) -> list[list[int]]:
+    """Device kinds of each stage's devices (one per lane), sorted."""
+    return [sorted({int(problem.device_kind[lane[k]]) for lane in lanes}) for k in range(len(lanes[0]))]
+
+
+def allowed_cells(problem: Problem, path: tuple[int, ...], lanes=None) -> list[tuple[int, int, int]]:
+    """(v, k, q) where op v may run on stage k at precision q: the precision runs on every
+    device of the stage and the op alone fits the smallest one's memory (at one in-flight
+    microbatch)."""
+    lanes = lanes or (tuple(path),)
+    kind_sets = stage_kind_sets(problem, lanes)
     out = []
     for v in range(problem.n_ops):
-        for k, c in enumerate(kinds):
-            cap = problem.device_mem_bytes[path[k]]
+        for k, cs in enumerate(kind_sets):
+            cap = min(problem.device_mem_bytes[lane[k]] for lane in lanes)
             for q in range(len(problem.precisions)):
-                if not problem.supported[q, c] or not math.isfinite(problem.op_time_s(v, q, c)):
+                if not all(problem.supported[q, c] and math.isfinite(problem.op_time_s(v, q, c)) for c in cs):
                     continue
                 if problem.static_bytes[v, q] + problem.act_bytes[v, q] > cap:
                     continue
@@ -82,7 +116,7 @@ def add_sets(m, problem: Problem, spec: ModelSpec) -> None:
     m.CUTS = pyo.Set(initialize=list(range(1, K)))          # y index: stage >= k
     m.BOUNDS = pyo.Set(initialize=list(range(K - 1)))       # boundary b: stage b -> b+1
     m.PRECS = pyo.RangeSet(0, len(problem.precisions) - 1)
-    cells = allowed_cells(problem, spec.path)
+    cells = allowed_cells(problem, spec.path, m.lanes)
     m.CELLS = pyo.Set(initialize=cells, dimen=3, ordered=True)
     e_ok = [e for e in range(len(problem.edges)) if problem.edge_elems[e] > 0]
     m.EDGES = pyo.Set(initialize=e_ok)                       # tensors with bytes
@@ -98,7 +132,7 @@ def add_variables(m, problem: Problem, spec: ModelSpec) -> None:
     m.z = pyo.Var(m.CELLS, bounds=(0, 1))
     m.xc = pyo.Var(m.EDGES, m.BOUNDS, bounds=(0, 1))
     m.xq = pyo.Var(m.EDGES, m.BOUNDS, m.WIDE, bounds=(0, 1))
-    kinds = stage_kinds(problem, spec.path)
+    kind_sets = stage_kind_sets(problem, m.lanes)
     cast_idx = []
     cells = set(m.CELLS)
     for e in m.ALL_EDGES:
@@ -108,7 +142,7 @@ def add_variables(m, problem: Problem, spec: ModelSpec) -> None:
                 if (v, k, b) not in cells:
                     continue
                 for a in m.PRECS:
-                    if a != b and problem.cast_time_s(e, a, b, kinds[k]) > 0:
+                    if a != b and any(problem.cast_time_s(e, a, b, c) > 0 for c in kind_sets[k]):
                         cast_idx.append((e, a, b, k))
     m.CASTS = pyo.Set(initialize=cast_idx, dimen=4, ordered=True)
     m.cast = pyo.Var(m.CASTS, bounds=(0, 1))
@@ -139,7 +173,7 @@ def add_assignment(m, problem: Problem) -> None:
         by_vq.setdefault((v, q), []).append(m.z[v, k, q])
     m.stage_assign = pyo.Constraint(
         m.OPS, m.STAGES,
-        rule=lambda m, v, k: sum(by_vk.get((v, k), [])) == y_of(m, v, k) - y_of(m, v, k + 1))
+        rule=lambda m, v, k: _checked(sum(by_vk.get((v, k), [])) == y_of(m, v, k) - y_of(m, v, k + 1)))
     m.prec_assign = pyo.Constraint(
         m.OPS, m.PRECS, rule=lambda m, v, q: sum(by_vq.get((v, q), [])) == m.prec[v, q])
     m.one_prec = pyo.Constraint(m.OPS, rule=lambda m, v: sum(m.prec[v, q] for q in m.PRECS) == 1)
@@ -171,14 +205,24 @@ def add_casts(m, problem: Problem) -> None:
 
 
 def add_stage_load(m, problem: Problem, spec: ModelSpec) -> None:
-    """stage_load[k] = compute of the stage's ops at their precisions + casts it performs."""
-    kinds = stage_kinds(problem, spec.path)
-    terms: dict[int, list] = {k: [] for k in m.STAGES}
+    """device_load[k,c] = (compute of stage k's ops at their precisions on kind c + the
+    casts it performs) / r, for each kind c among the stage's devices; stage_load[k] is
+    lane 0's (the stage's load when r = 1)."""
+    kind_sets = stage_kind_sets(problem, m.lanes)
+    m.STAGE_KINDS = pyo.Set(initialize=[(k, c) for k in range(m.K) for c in kind_sets[k]], dimen=2, ordered=True)
+    f = m.tscale / m.R
+    terms: dict[tuple[int, int], list] = {kc: [] for kc in m.STAGE_KINDS}
     for (v, k, q) in m.CELLS:
-        terms[k].append(m.tscale * problem.op_time_s(v, q, kinds[k]) * m.z[v, k, q])
+        for c in kind_sets[k]:
+            terms[k, c].append(f * problem.op_time_s(v, q, c) * m.z[v, k, q])
     for (e, a, b, k) in m.CASTS:
-        terms[k].append(m.tscale * problem.cast_time_s(e, a, b, kinds[k]) * m.cast[e, a, b, k])
-    m.stage_load = pyo.Expression(m.STAGES, rule=lambda m, k: sum(terms[k]))
+        for c in kind_sets[k]:
+            t = problem.cast_time_s(e, a, b, c)
+            if t > 0:
+                terms[k, c].append(f * t * m.cast[e, a, b, k])
+    m.device_load = pyo.Expression(m.STAGE_KINDS, rule=lambda m, k, c: sum(terms[k, c]))
+    kinds0 = stage_kinds(problem, spec.path)
+    m.stage_load = pyo.Expression(m.STAGES, rule=lambda m, k: m.device_load[k, kinds0[k]])
 
 
 def boundary_routes(problem: Problem, path: tuple[int, ...]) -> list[list[int]]:
@@ -194,16 +238,17 @@ def boundary_routes(problem: Problem, path: tuple[int, ...]) -> list[list[int]]:
 
 
 def add_link_load(m, problem: Problem, spec: ModelSpec) -> None:
-    """link_load[l] = sum over boundaries b whose route uses l of bytes_b / bw_l."""
-    routes = boundary_routes(problem, spec.path)
+    """link_load[l] = sum over lanes i and boundaries b whose route lane_i[b] -> lane_i[b+1]
+    uses l of bytes_b / (r bw_l)."""
     users: dict[int, list[int]] = {}
-    for b, r in enumerate(routes):
-        for l in r:
-            users.setdefault(l, []).append(b)
+    for lane in m.lanes:
+        for b, r in enumerate(boundary_routes(problem, lane)):
+            for l in r:
+                users.setdefault(l, []).append(b)
     m.USED_LINKS = pyo.Set(initialize=sorted(users))
     bw = problem.link_bw_bytes_per_s
     m.link_load = pyo.Expression(
-        m.USED_LINKS, rule=lambda m, l: sum(m.boundary_bytes[b] for b in users[l]) * (m.tscale / float(bw[l])))
+        m.USED_LINKS, rule=lambda m, l: sum(m.boundary_bytes[b] for b in users[l]) * (m.tscale / (m.R * float(bw[l]))))
 
 
 def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
@@ -214,7 +259,7 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
     static + min(M, s-k) act <= cap + (min(M, s-k) - 1) cap (1 - w[s-1]).
     """
     M, sched, K = problem.microbatches, problem.schedule, m.K
-    cap0 = {k: float(problem.device_mem_bytes[spec.path[k]]) for k in m.STAGES}
+    cap0 = {k: float(min(problem.device_mem_bytes[lane[k]] for lane in m.lanes)) for k in m.STAGES}
     stat: dict[int, list] = {k: [] for k in m.STAGES}   # rows in units of the device's capacity
     act: dict[int, list] = {k: [] for k in m.STAGES}
     for (v, k, q) in m.CELLS:
@@ -232,12 +277,13 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
             n = min(M, s - k)
             lhs = sum(stat[k]) + n * sum(act[k])
             if s == k + 1:
-                return lhs <= cap[k]
-            return lhs <= cap[k] + (n - 1) * cap[k] * (1 - m.w[s - 1])
+                return _checked(lhs <= cap[k])
+            return _checked(lhs <= cap[k] + (n - 1) * cap[k] * (1 - m.w[s - 1]))
         m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
     else:
         n_of = {k: inflight_microbatches(sched, k, K, M) for k in m.STAGES}
-        m.mem_cap = pyo.Constraint(m.STAGES, rule=lambda m, k: sum(stat[k]) + n_of[k] * sum(act[k]) <= cap[k])
+        m.mem_cap = pyo.Constraint(
+            m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + n_of[k] * sum(act[k]) <= cap[k]))
 
 
 def add_sensitivity(m, problem: Problem, spec: ModelSpec) -> None:
@@ -245,14 +291,16 @@ def add_sensitivity(m, problem: Problem, spec: ModelSpec) -> None:
     m.sensitivity = pyo.Expression(expr=sum(float(problem.sensitivity[v, q]) * m.prec[v, q]
                                             for v in m.OPS for q in m.PRECS if problem.sensitivity[v, q]))
     if spec.sensitivity_budget is not None:
-        m.sens_budget = pyo.Constraint(expr=m.sensitivity <= spec.sensitivity_budget)
+        m.sens_budget = pyo.Constraint(rule=lambda m: _checked(m.sensitivity <= spec.sensitivity_budget))
 
 
 def min_op_time_s(problem: Problem, m) -> np.ndarray:
+    """Per op, the least load it puts on a lane-0 device of any stage it may run on
+    (its time there / r)."""
     best = np.full(problem.n_ops, math.inf)
     kinds = stage_kinds(problem, m.path)
     for (v, k, q) in m.CELLS:
-        best[v] = min(best[v], problem.op_time_s(v, q, kinds[k]))
+        best[v] = min(best[v], problem.op_time_s(v, q, kinds[k]) / m.R)
     return best
 
 
@@ -260,16 +308,21 @@ def time_scale(problem: Problem, m) -> float:
     """Model time unit: seconds x tscale ~ 1 at the period's a-priori lower bound, so
     HiGHS's absolute tolerances (1e-7) are relative ones here."""
     best = min_op_time_s(problem, m)
+    best = best[np.isfinite(best)]
+    if not len(best):
+        return 1e6
     ref = max(float(best.max()), float(math.fsum(best)) / m.K)
     return 1.0 / ref if ref > 0 and math.isfinite(ref) else 1e6
 
 
 def add_period(m, problem: Problem, spec: ModelSpec) -> None:
-    """T >= stage_load[k], T >= link_load[l]; valid bounds T >= max_v min time(v),
-    K T >= sum_v min time(v)."""
-    m.period_dev = pyo.Constraint(m.STAGES, rule=lambda m, k: m.T >= m.stage_load[k])
+    """T >= device_load[k,c], T >= link_load[l]; valid bounds T >= max_v min load(v),
+    K T >= sum_v min load(v) (min_op_time_s)."""
+    m.period_dev = pyo.Constraint(m.STAGE_KINDS, rule=lambda m, k, c: m.T >= m.device_load[k, c])
     m.period_link = pyo.Constraint(m.USED_LINKS, rule=lambda m, l: m.T >= m.link_load[l])
     best = min_op_time_s(problem, m)
+    if not np.isfinite(best).all():
+        return   # an op with no allowed cell: stage_assign makes the model infeasible
     m.period_min = pyo.Constraint(expr=m.T >= m.tscale * float(best.max()))
     m.period_avg = pyo.Constraint(expr=m.K * m.T >= m.tscale * float(math.fsum(best)))
 
@@ -295,6 +348,8 @@ def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
     """Variables, then constraints, then the objective."""
     m = pyo.ConcreteModel(name="distplan")
     m.path = tuple(spec.path)
+    m.lanes = spec.all_lanes()
+    m.R = len(m.lanes)
     add_sets(m, problem, spec)
     m.tscale = time_scale(problem, m)
     add_variables(m, problem, spec)

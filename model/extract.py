@@ -5,16 +5,20 @@ from __future__ import annotations
 import pyomo.environ as pyo
 
 from costs.problem import Problem
-from distplan.plan import Plan, Stage
+from distplan.plan import Plan
+from model.lanes import lane_stages
 
 
-def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None) -> Plan:
-    """Stages as Stage((path[k],)); empty intermediate stages stay as relays, trailing
-    empty stages are dropped."""
+def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None,
+              lanes: tuple[tuple[int, ...], ...] | None = None) -> Plan:
+    """Stages as Stage((path[k],)), or with ``lanes`` Stage((lane_0[k], ..., lane_{r-1}[k]))
+    (model.lanes); empty intermediate stages stay as relays, trailing empty stages are
+    dropped."""
     S = max(op_stage) + 1
+    lanes = lanes or (tuple(path),)
     return Plan(op_stage=tuple(int(k) for k in op_stage),
                 op_precision=tuple(problem.precisions[q] for q in op_prec_idx),
-                stages=tuple(Stage((path[k],)) for k in range(S)),
+                stages=lane_stages(lanes, S),
                 microbatches=problem.microbatches, schedule=problem.schedule,
                 predicted=dict(predicted or {}))
 
@@ -24,17 +28,18 @@ def plan_from_values(m, problem: Problem, value) -> Plan:
     V, Q = problem.n_ops, len(problem.precisions)
     stage = [sum(1 for k in m.CUTS if value(m.y[v, k]) > 0.5) for v in range(V)]
     prec = [max(range(Q), key=lambda q: value(m.prec[v, q])) for v in range(V)]
-    return make_plan(problem, m.path, stage, prec)
+    return make_plan(problem, m.path, stage, prec, lanes=m.lanes)
 
 
 def projection(plan: Plan) -> tuple:
-    """Symmetry-free identity of a plan: op stages and precisions (not device labels)."""
-    return (plan.op_stage, plan.op_precision)
+    """Symmetry-free identity of a plan: op stages, precisions and replica count (not
+    device labels)."""
+    return (plan.op_stage, plan.op_precision, plan.stages[0].replicas if plan.stages else 1)
 
 
 def assign_plan(m, problem: Problem, plan: Plan) -> None:
     """Set every model variable to the values ``plan`` implies (plan stages are positions
-    on ``m.path``)."""
+    on ``m.path``, replicated on ``m.lanes``)."""
     V = problem.n_ops
     stage = list(plan.op_stage)
     q_of = [problem.q_index(p) for p in plan.op_precision]
@@ -61,7 +66,7 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
     if hasattr(m, "bused"):
         for b in m.BOUNDS:
             m.bused[b].set_value(max([m.xc[e, b].value for e in m.EDGES], default=0))
-    loads = [pyo.value(m.stage_load[k]) for k in m.STAGES]
+    loads = [pyo.value(m.device_load[k, c]) for (k, c) in m.STAGE_KINDS]
     if hasattr(m, "link_load"):
         loads += [pyo.value(m.link_load[l]) for l in m.USED_LINKS]
     m.T.set_value(max(loads + [0.0]))

@@ -19,7 +19,10 @@ class SolveOptions:
     ``sensitivity_budget`` caps the summed numerical sensitivity; ``sensitivity_weight``
     adds weight x sensitivity (seconds per unit) to the objective.
     ``n_stages``: pipeline positions (default: every device). ``path``: force one device
-    path family by name (model.paths), default: try them all and keep the best.
+    path family by name (model.paths; replicated layouts are named "<family>/<r>x<K>"),
+    default: try them all and keep the best. ``replicas``: force the replication factor r
+    (lanes, model.lanes); default: every divisor of the device count for inference
+    streams under the throughput objective, 1 otherwise.
     ``progress``: called with one human-readable line per event of a long solve.
     """
 
@@ -33,6 +36,7 @@ class SolveOptions:
     seed: int = 0
     n_stages: int | None = None
     path: str | None = None
+    replicas: int | None = None
     verbose: bool = False
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -51,6 +55,8 @@ class SolveOptions:
             raise DistplanError(f"sensitivity budget must be >= 0, got {self.sensitivity_budget}")
         if self.n_stages is not None and self.n_stages < 1:
             raise DistplanError(f"n_stages must be >= 1, got {self.n_stages}")
+        if self.replicas is not None and self.replicas < 1:
+            raise DistplanError(f"replicas must be >= 1, got {self.replicas}")
         if self.threads < 1:
             raise DistplanError(f"threads must be >= 1, got {self.threads}")
 
@@ -63,6 +69,10 @@ class SolveResult:
     weight x sensitivity when weighted), ``bound_s`` HiGHS's proven lower bound on it,
     ``gap`` = (objective - bound) / objective. ``plans`` best first, each with
     ``predicted['milp_period_s']`` (and ``milp_latency_s``, ``sensitivity``).
+    ``replicas``/``lanes``/``path_name``: the winning layout (``path`` = its lane 0).
+    ``bound_s`` is valid over every replication factor explored: the least of their
+    proven bounds; ``explored`` has one row per factor (layout, heuristic, bound, status,
+    whether its MILP was solved, best objective).
     """
 
     status: str
@@ -77,3 +87,6 @@ class SolveResult:
     path_name: str
     path: tuple[int, ...] = ()
     log: list[str] = field(default_factory=list)
+    replicas: int = 1
+    lanes: tuple[tuple[int, ...], ...] = ()
+    explored: list[dict] = field(default_factory=list)

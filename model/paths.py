@@ -62,3 +62,52 @@ def device_paths(topo: Topology) -> list[tuple[str, tuple[int, ...]]]:
             seen.add(p)
             out.append((name, p))
     return out
+
+
+# --------------------------------------------------------------------------- lanes
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n``, ascending."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+Lanes = tuple[tuple[int, ...], ...]
+
+
+def _lane_links(topo: Topology, lanes: Lanes) -> list[int]:
+    """Directed links used by the stage boundaries of all lanes, with repeats."""
+    return [l for lane in lanes for a, b in zip(lane, lane[1:]) for l in topo.route(a, b)]
+
+
+def lane_layouts(topo: Topology, replicas: int) -> list[tuple[str, Lanes]]:
+    """Replicated-pipeline layouts: ``replicas`` disjoint lanes of D / replicas devices each.
+
+    Lane i is a device path; stage k runs on (lane_0[k], ..., lane_{r-1}[k]) and microbatch
+    m stays in lane m % r. For r = 1 these are exactly :func:`device_paths` (same names).
+    For r > 1 every path family is cut into r consecutive chunks ("<family>/<r>x<K>": on a
+    snake the chunks are rows or half-meshes, whose neighbouring devices keep each boundary
+    on one link and the lanes link-disjoint), and also dealt round-robin
+    ("<family>/<r>x<K>-strided": stage k = r consecutive devices of the path). Layouts whose
+    boundaries share fewer links come first; duplicates (same set of lanes) are dropped.
+    """
+    D = topo.n_devices
+    if replicas < 1 or D % replicas:
+        raise ValueError(f"replicas {replicas} must divide the device count {D}")
+    if replicas == 1:
+        return [(n, (p,)) for n, p in device_paths(topo)]
+    K = D // replicas
+    cands = []
+    for name, p in device_paths(topo):
+        cands.append((f"{name}/{replicas}x{K}", tuple(tuple(p[i * K:(i + 1) * K]) for i in range(replicas))))
+        if K > 1:
+            cands.append((f"{name}/{replicas}x{K}-strided", tuple(tuple(p[i::replicas]) for i in range(replicas))))
+    seen, out = set(), []
+    for name, lanes in cands:
+        key = tuple(sorted(lanes))
+        if key in seen:
+            continue
+        seen.add(key)
+        used = _lane_links(topo, lanes)
+        shared = len(used) - len(set(used))
+        out.append((shared, len(used), len(out), name, lanes))
+    out.sort()
+    return [(name, lanes) for *_, name, lanes in out]
