@@ -2,7 +2,9 @@
 objective, bound, gap (targets in the issue: bert-base <= 1 % in <= 30 s end to end,
 bert-large <= 1 % in <= 60 s, gpt2 <= 2 % in <= 60 s, on a 2-core machine). Budgeted
 instances give the sensitivity budget as a share of S_max = sum_v max_q s[v,q]
-(model.budget_from_fraction); the budget column shows it.
+(model.budget_from_fraction); the budget column shows it. ``replicas`` is the winning
+replication factor (lanes, model.lanes); ``per_r`` lists, per factor explored,
+objective/proven bound (* = its MILP was solved).
 
     python bench/solve_bench.py [--only NAME] [--top-k K]
 """
@@ -36,6 +38,9 @@ INSTANCES = [
     ("bert-large-budget10%", "bert-large", {}, "mcm4x4", {}, dict(time_limit_s=60, rel_gap=0.01, budget_frac=0.10)),
     ("gpt2-seq512-budget10%", "gpt2", {"seq_len": 512}, "mcm4x4", {}, dict(time_limit_s=60, rel_gap=0.02,
                                                                           budget_frac=0.10)),
+    ("bert-base-dgx", "bert-base", {}, "dgx-a100", {}, dict(time_limit_s=60, rel_gap=0.01)),
+    ("bert-large-dgx", "bert-large", {}, "dgx-a100", {}, dict(time_limit_s=60, rel_gap=0.01)),
+    ("gpt2-dgx", "gpt2", {}, "dgx-a100", {}, dict(time_limit_s=60, rel_gap=0.01)),
     ("bert-base-train", "bert-base", {"mode": "training"}, "mcm4x4", {"precisions": ("fp16",)},
      dict(time_limit_s=60, rel_gap=0.01)),
 ]
@@ -48,7 +53,7 @@ def main() -> None:
     ap.add_argument("--progress", action="store_true")
     a = ap.parse_args()
     cols = ("instance", "ops", "budget", "binaries", "constraints", "build_s", "solve_s", "total_s",
-            "objective_s", "bound_s", "gap", "status", "path", "plans")
+            "objective_s", "bound_s", "gap", "status", "replicas", "path", "plans", "per_r")
     print(" | ".join(cols))
     for name, wl, wkw, topo, pkw, skw in INSTANCES:
         if a.only and name not in a.only:
@@ -70,7 +75,9 @@ def main() -> None:
             name, pb.n_ops, "-" if skw.get("sensitivity_budget") is None else f"{skw['sensitivity_budget']:.1f}",
             r.n_binaries, r.n_constraints, f"{r.build_seconds:.1f}",
             f"{r.seconds - r.build_seconds:.1f}", f"{total:.1f}", f"{r.objective_s:.6g}", f"{r.bound_s:.6g}",
-            f"{r.gap:.2%}" if math.isfinite(r.gap) else "inf", r.status, r.path_name, len(r.plans))), flush=True)
+            f"{r.gap:.2%}" if math.isfinite(r.gap) else "inf", r.status, r.replicas, r.path_name, len(r.plans),
+            " ".join(f"r{e['replicas']}:{e['objective_s']:.4g}/{e['bound_s']:.4g}{'*' if e['solved'] else ''}"
+                     for e in r.explored))), flush=True)
 
 
 if __name__ == "__main__":
