@@ -372,12 +372,14 @@ class _Builder:
         the output of microbatch m has left its device (first link hop served) and been
         consumed locally. depth = 2 (double buffering) unless a consumer or the first hop
         runs r >= 2 rounds after the producer in the static order (an all-reduce or a
-        round trip in between), then r + 1, so the static order can never deadlock."""
-        prog = self.prog
+        round trip in between), then r + 1, so the static order can never deadlock.
+        Buffers belong to a device: on a stage with R replicas, microbatch m's buffer gates
+        microbatch m + depth x R, the next ones on the same replica (lanes stay independent)."""
+        prog, plan = self.prog, self.plan
         C = prog.C
         o = prog.offset
         for (p, v, j), (f, rel) in self._release_map.items():
-            depth = max([2] + [o[r] - o[f] + 1 for r in rel])
+            depth = max([2] + [o[r] - o[f] + 1 for r in rel]) * plan.stages[plan.op_stage[v]].replicas
             target = self._f_of((p + depth) % C, v, j)
             shift = (p + depth) // C
             for r in rel:

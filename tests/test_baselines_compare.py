@@ -67,16 +67,21 @@ def test_compare_budget_defaults_to_time_limit_and_errors(chain_file, capsys):
 def test_plan_shape_and_space():
     one = Plan((0, 1), ("fp16", "fp16"), (Stage((0,)), Stage((1,))), 4, "stream")
     rep = Plan((0, 0), ("fp16", "fp16"), (Stage((0, 1, 2, 3), 2),), 4, "stream")
+    lanes = Plan((0, 1), ("fp16", "fp16"), (Stage((0, 2)), Stage((1, 3))), 4, "stream")
+    uneven = Plan((0, 1), ("fp16", "fp16"), (Stage((0, 2)), Stage((1,))), 4, "stream")
     assert plan_shape(one) == "2 stages" and not outside_milp_space(one)
     assert plan_shape(rep) == "1 stages x2 replicas tp2" and outside_milp_space(rep)
+    assert not outside_milp_space(lanes) and outside_milp_space(uneven)
 
 
 def test_comparison_ratios_on_hand_instance():
     p = build_problem(chain_graph(4), line_topology(2))
     c = compare_methods(p, ["dp"], 5.0)
     assert c.milp.status == "optimal"
-    assert c.milp.throughput_per_s == pytest.approx(1 / 3e-3, rel=1e-9)  # o0-o2 | o3, all int8
-    assert c.ratio(c.rows[1]) == pytest.approx(1.0, rel=1e-9)
+    # two lanes of one device, each running the whole chain at int8: (1+2+3+4) GFLOP / 2 TFLOP/s / 2
+    assert c.milp.throughput_per_s == pytest.approx(1 / 2.5e-3, rel=1e-9)
+    # the DP partitioner does not replicate: its best is o0-o2 | o3 at int8, a 3 ms period
+    assert c.ratio(c.rows[1]) == pytest.approx(2.5e-3 / 3e-3, rel=1e-9)
     assert "ceiling" in format_comparison(c)
 
 

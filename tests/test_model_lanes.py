@@ -221,9 +221,6 @@ def test_simulated_ideal_period_equals_milp_period_two_lanes_chain():
             p.predicted["milp_period_s"], rel=1e-6)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "sim back-pressure couples lanes (see the test below); e.g. 3 ops, v0 -> v1, 4 devices "
-    "in a line, r = 2: ideal sim 1.6250019e-06 s vs MILP / plan_cost 1.625e-06 s"))
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(inference(max_ops=6).filter(lambda pb: pb.n_devices % 2 == 0))
@@ -241,13 +238,10 @@ def _independent_ops_on_one_replicated_stage(n_devices: int):
                          ProblemOptions(precisions=("fp16",), microbatches=24))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "sim bug (sim/program.py add_backpressure): stream back-pressure makes op v's task of "
-    "microbatch m + 2 wait for microbatch m's output, which for r >= 3 replicas lives on "
-    "another lane's device; the cross-lane chain caps throughput at 2 microbatches per op "
-    "time. plan_cost and the MILP are right: lanes share no buffers."))
 @pytest.mark.parametrize("n", [3, 4])
 def test_simulated_ideal_period_equals_milp_period_three_or_more_lanes(n):
+    """Regression: stream back-pressure once made microbatch m + 2 wait for microbatch m's
+    buffer on another lane's device, chaining independent lanes."""
     from costs.evaluate import plan_cost as cost
     from distplan.plan import Plan, Stage
     from sim.options import SimOptions
