@@ -38,6 +38,11 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False) -> list
             for i, (p, real, ideal) in enumerate(rows)]
 
 
+def lanes(plan: Plan) -> int:
+    """Replicas of the pipeline (1: a single pipeline)."""
+    return max(s.replicas for s in plan.stages)
+
+
 def precision_mix(plan: Plan) -> str:
     counts: dict[str, int] = {}
     for p in plan.op_precision:
@@ -57,7 +62,7 @@ def result_document(problem: Problem, solved: Any, ranked: list[RankedPlan]) -> 
         "plans": [{
             "rank": r.rank, "milp_period_s": r.milp_period_s, "sim_period_s": r.sim.period_s,
             "sim_ideal_period_s": r.ideal_period_s, "throughput_per_s": r.sim.throughput_per_s,
-            "makespan_s": r.sim.makespan_s, "stages": len(r.plan.used_stages()),
+            "makespan_s": r.sim.makespan_s, "stages": len(r.plan.used_stages()), "lanes": lanes(r.plan),
             "sensitivity": r.plan.predicted.get("sensitivity"),
             "precisions": {op.name: r.plan.op_precision[v] for v, op in enumerate(g.ops)},
             "peak_memory_bytes": float(max(r.sim.peak_memory_bytes)),
@@ -71,11 +76,11 @@ def format_table(problem: Problem, solved: Any, ranked: list[RankedPlan]) -> str
     head = (f"{g.name} ({g.mode}) on {problem.topology.name}: {len(g.ops)} ops, "
             f"{problem.topology.n_devices} devices, precisions {','.join(problem.precisions)}")
     cols = f"{'rank':>4} {'MILP period':>12} {'sim period':>12} {'ideal sim':>12} {'samples/s':>11} " \
-           f"{'stages':>6} {'peak MiB':>9}  precision mix"
+           f"{'stages':>6} {'lanes':>5} {'peak MiB':>9}  precision mix"
     lines = [head, cols]
     for r in ranked:
         lines.append(f"{r.rank:>4} {r.milp_period_s:>12.5g} {r.sim.period_s:>12.5g} {r.ideal_period_s:>12.5g} "
-                     f"{r.sim.throughput_per_s:>11.5g} {len(r.plan.used_stages()):>6} "
+                     f"{r.sim.throughput_per_s:>11.5g} {len(r.plan.used_stages()):>6} {lanes(r.plan):>5} "
                      f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {precision_mix(r.plan)}")
     gap = "n/a" if solved.gap is None else f"{100 * solved.gap:.2f} %"
     lines.append(f"solver: {solved.status}, objective {solved.objective_s:.6g} s, proven bound "
