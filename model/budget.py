@@ -29,6 +29,7 @@ and scored with costs.evaluate.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,6 +187,7 @@ class _Tables:
                                # kind -> (m0, options, cap) of the "ub" side
     link_need: list            # stage s -> (N,) boundary (s-1 -> s) load if stages < s hold downset j
     mem_ok: list               # stage s -> (N, N) memory fits for segment i - j
+    joint_cache: dict = None   # (kind, side, i, j, T) -> joint_choice result; "deadline" -> s
 
 
 def memory_options(problem: Problem, c: int, cap_bytes: float, base_q: np.ndarray,
@@ -289,6 +291,7 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
             for (i, j) in mcap:
                 extra[i, j] = 0.0 if side == "lb" else math.inf
             mem[(c, side)] = extra
+            mem[(c, side, "joint")] = (fm @ m0, cp, _joint_options(problem, c, cap, t0, q0, n))
             if side == "ub":
                 mem[c] = (m0, mopts, cp)
     eb = problem.edge_elems * problem.bytes_per_elem.min()
@@ -307,7 +310,60 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
             link_need.append(out_bytes * max((1.0 / bw[l] for l in r), default=0.0))
         mm = (MS[:, None] - MS[None, :]) + n_of[s] * (MA[:, None] - MA[None, :])
         mem_ok.append(mm <= problem.device_mem_bytes[path[s]] * (1 + 1e-12))
-    return _Tables(mat, sub, kinds, base, W0, S0, fronts, capped, steps, mem, link_need, mem_ok)
+    return _Tables(mat, sub, kinds, base, W0, S0, fronts, capped, steps, mem, link_need, mem_ok, {})
+
+
+def _joint_options(problem: Problem, c: int, cap_bytes: float, t0: np.ndarray, q0: np.ndarray,
+                   n_inflight: float) -> list:
+    """Per op on kind c: [(dt, dm, ds, q)] for every usable precision q other than its base
+    q0 (dt seconds and dm bytes saved, ds sensitivity added; dt, dm may be negative)."""
+    out = []
+    for v in range(problem.n_ops):
+        b = int(q0[v])
+        mb = problem.static_bytes[v, b] + n_inflight * problem.act_bytes[v, b]
+        mine = []
+        if math.isfinite(t0[v]):
+            for q in range(len(problem.precisions)):
+                if q == b or not _usable(problem, v, q, c, cap_bytes):
+                    continue
+                dt = t0[v] - problem.op_time_s(v, q, c)
+                dm = mb - (problem.static_bytes[v, q] + n_inflight * problem.act_bytes[v, q])
+                if dt > 0 or dm > 0:
+                    mine.append((float(dt), float(dm), float(problem.sensitivity[v, q] - problem.sensitivity[v, b]), q))
+        out.append(mine)
+    return out
+
+
+def joint_choice(options_by_op: dict, need_s: float, need_bytes: float, max_states: int = 300):
+    """Exact least added sensitivity of a choice {op: option index} among
+    ``options_by_op`` (op -> [(dt, dm, ds, q)]) saving >= need_s seconds and >= need_bytes
+    bytes together: (sensitivity, choice), (inf, None) if none does, None if the Pareto
+    front outgrew ``max_states`` (the caller then falls back to a weaker bound)."""
+    nt, nm = max(need_s, 0.0), max(need_bytes, 0.0)
+    states = {(0.0, 0.0): (0.0, ())}
+    for v, opts in options_by_op.items():
+        new = dict(states)
+        for (a, b), (s, ch) in states.items():
+            for k, (dt, dm, ds, _) in enumerate(opts):
+                key = (min(a + dt, nt), min(b + dm, nm))
+                old = new.get(key)
+                if old is None or old[0] > s + ds:
+                    new[key] = (s + ds, ch + ((v, k),))
+        # prune: drop a state another beats in both savings at no more sensitivity
+        items = sorted(new.items(), key=lambda x: (x[1][0], -x[0][0], -x[0][1]))
+        kept: list = []
+        for (a, b), val in items:
+            if any(a2 >= a and b2 >= b for (a2, b2), _ in kept):
+                continue
+            kept.append(((a, b), val))
+            if len(kept) > max_states:
+                return None
+        states = dict(kept)
+    ok = [val for (a, b), val in states.items() if a >= nt * (1 - 1e-12) and b >= nm * (1 - 1e-12)]
+    if not ok:
+        return math.inf, None
+    s, ch = min(ok, key=lambda x: x[0])
+    return s, dict(ch)
 
 
 def _lp_min_sensitivity(tb: _Tables, c: int, i: int, j: int, need_s: float) -> float:
@@ -321,7 +377,7 @@ def _lp_min_sensitivity(tb: _Tables, c: int, i: int, j: int, need_s: float) -> f
     return float(cz[r] - (cs[r] - need_s) * st.slope[r])
 
 
-def _segment_table(tb: _Tables, c: int, T: float, side: str) -> np.ndarray:
+def _segment_table(tb: _Tables, c: int, T: float, side: str, joint: bool = False) -> np.ndarray:
     """(N, N) on kind c, inf where no precision choice fits T. side "lb": s0 +
     max(time knapsack, memory knapsack) <= minsens(i - j, T) with memory; side "ub":
     s0 + time + memory knapsack >= it (the union of both choices fits both)."""
@@ -341,17 +397,71 @@ def _segment_table(tb: _Tables, c: int, T: float, side: str) -> np.ndarray:
         out[i, j] = S0[i] - S0[j] + (0.0 if need <= 0 else _lp_min_sensitivity(tb, c, i, j, need))
     m = tb.mem[(c, side)]
     if side == "lb":
-        return S0[:, None] - S0[None, :] + np.maximum(out - (S0[:, None] - S0[None, :]), m)
-    return out + m
+        res = S0[:, None] - S0[None, :] + np.maximum(out - (S0[:, None] - S0[None, :]), m)
+    else:
+        res = out + m
+    if joint:
+        _joint_refine(tb, c, T, side, res)
+    return res
 
 
-def _chain_dp(tb: _Tables, T: float, side: str = "lb") -> tuple[float, list[tuple[int, int, int]]]:
+class _JointTimeout(Exception):
+    """The joint knapsack refinement ran past its time allowance."""
+
+
+def _joint_bisect(tb: _Tables, budget: float, lo: float, hi: float, rel_tol: float,
+                  time_s: float) -> tuple[float, float]:
+    """(lo, hi) tightened by the joint knapsack (lb side, then ub side) within ``time_s``
+    seconds; on time out whatever each side had proven stands (each bisection step is a
+    proof on its own)."""
+    tb.joint_cache.clear()
+    tb.joint_cache["deadline"] = time.perf_counter() + time_s
+    try:
+        lo = _bisect(tb, budget, lo, hi, rel_tol, "lb", joint=True, keep=True)[0]
+        hi = _bisect(tb, budget, lo, hi, rel_tol, "ub", joint=True, keep=True)[1]
+    except _JointTimeout as e:
+        if e.args:
+            lo, hi = (e.args[0], hi) if e.args[2] == "lb" else (lo, e.args[1])
+    finally:
+        tb.joint_cache.clear()
+        tb.joint_cache["deadline"] = -math.inf   # no joint work outside the allowance
+    return lo, hi
+
+
+def _joint_refine(tb: _Tables, c: int, T: float, side: str, res: np.ndarray) -> None:
+    """Where a segment needs both time and memory savings, replace the table entry by the
+    exact joint knapsack (joint_choice): no lower than side "lb"'s max, no higher than
+    side "ub"'s sum, so "lb" takes the max and "ub" the min with what is there."""
+    W0, S0 = tb.W0[c], tb.S0[c]
+    Mn, cp, jopts = tb.mem[(c, side, "joint")]
+    cache = tb.joint_cache
+    deadline = cache.get("deadline", math.inf)
+    for (i, j) in list(tb.fronts[c]) + list(tb.capped[c]):
+        nt = W0[i] - W0[j] - T
+        nm = Mn[i] - Mn[j] - cp * (1 + 1e-12)
+        if nt <= 1e-12 * T or nm <= 0 or not math.isfinite(res[i, j]):
+            continue
+        key = (c, side, i, j, T)
+        if key not in cache:
+            if time.perf_counter() > deadline:
+                raise _JointTimeout()
+            ops = [int(v) for v in np.nonzero(tb.mat[i] & ~tb.mat[j])[0]]
+            cache[key] = joint_choice({v: jopts[v] for v in ops if jopts[v]}, nt, nm)
+        r = cache[key]
+        if r is None:
+            continue
+        val = S0[i] - S0[j] + r[0]
+        res[i, j] = max(res[i, j], val) if side == "lb" else min(res[i, j], val)
+
+
+def _chain_dp(tb: _Tables, T: float, side: str = "lb", joint: bool = False
+              ) -> tuple[float, list[tuple[int, int, int]]]:
     """R(T) (side "lb"): min over downset chains (memory and boundary loads <= T) of the
     summed segment sensitivity at period T; side "ub" sums the plan-side tables.
     Returns (value, [(stage, i, j)] per stage)."""
     N = tb.mat.shape[0]
     K = len(tb.kinds)
-    tabs = {c: _segment_table(tb, c, T, side) for c in set(tb.kinds)}
+    tabs = {c: _segment_table(tb, c, T, side, joint) for c in set(tb.kinds)}
     f = np.where(np.arange(N) == 0, 0.0, math.inf)
     choice = np.zeros((K, N), dtype=np.int64)
     tol = 1e-12 * T
@@ -370,12 +480,18 @@ def _chain_dp(tb: _Tables, T: float, side: str = "lb") -> tuple[float, list[tupl
 
 
 def _bisect(tb: _Tables, budget: float, lo: float, hi: float, rel_tol: float,
-            side: str = "lb") -> tuple[float, float]:
+            side: str = "lb", joint: bool = False, keep: bool = False) -> tuple[float, float]:
     """(largest T found with R(T) > budget, smallest T found with R(T) <= budget)."""
     slack = 1e-9 * max(1.0, abs(budget))
     while (hi - lo) > rel_tol * hi:
         mid = 0.5 * (lo + hi)
-        if _chain_dp(tb, mid, side)[0] > budget + slack:
+        try:
+            val = _chain_dp(tb, mid, side, joint)[0]
+        except _JointTimeout:
+            if keep:
+                raise _JointTimeout(lo, hi, side) from None
+            raise
+        if val > budget + slack:
             lo = mid
         else:
             hi = mid
@@ -383,7 +499,7 @@ def _bisect(tb: _Tables, budget: float, lo: float, hi: float, rel_tol: float,
 
 
 def budget_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budget: float,
-                 lo_s: float, hi_s: float, rel_tol: float = 1e-5) -> float:
+                 lo_s: float, hi_s: float, rel_tol: float = 1e-5, joint_time_s: float = 3.0) -> float:
     """Largest period T in [lo_s, hi_s] with R(T) > budget (module docstring): no plan on
     ``path`` within the budget has a period <= the returned value. ``lo_s`` must itself be
     a valid lower bound (e.g. model.downsets.relaxation_bound), ``hi_s`` >= some
@@ -391,7 +507,8 @@ def budget_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budge
     if not hi_s > lo_s:
         return lo_s
     tb = _tables(problem, path, mat, hi_s)
-    return _bisect(tb, budget, lo_s, hi_s, rel_tol)[0]
+    lo, hi = _bisect(tb, budget, lo_s, hi_s, rel_tol)
+    return _joint_bisect(tb, budget, lo, hi_s, rel_tol, joint_time_s)[0]
 
 
 def _plan_of(problem: Problem, path: tuple[int, ...], tb: _Tables, T: float, segs) -> Plan | None:
@@ -406,6 +523,14 @@ def _plan_of(problem: Problem, path: tuple[int, ...], tb: _Tables, T: float, seg
         for v in ops:
             stage[v], prec[v] = s, int(q0[v])
         need = float(sum(t0[v] for v in ops)) - T
+        Mn, cp, jopts = tb.mem[(c, "ub", "joint")]
+        need_m = float(Mn[i] - Mn[j]) - cp * (1 + 1e-12)
+        if need > 1e-12 * T and need_m > 0:   # both: the exact joint choice
+            r = joint_choice({v: jopts[v] for v in ops if jopts[v]}, need, need_m)
+            if r is not None and r[1] is not None:
+                for v, k in r[1].items():
+                    prec[v] = int(jopts[v][k][3])
+                continue
         if need > 0:
             ch = front_choice({v: opts[v] for v in ops if opts[v]}, need)
             if ch is None:
@@ -427,7 +552,8 @@ def _plan_of(problem: Problem, path: tuple[int, ...], tb: _Tables, T: float, seg
 
 
 def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budget: float,
-                           lo_s: float, hi_s: float | None, rel_tol: float = 1e-5) -> tuple[list[Plan], float]:
+                           lo_s: float, hi_s: float | None, rel_tol: float = 1e-5,
+                           joint_time_s: float = 3.0) -> tuple[list[Plan], float]:
     """(plans, bound): ``budget_bound`` (``hi_s`` None: searched upwards from ``lo_s``; the
     bound is then only ``lo_s`` if no T up to 1.5^8 lo_s fits) and the chain plans at the smallest feasible T found
     and a few larger T, each also re-partitioned exactly for its precisions
@@ -448,9 +574,15 @@ def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndar
     tb = _tables(problem, path, mat, hi_s)
     lo, _ = _bisect(tb, budget, lo_s, hi_s, rel_tol)
     _, hi = _bisect(tb, budget, lo, hi_s, rel_tol, "ub")
+    # tighten both sides with the joint time-and-memory knapsack between them
+    lo, hi = _joint_bisect(tb, budget, lo, hi, rel_tol, joint_time_s)
+    tb.joint_cache["deadline"] = time.perf_counter() + joint_time_s   # for the plans below
     out = {}
     for T in (hi, hi * 1.001, hi * 1.003, hi * 1.01):
-        val, segs = _chain_dp(tb, min(T, hi_s), "ub")
+        try:
+            val, segs = _chain_dp(tb, min(T, hi_s), "ub", joint=True)
+        except _JointTimeout:
+            val, segs = _chain_dp(tb, min(T, hi_s), "ub")
         if val > budget + slack:
             continue
         p = _plan_of(problem, path, tb, min(T, hi_s), segs)
