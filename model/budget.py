@@ -341,11 +341,20 @@ def joint_choice(options_by_op: dict, need_s: float, need_bytes: float, max_stat
     front outgrew ``max_states`` (the caller then falls back to a weaker bound)."""
     nt, nm = max(need_s, 0.0), max(need_bytes, 0.0)
     states = {(0.0, 0.0): (0.0, ())}
-    for v, opts in options_by_op.items():
-        new = dict(states)
+    items_ = list(options_by_op.items())
+    # savings are capped at the need plus what later options can still lose (exact)
+    lose_t = [max([0.0] + [-o[0] for o in opts]) for _, opts in items_]
+    lose_m = [max([0.0] + [-o[1] for o in opts]) for _, opts in items_]
+    for n, (v, opts) in enumerate(items_):
+        ct, cm = nt + math.fsum(lose_t[n + 1:]), nm + math.fsum(lose_m[n + 1:])
+        new: dict = {}
+        for (a, b), val in states.items():
+            key = (min(a, ct), min(b, cm))
+            if key not in new or new[key][0] > val[0]:
+                new[key] = val
         for (a, b), (s, ch) in states.items():
             for k, (dt, dm, ds, _) in enumerate(opts):
-                key = (min(a + dt, nt), min(b + dm, nm))
+                key = (min(a + dt, ct), min(b + dm, cm))
                 old = new.get(key)
                 if old is None or old[0] > s + ds:
                     new[key] = (s + ds, ch + ((v, k),))
@@ -567,8 +576,10 @@ def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndar
             tb = _tables(problem, path, mat, hi_s)
             if _chain_dp(tb, hi_s, "ub")[0] <= budget + slack:
                 break
-        else:
-            return [], lo_s
+        else:   # no plan found: still prove what the bound side can (R_lb > budget up to T)
+            if _chain_dp(tb, hi_s, "lb")[0] > budget + slack:
+                return [], hi_s
+            return [], _bisect(tb, budget, lo_s, hi_s, rel_tol)[0]
     if not hi_s > lo_s:
         return [], lo_s
     tb = _tables(problem, path, mat, hi_s)

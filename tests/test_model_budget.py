@@ -82,3 +82,22 @@ def test_budget_from_fraction_is_share_of_all_lowest_precision_sensitivity(reque
     assert budget_from_fraction(pb, 0) == 0.0
     with pytest.raises(DistplanError, match="fraction"):
         budget_from_fraction(pb, -0.1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.floats(-1, 3), st.floats(-1, 3), st.floats(0, 2)), min_size=0, max_size=2),
+                min_size=1, max_size=6), st.floats(0, 6), st.floats(0, 6))
+def test_joint_choice_matches_brute_force(opts, nt, nm):
+    import itertools
+    from model.budget import joint_choice
+    by_op = {v: [(dt, dm, ds, 1) for dt, dm, ds in o] for v, o in enumerate(opts)}
+    best = math.inf
+    for pick in itertools.product(*[range(-1, len(o)) for o in opts]):
+        ch = [(v, k) for v, k in enumerate(pick) if k >= 0]
+        t = sum(by_op[v][k][0] for v, k in ch)
+        m = sum(by_op[v][k][1] for v, k in ch)
+        if t >= nt * (1 - 1e-12) and m >= nm * (1 - 1e-12):
+            best = min(best, sum(by_op[v][k][2] for v, k in ch))
+    r = joint_choice(by_op, nt, nm, max_states=10**6)
+    assert r is not None
+    assert r[0] == pytest.approx(best, abs=1e-9) if math.isfinite(best) else r[0] == math.inf
