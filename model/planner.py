@@ -64,13 +64,24 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
                 "use a lower precision, a smaller batch or sequence, fewer in-flight microbatches, "
                 "or devices with more memory")
     if options.sensitivity_budget is not None:
-        usable = [q for q in range(len(problem.precisions))
-                  if any(problem.supported[q, problem.device_kind[d]] for d in range(problem.n_devices))]
-        lo = math.fsum(min(problem.sensitivity[v, q] for q in usable) for v in range(problem.n_ops))
+        # per op: the least sensitivity among precisions some device runs and has room for
+        lo_terms, forced = [], []
+        for v, op in enumerate(g.ops):
+            fits = [q for q in range(len(problem.precisions))
+                    if any(problem.supported[q, kinds[d]] and problem.static_bytes[v, q] + n1 * problem.act_bytes[v, q]
+                           <= problem.device_mem_bytes[d] for d in range(D))]
+            best_q = min(fits, key=lambda q: problem.sensitivity[v, q])
+            lo_terms.append(problem.sensitivity[v, best_q])
+            if problem.sensitivity[v, best_q] > 0:
+                forced.append(f"{op.name} ({problem.precisions[best_q]})")
+        lo = math.fsum(lo_terms)
         if options.sensitivity_budget < lo - 1e-12:
+            why = (f"; ops that fit only at a lower precision: {', '.join(forced[:4])}"
+                   + (f" and {len(forced) - 4} more" if len(forced) > 4 else "")) if forced else ""
             raise DistplanError(
                 f"sensitivity budget {options.sensitivity_budget:.6g} is below the minimum any plan achieves "
-                f"({lo:.6g}, every op at the highest precision some device runs); raise the budget to at least {lo:.6g}")
+                f"({lo:.6g}: every op at the highest precision that some device runs and holds{why}); "
+                f"short by {lo - options.sensitivity_budget:.6g}: raise the budget to at least {lo:.6g}")
     K = options.n_stages or D
     if K > D:
         raise DistplanError(f"n_stages {K} exceeds the {D} devices of topology {topo.name!r}; use at most {D}")

@@ -97,3 +97,10 @@ def test_coarsened_solve_maps_back_to_every_op(capsys, tmp_path):
 def test_bad_budget(capsys, budget, needle):
     rc, _, err = run(capsys, "--workload", "mlp-xs", "--topology", "mcm2x2", "--sensitivity-budget", budget)
     _one_error_line(rc, err, needle)
+
+
+def test_budget_below_what_memory_forces(capsys):
+    """GPT-2's embedding fits a 64 MiB chiplet only at int8, so a zero budget is infeasible:
+    the message names the op and the shortfall."""
+    rc, _, err = run(capsys, "--workload", "gpt2", "--seq-len", "512", "--sensitivity-budget", "0", "--quiet")
+    _one_error_line(rc, err, "below the minimum", "embed (int8)", "short by")
