@@ -68,16 +68,28 @@ def switched_cluster(name: str, n_nodes: int, per_node: int, kind: DeviceKind,
                                                      dev_latency_s)]
         return Topology(name, kinds, tuple(devices), tuple(links), ("nvswitch",),
                         routing="shortest", description=description)
+    return _two_level(name, [(kind, per_node)] * n_nodes, lambda i, k, j: f"n{i}.gpu{j}",
+                      lambda i: f"n{i}.nvswitch", "ib", dev_bw_bytes_per_s, dev_latency_s,
+                      fabric_bw_bytes_per_s, fabric_latency_s, description)
+
+
+def _two_level(name: str, groups: list[tuple[DeviceKind, int]], device_name, group_switch, top: str,
+               leaf_bw_bytes_per_s: float, leaf_latency_s: float, top_bw_bytes_per_s: float,
+               top_latency_s: float, description: str) -> Topology:
+    """Group ``i`` holds ``count`` devices ``device_name(i, kind, j)`` (``node=i``) on switch
+    ``group_switch(i)``; every group switch is linked to the switch ``top``."""
+    kinds: dict[str, DeviceKind] = {}
     devices, links, switches = [], [], []
-    for i in range(n_nodes):
-        sw = f"n{i}.nvswitch"
+    for i, (kind, count) in enumerate(groups):
+        kinds[kind.name] = kind
+        sw = group_switch(i)
         switches.append(sw)
-        for j in range(per_node):
-            d = Device(f"n{i}.gpu{j}", kind.name, node=i)
+        for j in range(count):
+            d = Device(device_name(i, kind, j), kind.name, node=i)
             devices.append(d)
-            links += duplex(d.name, sw, dev_bw_bytes_per_s, dev_latency_s)
-        links += duplex(sw, "ib", fabric_bw_bytes_per_s, fabric_latency_s)
-    switches.append("ib")
+            links += duplex(d.name, sw, leaf_bw_bytes_per_s, leaf_latency_s)
+        links += duplex(sw, top, top_bw_bytes_per_s, top_latency_s)
+    switches.append(top)
     return Topology(name, kinds, tuple(devices), tuple(links), tuple(switches),
                     routing="shortest", description=description)
 
@@ -87,17 +99,5 @@ def hosts_on_network(name: str, hosts: list[tuple[DeviceKind, int]], host_bw_byt
                      description: str = "") -> Topology:
     """Hosts ``h<i>`` each holding ``count`` devices ``h<i>.<kind><j>`` (``node=i``) on a
     host switch ``h<i>.pcie``; every host switch is linked to the network switch ``net``."""
-    kinds: dict[str, DeviceKind] = {}
-    devices, links, switches = [], [], []
-    for i, (kind, count) in enumerate(hosts):
-        kinds[kind.name] = kind
-        sw = f"h{i}.pcie"
-        switches.append(sw)
-        for j in range(count):
-            d = Device(f"h{i}.{kind.name}{j}", kind.name, node=i)
-            devices.append(d)
-            links += duplex(d.name, sw, host_bw_bytes_per_s, host_latency_s)
-        links += duplex(sw, "net", net_bw_bytes_per_s, net_latency_s)
-    switches.append("net")
-    return Topology(name, kinds, tuple(devices), tuple(links), tuple(switches),
-                    routing="shortest", description=description)
+    return _two_level(name, hosts, lambda i, k, j: f"h{i}.{k.name}{j}", lambda i: f"h{i}.pcie", "net",
+                      host_bw_bytes_per_s, host_latency_s, net_bw_bytes_per_s, net_latency_s, description)
