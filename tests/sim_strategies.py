@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from costs.problem import ProblemOptions, build_problem
 from distplan.plan import Plan, Stage
-from topologies.topology import Device, DeviceKind, Link, Topology
+from strategies import topologies
+from topologies.topology import DeviceKind, Topology
 from workloads.graph import Graph, Operator, Tensor
 
 KIND_A = DeviceKind("ka", {"fp16": 1e12, "int8": 2e12}, mem_capacity_bytes=1e12, mem_bw_bytes_per_s=1e11,
@@ -29,20 +30,10 @@ def dag(draw, max_ops: int = 6, mode: str = "inference") -> Graph:
     return Graph("g", ops, tuple(tensors), mode=mode, batch_size=draw(st.integers(1, 8)))
 
 
-@st.composite
-def topology(draw, n_min: int = 1, n_max: int = 4, latency: bool = True) -> Topology:
-    n = draw(st.integers(n_min, n_max))
-    devs = tuple(Device(f"d{i}", draw(st.sampled_from(["ka", "kb"]))) for i in range(n))
-    pairs = {(i, i + 1) for i in range(n - 1)}
-    if n > 2:
-        pairs |= draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))
-                              .filter(lambda p: p[0] < p[1]), max_size=2))
-    links = []
-    for a, b in sorted(pairs):
-        bw = draw(st.floats(1e8, 1e11))
-        lat = draw(st.floats(0, 1e-5)) if latency else 0.0
-        links += [Link(f"d{a}", f"d{b}", bw, lat), Link(f"d{b}", f"d{a}", bw, lat)]
-    return Topology("t", {"ka": KIND_A, "kb": KIND_B}, devs, tuple(links))
+def topology(n_min: int = 1, n_max: int = 4, latency: bool = True) -> st.SearchStrategy[Topology]:
+    """Random connected topologies of the two fixed kinds KIND_A and KIND_B."""
+    return topologies(max_devices=n_max, min_devices=n_min, kinds={"ka": KIND_A, "kb": KIND_B},
+                      bw_range=(1e8, 1e11), latency=latency, max_extra_links=2, name="t")
 
 
 @st.composite

@@ -36,17 +36,22 @@ def device_kinds(draw, name: str = "k") -> DeviceKind:
 
 
 @st.composite
-def topologies(draw, max_devices: int = 4) -> Topology:
-    """A random connected topology: a bidirectional chain plus random extra links."""
-    n = draw(st.integers(1, max_devices))
-    kinds = {f"k{i}": draw(device_kinds(f"k{i}")) for i in range(draw(st.integers(1, 2)))}
+def topologies(draw, max_devices: int = 4, min_devices: int = 1, kinds: dict[str, DeviceKind] | None = None,
+               bw_range: tuple[float, float] = (1e6, 1e12), latency: bool = True, max_extra_links: int = 3,
+               name: str = "rand") -> Topology:
+    """A random connected topology: a bidirectional chain plus random extra links; device
+    kinds drawn at random unless ``kinds`` fixes them."""
+    n = draw(st.integers(min_devices, max_devices))
+    if kinds is None:
+        kinds = {f"k{i}": draw(device_kinds(f"k{i}")) for i in range(draw(st.integers(1, 2)))}
     devs = tuple(Device(f"d{i}", draw(st.sampled_from(sorted(kinds)))) for i in range(n))
     pairs = {(i, i + 1) for i in range(n - 1)}
     if n > 2:
         pairs |= draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))
-                              .filter(lambda p: p[0] < p[1]), max_size=3))
+                              .filter(lambda p: p[0] < p[1]), max_size=max_extra_links))
     links = []
     for a, b in sorted(pairs):
-        bw, lat = draw(st.floats(1e6, 1e12)), draw(st.floats(0, 1e-5))
+        bw = draw(st.floats(*bw_range))
+        lat = draw(st.floats(0, 1e-5)) if latency else 0.0
         links += [Link(f"d{a}", f"d{b}", bw, lat), Link(f"d{b}", f"d{a}", bw, lat)]
-    return Topology("rand", kinds, devs, tuple(links))
+    return Topology(name, kinds, devs, tuple(links))
