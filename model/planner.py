@@ -349,7 +349,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     for i, c in enumerate(order):
         if i > 0 and settled(c):
             bounds[c.r] = (c.lb, "optimal")
-            say(f"r={c.r}: bound {_fmt(c.lb)} within {options.rel_gap:.1%} of the best {_fmt(best_obj)}; not solved")
+            say(f"r={c.r}: its bound {_fmt(c.lb)} cannot beat the best {_fmt(best_obj)} by more than "
+                f"{options.rel_gap:.1%}; not solved")
             continue
         if i > 0 and left() * share < 1.0:
             bounds[c.r] = (c.lb, "time_limit")
