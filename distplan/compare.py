@@ -227,11 +227,11 @@ def run_compare(problem: Problem, args: argparse.Namespace) -> int:
 
     budget = args.budget if args.budget is not None else args.time_limit
     progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    opts = solve_options(args)
+    opts = solve_options(args, problem)
     if not args.quiet:
         opts = dataclasses.replace(opts, progress=progress)
     c = compare_methods(problem, args.compare.split(","), budget, seed=args.seed, solve_options=opts,
-                        sensitivity_budget=args.sensitivity_budget, progress=progress)
+                        sensitivity_budget=opts.sensitivity_budget, progress=progress)
     if args.json:
         print(json.dumps(_json_safe(comparison_document(c)), indent=1, default=float))
     else:

@@ -92,7 +92,7 @@ def format_table(problem: Problem, solved: Any, ranked: list[RankedPlan]) -> str
     return "\n".join(lines)
 
 
-def parse_budget(text: str | None, problem: Problem | None) -> float | None:
+def parse_budget(text: str | None, problem: Problem) -> float | None:
     """'--sensitivity-budget' as an absolute value ('120') or as a share of the
     all-lowest-precision sensitivity ('10%')."""
     if text is None:
@@ -100,8 +100,6 @@ def parse_budget(text: str | None, problem: Problem | None) -> float | None:
     t = str(text).strip()
     try:
         if t.endswith("%"):
-            if problem is None:
-                raise DistplanError("a percentage sensitivity budget needs the problem it refers to")
             frac = float(t[:-1]) / 100.0
             if not 0 <= frac:
                 raise ValueError
@@ -114,7 +112,7 @@ def parse_budget(text: str | None, problem: Problem | None) -> float | None:
     return value
 
 
-def solve_options(args: argparse.Namespace, problem: Problem | None = None):
+def solve_options(args: argparse.Namespace, problem: Problem):
     from model import SolveOptions
 
     def progress(msg: str) -> None:

@@ -119,3 +119,10 @@ def test_sa_and_random_never_beat_the_milp_optimum(inst, seed):
         if r.plan is None:
             continue
         assert plan_cost(p, r.plan).period_s >= solved.objective_s * (1 - 1e-7), name
+
+
+def test_compare_takes_a_percentage_budget(chain_file, capsys):
+    """--sensitivity-budget 10% is parsed once and reaches the MILP and the baselines as a number."""
+    assert solve_main(["--workload", chain_file, "--topology", "mcm1x2", "--compare", "dp", "--budget", "2",
+                       "--sensitivity-budget", "10%", "--quiet"]) == 0
+    assert "ceiling" in capsys.readouterr().out
