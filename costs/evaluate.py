@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costs.memory import inflight_microbatches
+from costs.memory import activation_factors
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
@@ -39,14 +39,22 @@ def _cycle(plan: Plan) -> int:
 
 def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     """Resident bytes per device: static bytes of every op placed there plus activations
-    for the microbatches its stage may hold in flight."""
+    for the microbatches its stage may hold in flight (costs.memory.activation_factors:
+    in an inference stream only the bytes an op sends to a later stage are held twice)."""
     mem = np.zeros(problem.n_devices)
     K = plan.n_stages
+    leaves = np.zeros(problem.n_ops, dtype=bool)
+    for u, v in problem.sending_edges():
+        if plan.op_stage[v] > plan.op_stage[u]:
+            leaves[u] = True
     for v, k in enumerate(plan.op_stage):
         q = problem.q_index(plan.op_precision[v])
-        n = inflight_microbatches(plan.schedule, k, K, plan.microbatches)
+        n_all, n_sent = activation_factors(plan.schedule, k, K, plan.microbatches)
         stage = plan.stages[k]
-        per = problem.static_bytes[v, q] / stage.tensor_parallel + problem.act_bytes[v, q] * n
+        if stage.tensor_parallel > 1:   # all-reduces between ops: a stage's microbatches overlap
+            n_all, n_sent = n_all + n_sent, 0
+        per = (problem.static_bytes[v, q] / stage.tensor_parallel + problem.act_bytes[v, q] * n_all
+               + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
         for d in set(stage.devices):
             mem[d] += per
     return mem

@@ -3,10 +3,23 @@
 Static bytes stay for the whole run: parameters at the operator's precision; in
 training also their gradients (same precision) and Adam state kept in fp32 (master
 weights, first and second moments: 12 bytes per parameter). Activation bytes are per
-microbatch (the operator's output at its precision); a schedule keeps several
-microbatches in flight (``inflight_microbatches``).
+microbatch (the operator's outputs at its precision; for a fused/coarse operator every
+intermediate it writes); a schedule keeps several microbatches in flight
+(``inflight_microbatches``).
+
+How many copies a stage holds (``activation_factors``): training stashes every output
+for the backward pass, so each op holds ``n`` microbatches' activations. An inference
+stream frees an output once its consumers on the stage have run; only tensors a later
+stage reads stay buffered until sent, so an op holds its activations once plus ``n - 1``
+more copies of its *sent* bytes when some consumer sits on a later stage. The sent
+bytes (``send_elems``) are at most the output: for a fused operator only the tensors
+that leave it.
 """
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from distplan.precision import precision
 
@@ -24,6 +37,21 @@ def activation_bytes(out_elems: int, prec: str) -> float:
     return float(out_elems) * precision(prec).bytes_per_elem
 
 
+def send_elems(out_elems: int, out_edge_elems: list[float]) -> float:
+    """Elements of an op's outputs that other ops read: its output, or, when less, the sum
+    over its out-edges (a fused op sends only the tensors that leave it)."""
+    return float(min(float(out_elems), math.fsum(out_edge_elems))) if out_edge_elems else 0.0
+
+
+def activation_factors(schedule: str, stage: int, n_stages: int, microbatches: int) -> tuple[int, int]:
+    """(copies of every activation, extra copies of the sent bytes of an op with a consumer
+    on a later stage) that stage ``stage`` holds; see the module docstring."""
+    n = inflight_microbatches(schedule, stage, n_stages, microbatches)
+    if schedule == "stream":
+        return 1, n - 1
+    return n, 0
+
+
 def inflight_microbatches(schedule: str, stage: int, n_stages: int, microbatches: int) -> int:
     """Microbatches whose activations a stage may hold at once (an upper bound).
 
@@ -36,3 +64,18 @@ def inflight_microbatches(schedule: str, stage: int, n_stages: int, microbatches
     if schedule in ("1f1b", "explicit"):
         return min(microbatches, n_stages - stage) if schedule == "1f1b" else microbatches
     raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def contiguous_sent_bytes(edges: np.ndarray, send: np.ndarray) -> np.ndarray:
+    """(V+1, V+1) matrix: entry [i, j] (i <= j) is the sent bytes of ops i..j-1 (a contiguous
+    run of the topological order) that some op at position >= j reads; ``edges`` (E, 2)
+    (u, v) pairs, ``send[v]`` the op's sent bytes."""
+    V = len(send)
+    last = np.full(V, -1)
+    for u, w in edges:
+        last[u] = max(last[u], w)
+    out = np.zeros((V + 1, V + 1))
+    for j in range(V + 1):
+        cs = np.concatenate([[0.0], np.cumsum(np.where(last[:j] >= j, send[:j], 0.0))])
+        out[: j + 1, j] = cs[j] - cs
+    return out

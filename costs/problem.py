@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costs.compute import op_time_s
-from costs.memory import activation_bytes, static_bytes
+from costs.memory import activation_bytes, send_elems, static_bytes
 from costs.sensitivity import sensitivity
 from distplan.errors import DistplanError
 from distplan.precision import PRECISION_NAMES, parse_precisions, precision
@@ -48,6 +48,7 @@ class Problem:
     supported: np.ndarray         # (Q, C) bool
     static_bytes: np.ndarray      # (V, Q)
     act_bytes: np.ndarray         # (V, Q) per microbatch
+    send_bytes: np.ndarray        # (V, Q) per microbatch, the part of act_bytes other ops read
     sensitivity: np.ndarray       # (V, Q)
     edges: np.ndarray             # (E, 2) int (u, v)
     edge_elems: np.ndarray        # (E,)
@@ -90,6 +91,11 @@ class Problem:
             return 0.0
         t = self.edge_elems[e] * self.cast_s_per_elem[q_from, q_to, c] + self.cast_fixed_s[c]
         return float(2 * t if self.training else t)
+
+    def sending_edges(self) -> np.ndarray:
+        """(E', 2) the tensors (u, v) that carry bytes: the ones that make u hold its sent
+        bytes for a later stage (costs.memory.activation_factors)."""
+        return self.edges[self.edge_elems > 0]
 
     def period_lower_bound_s(self) -> float:
         """Total fastest compute divided by the device count: no plan's period is shorter."""
@@ -154,6 +160,11 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     edges = np.array([(u, v) for u, v, _ in graph.edges()], dtype=np.int64).reshape(-1, 2)
     elems = np.array([x for _, _, x in graph.edges()], dtype=float)
     bpe = np.array([precision(p).bytes_per_elem for p in precs], dtype=float)
+    out_e: list[list[float]] = [[] for _ in range(V)]
+    for (u, _), x in zip(edges, elems):
+        out_e[int(u)].append(float(x))
+    send = np.array([send_elems(op.out_elems, out_e[v]) if op.send_elems is None else float(op.send_elems)
+                     for v, op in enumerate(graph.ops)])[:, None] * bpe[None, :]
     cast = np.zeros((Q, Q, C))
     for a in range(Q):
         for b in range(Q):
@@ -162,6 +173,7 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     arrays = dict(
         device_kind=np.array([kind_names.index(d.kind) for d in topology.devices], dtype=np.int64),
         fwd_time_s=fwd, bwd_time_s=bwd, supported=supported, static_bytes=stat, act_bytes=act,
+        send_bytes=send,
         sensitivity=sens, edges=edges, edge_elems=elems, bytes_per_elem=bpe, cast_s_per_elem=cast,
         cast_fixed_s=np.array([k.launch_overhead_s for k in kinds]),
         device_mem_bytes=np.array([topology.kind_of(d).mem_capacity_bytes for d in range(topology.n_devices)]),

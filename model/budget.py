@@ -35,11 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from costs.evaluate import plan_cost, plan_sensitivity
-from costs.memory import inflight_microbatches
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
-from model.downsets import fixed_precision_plan
+from model.downsets import fixed_precision_plan, segment_memory, stage_factors
 from model.extract import make_plan
 from sim.check import plan_violations
 
@@ -258,9 +257,11 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
     kinds = [int(problem.device_kind[d]) for d in path]
     fm = mat.astype(float)
     sub = _subset_matrix(mat)
-    M = problem.microbatches
-    n_of = [1.0 if problem.schedule == "1f1b" else float(inflight_microbatches(problem.schedule, s, K, M))
-            for s in range(K)]
+    # bound side: every activation once and no sent copies is the least any stage holds
+    # (a relaxation); plan side: all + sent copies of every activation (>= any stage's need)
+    factors = stage_factors(problem, K, relax_1f1b=True)
+    n_lb = [a for a, _ in factors]
+    n_ub = [a + b for a, b in stage_factors(problem, K)]
     base, W0, S0, fronts, capped, steps, mem = {}, {}, {}, {}, {}, {}, {}
     for c in set(kinds):
         stg = [s for s in range(K) if kinds[s] == c]
@@ -275,8 +276,8 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
         fronts[c], capped[c] = _fronts(mat, sub, want, opts, max_front)
         steps[c] = precision_steps(problem, c, cap) if capped[c] else None
         # memory: bound side (fewest in-flight, largest cap) and plan side (most, smallest)
-        for side, n, cp in (("lb", min(n_of[s] for s in stg), cap),
-                            ("ub", max(n_of[s] for s in stg),
+        for side, n, cp in (("lb", min(n_lb[s] for s in stg), cap),
+                            ("ub", max(n_ub[s] for s in stg),
                              min(float(problem.device_mem_bytes[path[s]]) for s in stg))):
             m0, mopts = memory_options(problem, c, cap, q0, n)
             need = fm @ m0
@@ -298,7 +299,8 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ eb if len(u) else np.zeros(N)
     topo, bw = problem.topology, problem.link_bw_bytes_per_s
-    MS, MA = fm @ problem.static_bytes.min(axis=1), fm @ problem.act_bytes.min(axis=1)
+    mems = segment_memory(problem, mat, problem.static_bytes.min(axis=1), problem.act_bytes.min(axis=1),
+                          problem.send_bytes.min(axis=1), factors)
     link_need, mem_ok = [], []
     for s in range(K):
         if s == 0:
@@ -308,8 +310,7 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
             if problem.training:
                 r += list(topo.route(path[s], path[s - 1]))
             link_need.append(out_bytes * max((1.0 / bw[l] for l in r), default=0.0))
-        mm = (MS[:, None] - MS[None, :]) + n_of[s] * (MA[:, None] - MA[None, :])
-        mem_ok.append(mm <= problem.device_mem_bytes[path[s]] * (1 + 1e-12))
+        mem_ok.append(mems[s] <= problem.device_mem_bytes[path[s]] * (1 + 1e-12))
     return _Tables(mat, sub, kinds, base, W0, S0, fronts, capped, steps, mem, link_need, mem_ok, {})
 
 

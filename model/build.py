@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyomo.environ as pyo
 
-from costs.memory import inflight_microbatches
+from costs.memory import activation_factors
 from costs.problem import Problem
 
 
@@ -251,15 +251,22 @@ def add_link_load(m, problem: Problem, spec: ModelSpec) -> None:
         m.USED_LINKS, rule=lambda m, l: sum(m.boundary_bytes[b] for b in users[l]) * (m.tscale / (m.R * float(bw[l]))))
 
 
+def mem_unit_bytes(m, problem: Problem, k: int) -> float:
+    """Unit of stage k's memory row: the smallest capacity among its devices (one per lane)."""
+    return float(min(problem.device_mem_bytes[lane[k]] for lane in m.lanes))
+
+
 def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
     """Resident bytes of stage k's device <= its capacity.
 
-    n(k) in-flight microbatches (costs.memory.inflight_microbatches). For 1F1B n depends
+    n(k) in-flight microbatches (costs.memory.inflight_microbatches). An inference stream
+    holds every activation once plus (n - 1) x the sent bytes of ops with a consumer on a
+    later stage (costs.memory.activation_factors; ``_sent_on_stage``). For 1F1B n depends
     on the used stage count S: the n=1 row always holds, and for s = k+2..min(K, k+M)
     static + min(M, s-k) act <= cap + (min(M, s-k) - 1) cap (1 - w[s-1]).
     """
     M, sched, K = problem.microbatches, problem.schedule, m.K
-    cap0 = {k: float(min(problem.device_mem_bytes[lane[k]] for lane in m.lanes)) for k in m.STAGES}
+    cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
     stat: dict[int, list] = {k: [] for k in m.STAGES}   # rows in units of the device's capacity
     act: dict[int, list] = {k: [] for k in m.STAGES}
     for (v, k, q) in m.CELLS:
@@ -281,9 +288,39 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
             return _checked(lhs <= cap[k] + (n - 1) * cap[k] * (1 - m.w[s - 1]))
         m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
     else:
-        n_of = {k: inflight_microbatches(sched, k, K, M) for k in m.STAGES}
+        f_of = {k: activation_factors(sched, k, K, M) for k in m.STAGES}
+        sent = _sent_on_stage(m, problem, cap0, [k for k in m.STAGES if f_of[k][1] > 0])
         m.mem_cap = pyo.Constraint(
-            m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + n_of[k] * sum(act[k]) <= cap[k]))
+            m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + f_of[k][0] * sum(act[k])
+                                                 + f_of[k][1] * sum(sent.get(k, [])) <= cap[k]))
+
+
+def _sent_on_stage(m, problem: Problem, cap0: dict, stages: list[int]) -> dict[int, list]:
+    """Stream memory: ``sent[v,k]`` >= sum_q send[v,q] z[v,k,q] - send_max[v] (1 - y(c,k+1))
+    for every consumer c of v: the bytes v on stage k keeps for a later stage (in units of
+    the stage's capacity; 0 unless some consumer sits on a later stage). Returns stage ->
+    the variables to add to its memory row."""
+    cons: dict[int, set[int]] = {}
+    for u, v in problem.sending_edges():
+        cons.setdefault(int(u), set()).add(int(v))
+    by_vk: dict[tuple[int, int], list] = {}
+    for (v, k, q) in m.CELLS:
+        if k in stages and k < m.K - 1 and problem.send_bytes[v, q] > 0 and v in cons:
+            by_vk.setdefault((v, k), []).append((float(problem.send_bytes[v, q] / cap0[k]), m.z[v, k, q]))
+    m.SENT = pyo.Set(initialize=sorted(by_vk), dimen=2)
+    m.sent = pyo.Var(m.SENT, bounds=(0, None))
+    rows = [(v, k, c) for (v, k) in by_vk for c in sorted(cons[v])]
+    m.SENT_ROWS = pyo.Set(initialize=rows, dimen=3)
+
+    def rule(m, v, k, c):
+        terms = by_vk[v, k]
+        top = max(a for a, _ in terms)
+        return m.sent[v, k] >= sum(a * z for a, z in terms) - top * (1 - y_of(m, c, k + 1))
+    m.sent_need = pyo.Constraint(m.SENT_ROWS, rule=rule)
+    out: dict[int, list] = {}
+    for (v, k) in by_vk:
+        out.setdefault(k, []).append(m.sent[v, k])
+    return out
 
 
 def add_sensitivity(m, problem: Problem, spec: ModelSpec) -> None:

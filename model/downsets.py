@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from costs.memory import inflight_microbatches
+from costs.memory import activation_factors
 from costs.problem import Problem
 
 
@@ -67,15 +67,48 @@ def _subset_matrix(mat: np.ndarray) -> np.ndarray:
     return sub
 
 
+def segment_memory(problem: Problem, mat: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
+                   mem_send: np.ndarray, factors: list[tuple[float, float]]) -> list[np.ndarray]:
+    """Per stage s, (N, N) bytes of segment i - j (downset i minus downset j) on stage s:
+    static + n_all x act + n_sent x sent bytes of the segment's ops with a consumer
+    outside downset i (costs.memory.activation_factors; ``factors[s]`` = (n_all, n_sent))."""
+    fm = mat.astype(float)
+    MS, MA = fm @ mem_static, fm @ mem_act
+    base_ = (MS[:, None] - MS[None, :], MA[:, None] - MA[None, :])
+    sent = None
+    edges = problem.sending_edges()
+    if any(b > 0 for _, b in factors) and len(edges):
+        u, w = edges[:, 0], edges[:, 1]
+        onehot = np.zeros((len(u), mat.shape[1]))
+        onehot[np.arange(len(u)), u] = 1.0
+        held = ((mat[:, u] & ~mat[:, w]).astype(float) @ onehot) > 0      # (N, V): v in i, read outside i
+        hs = held * mem_send[None, :]
+        sent = hs.sum(axis=1)[:, None] - hs @ fm.T                        # ops of i - j read outside i
+    memo: dict[tuple[float, float], np.ndarray] = {}   # stages with equal factors share one array
+    for a, b in factors:
+        if (a, b) not in memo:
+            memo[a, b] = base_[0] + a * base_[1] + (b * sent if sent is not None and b > 0 else 0.0)
+    return [memo[f] for f in factors]
+
+
+def stage_factors(problem: Problem, K: int, relax_1f1b: bool = False) -> list[tuple[float, float]]:
+    """activation_factors of each of K stages (1F1B's fewest, one microbatch, when relaxing)."""
+    if relax_1f1b and problem.schedule == "1f1b":
+        return [(1.0, 0.0)] * K
+    return [tuple(float(x) for x in activation_factors(problem.schedule, s, K, problem.microbatches))
+            for s in range(K)]
+
+
 def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_cost: np.ndarray,
                  edge_bytes: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
-                 inflight: list[float]) -> tuple[float, list[int]] | None:
+                 mem_send: np.ndarray, factors: list[tuple[float, float]]) -> tuple[float, list[int]] | None:
     """Min over downset chains of the max stage/boundary load.
 
     ``op_cost[v, c]`` seconds of op v on kind c (incl. casts it performs), ``edge_bytes[e]``
-    bytes tensor e puts on a boundary, ``mem_*[v]`` bytes, ``inflight[s]`` microbatches
-    held by stage s. Boundary load = bytes x max over its links of 1/bw (exact when no two
-    boundaries share a link, a lower bound otherwise). Returns (value, op -> stage).
+    bytes tensor e puts on a boundary, ``mem_*[v]`` bytes, ``factors[s]`` the activation
+    copies stage s holds (``segment_memory``). Boundary load = bytes x max over its links
+    of 1/bw (exact when no two boundaries share a link, a lower bound otherwise).
+    Returns (value, op -> stage).
     """
     N, V = mat.shape
     K = len(path)
@@ -84,7 +117,7 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     fin = {c: np.isfinite(op_cost[:, c]) for c in set(kinds)}
     W = {c: fm @ np.where(fin[c], op_cost[:, c], 0.0) for c in set(kinds)}
     BAD = {c: fm @ (~fin[c]).astype(float) for c in set(kinds)}   # ops kind c cannot run
-    MS, MA = fm @ mem_static, fm @ mem_act
+    mems = segment_memory(problem, mat, mem_static, mem_act, mem_send, factors)
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ edge_bytes if len(u) else np.zeros(N)
     topo, bw = problem.topology, problem.link_bw_bytes_per_s
@@ -104,9 +137,8 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
             inv = max((1.0 / bw[l] for l in r), default=0.0)
             base = np.maximum(f, out_bytes * inv)
         seg = np.where(BAD[c][:, None] - BAD[c][None, :] > 0.5, math.inf, W[c][:, None] - W[c][None, :])
-        mem = (MS[:, None] - MS[None, :]) + inflight[s] * (MA[:, None] - MA[None, :])
         val = np.maximum(base[None, :], seg)
-        val[~sub | (mem > cap * (1 + 1e-12))] = math.inf
+        val[~sub | (mems[s] > cap * (1 + 1e-12))] = math.inf
         j = np.argmin(val, axis=1)
         f = val[np.arange(N), j]
         choice[s] = j
@@ -132,11 +164,9 @@ def relaxation_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray) -
             if problem.supported[q, c]:
                 cost[:, c] = np.minimum(cost[:, c], problem.fwd_time_s[:, q, c] + problem.bwd_time_s[:, q, c])
     eb = problem.edge_elems * problem.bytes_per_elem.min()
-    K = len(path)
-    inflight = [1.0 if problem.schedule == "1f1b" else
-                float(inflight_microbatches(problem.schedule, s, K, problem.microbatches)) for s in range(K)]
     r = partition_dp(problem, path, mat, cost, eb, problem.static_bytes.min(axis=1),
-                     problem.act_bytes.min(axis=1), inflight)
+                     problem.act_bytes.min(axis=1), problem.send_bytes.min(axis=1),
+                     stage_factors(problem, len(path), relax_1f1b=True))
     return math.inf if r is None else r[0]
 
 
@@ -149,9 +179,7 @@ def fixed_precision_plan(problem: Problem, path: tuple[int, ...], mat: np.ndarra
         for c in range(C):
             cost[v, c] += problem.cast_time_s(e, prec[u], prec[v], c)
     eb = np.array([problem.edge_elems[e] * problem.bytes_per_elem[prec[u]] for e, (u, _) in enumerate(problem.edges)])
-    K = len(path)
-    inflight = [float(inflight_microbatches(problem.schedule, s, K, problem.microbatches)) for s in range(K)]
-    r = partition_dp(problem, path, mat, np.nan_to_num(cost, nan=math.inf), eb,
-                     np.array([problem.static_bytes[v, prec[v]] for v in range(V)]),
-                     np.array([problem.act_bytes[v, prec[v]] for v in range(V)]), inflight)
+    pick = (np.arange(V), np.asarray(prec))
+    r = partition_dp(problem, path, mat, np.nan_to_num(cost, nan=math.inf), eb, problem.static_bytes[pick],
+                     problem.act_bytes[pick], problem.send_bytes[pick], stage_factors(problem, len(path)))
     return None if r is None else r[1]

@@ -7,6 +7,7 @@ import pyomo.environ as pyo
 from costs.problem import Problem
 from distplan.plan import Plan
 from model.lanes import lane_stages
+from model.build import mem_unit_bytes
 
 
 def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None,
@@ -63,6 +64,11 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
     last = max(stage)
     for k in m.CUTS:
         m.w[k].set_value(1 if k <= last else 0)
+    if hasattr(m, "sent"):   # stream memory: bytes kept for a later stage (model.build)
+        for (v, k) in m.SENT:
+            later = any(stage[int(w)] > k for u, w in problem.edges if int(u) == v)
+            m.sent[v, k].set_value(float(problem.send_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
+                                   if later and stage[v] == k else 0.0)
     if hasattr(m, "bused"):
         for b in m.BOUNDS:
             m.bused[b].set_value(max([m.xc[e, b].value for e in m.EDGES], default=0))
@@ -70,3 +76,4 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
     if hasattr(m, "link_load"):
         loads += [pyo.value(m.link_load[l]) for l in m.USED_LINKS]
     m.T.set_value(max(loads + [0.0]))
+

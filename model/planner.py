@@ -15,7 +15,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from costs.memory import inflight_microbatches
+from costs.memory import activation_factors
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan, Stage
@@ -38,9 +38,10 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
     g, topo = problem.graph, problem.topology
     kinds = problem.device_kind
     D = problem.n_devices
-    # fewest microbatches any stage holds at once (1F1B's last stage holds one)
-    n1 = 1.0 if problem.schedule == "1f1b" else float(inflight_microbatches(problem.schedule, 0, 1,
-                                                                             problem.microbatches))
+    # fewest copies of an output any stage holds (1F1B's last stage holds one microbatch;
+    # a stream holds an output once when its consumers share its stage)
+    n1 = 1.0 if problem.schedule == "1f1b" else float(activation_factors(problem.schedule, 0, 1,
+                                                                          problem.microbatches)[0])
     for v, op in enumerate(g.ops):
         best = None
         for q, p in enumerate(problem.precisions):
@@ -59,7 +60,7 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
             raise DistplanError(
                 f"op {op.name!r} does not fit on any device: it needs {need / MIB:.2f} MiB even at {p} "
                 f"(parameters {problem.static_bytes[v, problem.q_index(p)] / MIB:.2f} MiB + output "
-                f"{problem.act_bytes[v, problem.q_index(p)] / MIB:.2f} MiB x {n1:g} in-flight microbatches) "
+                f"{problem.act_bytes[v, problem.q_index(p)] / MIB:.2f} MiB x {n1:g} in-flight {'copy' if n1 == 1 else 'copies'}) "
                 f"but the largest device holds {cap / MIB:.2f} MiB (short by {(need - cap) / MIB:.2f} MiB); "
                 "use a lower precision, a smaller batch or sequence, fewer in-flight microbatches, "
                 "or devices with more memory")

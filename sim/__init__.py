@@ -34,7 +34,8 @@ hardware. What it executes (the same numbers ``costs.evaluate.plan_cost`` linear
   bytes / t from producer device j mod t_producer). Casts and compute split / t.
 * Memory (``sim.memory``): static bytes from the start; an op's output from the start
   of its task until it is consumed (inference: every local consumer has finished and
-  every outgoing first hop has been serialised; training: until the op's backward task
+  every outgoing first hop has been serialised -- the part no other op reads, a fused
+  op's inner tensors, only while the op runs; training: until the op's backward task
   ends); received, relayed and cast tensors and gradients while they wait. 'stream'
   keeps at most two outputs of an op per device (a task waits for its buffer), more
   only where the static order needs it (an all-reduce between producer and consumer).

@@ -239,9 +239,13 @@ class _Builder:
         for v in range(V):
             G = where[plan.op_stage[v]]
             nb = float(pb.act_bytes[v, qs[v]])
+            # stream: what no other op reads (a fused op's inner tensors) dies with the op
+            inner = 0.0 if pb.training else nb - float(pb.send_bytes[v, qs[v]])
             for j, d in enumerate(G):
                 rel = tuple(releases[v][j]) or (Fn[v][j],)
-                prog.buffers.append(Buffer(d, nb, Fn[v][j], False, rel, True))
+                if inner > 0:
+                    prog.buffers.append(Buffer(d, inner, Fn[v][j], False, (Fn[v][j],), True))
+                prog.buffers.append(Buffer(d, nb - inner, Fn[v][j], False, rel, True))
                 own[(v, j)] = len(prog.buffers) - 1
                 self._release_map[(p, v, j)] = (Fn[v][j], rel)
                 self._fidx[(p, v, j)] = Fn[v][j]

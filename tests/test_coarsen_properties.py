@@ -166,5 +166,9 @@ def test_any_coarse_plan_expands_to_a_feasible_fine_plan(g, target, n_stages, da
     check_plan(pc, plan)
     fine = expand_plan(c, plan)
     check_plan(pf, fine)
-    np.testing.assert_allclose(plan_memory_bytes(pf, fine), plan_memory_bytes(pc, plan), rtol=1e-12)
+    mf, mc = plan_memory_bytes(pf, fine), plan_memory_bytes(pc, plan)
+    if sched == "stream":   # a coarse op may send a tensor twice over; never less than its members
+        assert np.all(mf <= mc * (1 + 1e-12))
+    else:
+        np.testing.assert_allclose(mf, mc, rtol=1e-12)
     assert plan_cost(pf, fine).period_s >= plan_cost(pc, plan).period_s * (1 - 1e-12)

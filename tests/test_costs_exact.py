@@ -10,7 +10,7 @@ from costs import ProblemOptions, build_problem
 from costs.comm import cast_time_s, hierarchical_allreduce_time_s, ring_allreduce_time_s, transfer_time_s
 from costs.compute import op_time_s, roofline_time_s
 from costs.evaluate import plan_cost
-from costs.memory import inflight_microbatches, static_bytes
+from costs.memory import activation_factors, inflight_microbatches, send_elems, static_bytes
 from distplan.errors import DistplanError
 from distplan.plan import Plan, Stage
 from sim.check import check_plan, plan_violations
@@ -42,6 +42,13 @@ def test_memory_and_inflight():
     assert inflight_microbatches("1f1b", 3, 4, 16) == 1
     assert inflight_microbatches("gpipe", 3, 4, 16) == 16
     assert inflight_microbatches("stream", 0, 4, 16) == 2
+    assert activation_factors("stream", 0, 4, 16) == (1, 1)
+    assert activation_factors("stream", 0, 4, 1) == (1, 0)
+    assert activation_factors("1f1b", 1, 4, 16) == (3, 0)
+    assert activation_factors("gpipe", 3, 4, 16) == (16, 0)
+    assert send_elems(100, [100, 100]) == 100    # one output, read twice
+    assert send_elems(500, [30, 20]) == 50       # a fused op: only what leaves it
+    assert send_elems(100, []) == 0
 
 
 def test_problem_numbers_and_sensitivity_zero_at_top(chain4, line2):
@@ -65,7 +72,9 @@ def test_plan_cost_two_stage_exact(chain4, line2):
     assert c.device_load_s[1] == pytest.approx(7e9 / 2e12 + cast, rel=1e-12)
     assert c.link_load_s.max() == pytest.approx(100 * 2 / 1e9, rel=1e-12)
     assert c.period_s == pytest.approx(7e9 / 2e12 + cast, rel=1e-12)
-    assert c.memory_bytes[0] == pytest.approx(2 * (1000 * 2 + 2 * 100 * 2))
+    # stream: op 0's output is read on its own stage (held once); op 1's goes to stage 1
+    # (held for 2 in-flight microbatches)
+    assert c.memory_bytes[0] == pytest.approx(2 * 1000 * 2 + 100 * 2 + 2 * 100 * 2)
 
 
 def test_plan_cost_training_doubles_gradient_traffic():

@@ -26,6 +26,8 @@ def _ops(*names):
     ((Operator("a", "matmul", math.inf),), (), "fwd_flops must be finite"),
     (_ops("a", "b"), (Tensor("a", "b", 1), Tensor("a", "b", 2)), "duplicate tensor"),
     (_ops("a"), (Tensor("a", "a", 1),), "self-loop"),
+    ((Operator("a", "matmul", 1.0, out_elems=4, send_elems=5),), (), "send_elems 5 exceeds out_elems 4"),
+    ((Operator("a", "matmul", 1.0, out_elems=4, send_elems=-1),), (), "send_elems must be finite"),
 ])
 def test_graph_errors(ops, tensors, match):
     with pytest.raises(DistplanError, match=match):
@@ -45,6 +47,14 @@ def test_json_round_trip(tmp_path):
     d["ops"][0]["flops"] = 3
     with pytest.raises(DistplanError, match="unknown keys"):
         graph_from_dict(d)
+
+
+def test_json_round_trip_keeps_send_elems(tmp_path):
+    g = Graph("g", (Operator("a", "matmul", 1.0, out_elems=8, send_elems=3), Operator("b", "add", 1.0)),
+              (Tensor("a", "b", 3),))
+    save_graph(g, tmp_path / "g.json")
+    assert load_graph(tmp_path / "g.json") == g
+    assert "send_elems" not in graph_to_dict(chain_graph(2))["ops"][0]   # None is left out
 
 
 def test_cyclic_file(tmp_path):

@@ -33,18 +33,19 @@ KINDS = {
 
 
 @st.composite
-def instances(draw, max_ops: int = 7, max_devices: int = 3):
+def instances(draw, max_ops: int = 7, max_devices: int = 3, mode: str | None = None,
+              max_out: int = 2 * 10**5, max_edge: int = 10**6):
     n = draw(st.integers(1, max_ops))
     ops = tuple(Operator(f"v{i}", draw(st.sampled_from(["matmul", "softmax", "add", "layernorm"])),
                          draw(st.floats(1e6, 1e10)), draw(st.floats(1e6, 2e10)),
-                         draw(st.integers(0, 4 * 10**5)), draw(st.integers(0, 2 * 10**5)),
+                         draw(st.integers(0, 4 * 10**5)), draw(st.integers(0, max_out)),
                          draw(st.floats(0, 1e6)))
                 for i in range(n))
     tensors = []
     for j in range(1, n):
         for i in draw(st.sets(st.integers(0, j - 1), max_size=2)):
-            tensors.append(Tensor(f"v{i}", f"v{j}", draw(st.integers(0, 10**6))))
-    mode = draw(st.sampled_from(["inference", "inference", "training"]))
+            tensors.append(Tensor(f"v{i}", f"v{j}", draw(st.integers(0, max_edge))))
+    mode = mode or draw(st.sampled_from(["inference", "inference", "training"]))
     g = Graph("rand", ops, tuple(tensors), mode=mode)
     D = draw(st.integers(1, max_devices))
     kinds = [draw(st.sampled_from(["fast", "fast", "slow"])) for _ in range(D)]
@@ -118,6 +119,14 @@ def _check_optimum(problem, objective="throughput", budget=None, weight=0.0):
     plan = r.plans[0]
     check_plan(problem, plan)
     assert plan.predicted["solver_objective"] == pytest.approx(want, rel=1e-6, abs=1e-12)
+
+
+@SLOW_OK
+@given(instances(mode="inference", max_out=1_500_000, max_edge=4 * 10**5).filter(small))
+def test_stream_memory_optimum_equals_brute_force(problem):
+    """Large outputs, smaller tensors between ops (fused ops send part of what they
+    write): which outputs a stage holds twice decides feasibility."""
+    _check_optimum(problem)
 
 
 @SLOW_OK

@@ -18,8 +18,11 @@ in the order move behind the merged node), so the check looks only at that stret
 Conserved exactly (sums over the members, ``math.fsum`` for floats — exact because every
 count the importers and the zoo produce is an integer below 2**53): ``fwd_flops``,
 ``bwd_flops``, ``param_elems``, ``out_elems`` and ``touched_elems``. So the graph's FLOP,
-parameter, memory-traffic and activation totals are unchanged, and the memory a plan
-needs on each device is the same on the coarse and the fine graph. Tensors between two
+parameter, memory-traffic and activation totals are unchanged. A coarse operator's
+``send_elems`` is the sum of the sent elements of its members that send a tensor out of
+it, so the memory a plan needs on each device is the same on the coarse and the fine
+graph in training, and in an inference stream at least the fine one (a member whose
+tensors leave the group only for the same stage is still counted). Tensors between two
 coarse operators are summed; tensors inside one disappear (they no longer cross a
 device boundary). Not conserved: the number of operator launches, and the sensitivity
 proxy (a coarse operator takes the name and kind of its member with the most forward
@@ -28,7 +31,7 @@ FLOPs, preferring members that are not cheap).
 Consequences for a plan (``expand_plan``: every fine operator takes its coarse operator's
 stage and precision; stages, schedule and microbatches are unchanged):
 - it is feasible on the fine graph whenever it is on the coarse one (same stages along
-  every fine edge, same memory per device, same precisions);
+  every fine edge, no more memory per device, same precisions);
 - its analytic period on the fine graph is >= the coarse one: the roofline of a sum is
   at most the sum of rooflines, launch overheads and fixed cast costs are paid per fine
   operator and tensor, and link loads are equal. The gap between the two is what the
@@ -40,6 +43,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from costs.memory import send_elems
 from distplan.errors import DistplanError
 from distplan.plan import Plan
 from workloads.graph import Graph, Operator, Tensor
@@ -208,6 +212,12 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
     ops: list[Operator] = []
     names: dict[int, str] = {}
     live = c.live_order()
+    group_of = {v: grp for grp in live for v in c.members[grp]}
+    sends = _fine_sends(g)
+    leaves = [False] * len(g.ops)   # sends a tensor with bytes to another group
+    for u, w, e in g.edges():
+        if e > 0 and group_of[u] != group_of[w]:
+            leaves[u] = True
     for grp in live:
         mem = sorted(c.members[grp])
         fine = [g.ops[v] for v in mem]
@@ -220,6 +230,9 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
             param_elems=sum(op.param_elems for op in fine),
             out_elems=sum(op.out_elems for op in fine),
             touched_elems=math.fsum(op.touched_elems for op in fine),
+            # what members send out of the group (each member's whole sent bytes: the
+            # fine plan holds exactly these for a later stage, never more)
+            send_elems=min(sum(op.out_elems for op in fine), math.fsum(sends[v] for v in mem if leaves[v])),
         ))
     tensors = tuple(Tensor(names[u], names[v], e) for u in live for v, e in c.succ[u].items())
     coarse = Graph(name=f"{g.name}/coarse{len(ops)}", ops=tuple(ops), tensors=tensors, mode=g.mode,
@@ -230,6 +243,15 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
         for v in c.members[grp]:
             f2c[v] = ci
     return Coarsening(fine=g, coarse=coarse, fine_to_coarse=tuple(f2c))
+
+
+def _fine_sends(g: Graph) -> list[float]:
+    """Per op, the elements it sends (costs.memory.send_elems, or its own send_elems)."""
+    out: list[list[float]] = [[] for _ in g.ops]
+    for u, _, e in g.edges():
+        out[u].append(float(e))
+    return [send_elems(op.out_elems, out[v]) if op.send_elems is None else float(op.send_elems)
+            for v, op in enumerate(g.ops)]
 
 
 def expand_plan(coarsening: Coarsening, coarse_plan: Plan) -> Plan:

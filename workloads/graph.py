@@ -26,6 +26,9 @@ class Operator:
 
     ``touched_elems`` counts elements read plus written by the forward pass (inputs,
     weights, outputs); multiplied by the precision's bytes it gives memory traffic.
+    ``send_elems``: elements of ``out_elems`` that other operators read; None derives it
+    from the out-tensors (costs.memory.send_elems). A fused operator sets it to what its
+    members send out of it, so its inner tensors are not held for later stages.
     """
 
     name: str
@@ -35,6 +38,7 @@ class Operator:
     param_elems: int = 0
     out_elems: int = 0
     touched_elems: float = 0.0
+    send_elems: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,11 @@ def _validate(g: Graph) -> None:
         names.add(op.name)
         for attr in ("fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems"):
             _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+        if op.send_elems is not None:
+            _check_number(op.send_elems, f"operator {op.name!r} send_elems")
+            if op.send_elems > op.out_elems:
+                raise DistplanError(f"operator {op.name!r}: send_elems {op.send_elems} exceeds out_elems "
+                                    f"{op.out_elems} (an op sends at most what it writes)")
     seen: set[tuple[str, str]] = set()
     for t in g.tensors:
         for end in (t.src, t.dst):
