@@ -18,10 +18,16 @@ Scorer = Callable[[Problem, Plan], float]
 
 
 def simulated_throughput(problem: Problem, plan: Plan) -> float:
-    """Samples/s of ``plan`` in the realistic simulator (``sim.SimOptions()``)."""
+    """Samples/s of ``plan`` in the realistic simulator (``sim.SimOptions()``); 0 when the
+    simulated peak of a device's own outputs exceeds its capacity (a tensor-parallel
+    stream stage can hold more than the checker's bound: its all-reduces deepen the
+    buffering)."""
     from sim import SimOptions, simulate
 
-    return float(simulate(problem, plan, SimOptions()).throughput_per_s)
+    r = simulate(problem, plan, SimOptions())
+    if (r.peak_own_memory_bytes > problem.device_mem_bytes * (1 + 1e-12)).any():
+        return 0.0
+    return float(r.throughput_per_s)
 
 
 def ideal_throughput(problem: Problem, plan: Plan) -> float:

@@ -38,7 +38,7 @@ from costs.evaluate import plan_cost, plan_sensitivity
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
-from model.downsets import fixed_precision_plan, segment_memory, stage_factors
+from model.downsets import fixed_precision_plan, segment_memory, sent_matrix, stage_factors
 from model.extract import make_plan
 from sim.check import plan_violations
 
@@ -257,11 +257,11 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
     kinds = [int(problem.device_kind[d]) for d in path]
     fm = mat.astype(float)
     sub = _subset_matrix(mat)
-    # bound side: every activation once and no sent copies is the least any stage holds
-    # (a relaxation); plan side: all + sent copies of every activation (>= any stage's need)
+    # memory: static + n x act per op + m x (sent bytes of the segment's ops read by a
+    # later stage, a per-segment constant at the smallest bytes (bound side) or at the base
+    # precision (plan side: options only shrink bytes))
     factors = stage_factors(problem, K, relax_1f1b=True)
-    n_lb = [a for a, _ in factors]
-    n_ub = [a + b for a, b in stage_factors(problem, K)]
+    plan_factors = stage_factors(problem, K)
     base, W0, S0, fronts, capped, steps, mem = {}, {}, {}, {}, {}, {}, {}
     for c in set(kinds):
         stg = [s for s in range(K) if kinds[s] == c]
@@ -276,12 +276,16 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
         fronts[c], capped[c] = _fronts(mat, sub, want, opts, max_front)
         steps[c] = precision_steps(problem, c, cap) if capped[c] else None
         # memory: bound side (fewest in-flight, largest cap) and plan side (most, smallest)
-        for side, n, cp in (("lb", min(n_lb[s] for s in stg), cap),
-                            ("ub", max(n_ub[s] for s in stg),
-                             min(float(problem.device_mem_bytes[path[s]]) for s in stg))):
+        send_lb = problem.send_bytes.min(axis=1)
+        send_ub = problem.send_bytes[np.arange(V), q0]
+        for side, n, m, send, cp in (
+                ("lb", min(factors[s][0] for s in stg), min(factors[s][1] for s in stg), send_lb, cap),
+                ("ub", max(plan_factors[s][0] for s in stg), max(plan_factors[s][1] for s in stg), send_ub,
+                 min(float(problem.device_mem_bytes[path[s]]) for s in stg))):
             m0, mopts = memory_options(problem, c, cap, q0, n)
+            held = m * sent_matrix(problem, mat, send) if m > 0 else np.zeros((N, N))
             need = fm @ m0
-            need = need[:, None] - need[None, :] - cp * (1 + 1e-12)
+            need = need[:, None] - need[None, :] + held - cp * (1 + 1e-12)
             mf, mcap = _fronts(mat, sub, want, mopts, max_front)
             extra = np.zeros((N, N))
             for (i, j), (a, b) in mf.items():
@@ -292,9 +296,9 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
             for (i, j) in mcap:
                 extra[i, j] = 0.0 if side == "lb" else math.inf
             mem[(c, side)] = extra
-            mem[(c, side, "joint")] = (fm @ m0, cp, _joint_options(problem, c, cap, t0, q0, n))
+            mem[(c, side, "joint")] = (fm @ m0, cp, _joint_options(problem, c, cap, t0, q0, n), held)
             if side == "ub":
-                mem[c] = (m0, mopts, cp)
+                mem[c] = (m0, mopts, cp, held)
     eb = problem.edge_elems * problem.bytes_per_elem.min()
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ eb if len(u) else np.zeros(N)
@@ -443,12 +447,12 @@ def _joint_refine(tb: _Tables, c: int, T: float, side: str, res: np.ndarray) -> 
     exact joint knapsack (joint_choice): no lower than side "lb"'s max, no higher than
     side "ub"'s sum, so "lb" takes the max and "ub" the min with what is there."""
     W0, S0 = tb.W0[c], tb.S0[c]
-    Mn, cp, jopts = tb.mem[(c, side, "joint")]
+    Mn, cp, jopts, held = tb.mem[(c, side, "joint")]
     cache = tb.joint_cache
     deadline = cache.get("deadline", math.inf)
     for (i, j) in list(tb.fronts[c]) + list(tb.capped[c]):
         nt = W0[i] - W0[j] - T
-        nm = Mn[i] - Mn[j] - cp * (1 + 1e-12)
+        nm = Mn[i] - Mn[j] + held[i, j] - cp * (1 + 1e-12)
         if nt <= 1e-12 * T or nm <= 0 or not math.isfinite(res[i, j]):
             continue
         key = (c, side, i, j, T)
@@ -490,10 +494,12 @@ def _chain_dp(tb: _Tables, T: float, side: str = "lb", joint: bool = False
 
 
 def _bisect(tb: _Tables, budget: float, lo: float, hi: float, rel_tol: float,
-            side: str = "lb", joint: bool = False, keep: bool = False) -> tuple[float, float]:
-    """(largest T found with R(T) > budget, smallest T found with R(T) <= budget)."""
+            side: str = "lb", joint: bool = False, keep: bool = False,
+            deadline: float = math.inf) -> tuple[float, float]:
+    """(largest T found with R(T) > budget, smallest T found with R(T) <= budget); past
+    ``deadline`` (perf_counter seconds) it stops with what it has proven."""
     slack = 1e-9 * max(1.0, abs(budget))
-    while (hi - lo) > rel_tol * hi:
+    while (hi - lo) > rel_tol * hi and time.perf_counter() < deadline:
         mid = 0.5 * (lo + hi)
         try:
             val = _chain_dp(tb, mid, side, joint)[0]
@@ -533,8 +539,8 @@ def _plan_of(problem: Problem, path: tuple[int, ...], tb: _Tables, T: float, seg
         for v in ops:
             stage[v], prec[v] = s, int(q0[v])
         need = float(sum(t0[v] for v in ops)) - T
-        Mn, cp, jopts = tb.mem[(c, "ub", "joint")]
-        need_m = float(Mn[i] - Mn[j]) - cp * (1 + 1e-12)
+        Mn, cp, jopts, held = tb.mem[(c, "ub", "joint")]
+        need_m = float(Mn[i] - Mn[j] + held[i, j]) - cp * (1 + 1e-12)
         if need > 1e-12 * T and need_m > 0:   # both: the exact joint choice
             r = joint_choice({v: jopts[v] for v in ops if jopts[v]}, need, need_m)
             if r is not None and r[1] is not None:
@@ -547,8 +553,8 @@ def _plan_of(problem: Problem, path: tuple[int, ...], tb: _Tables, T: float, seg
                 return None
             for v, k in ch.items():
                 prec[v] = int(opts[v][k][2])
-        m0, mopts, cap = tb.mem[c]
-        need = float(sum(m0[v] for v in ops)) - cap
+        m0, mopts, cap, held = tb.mem[c]
+        need = float(sum(m0[v] for v in ops) + held[i, j]) - cap
         if need > 0:
             ch = front_choice({v: mopts[v] for v in ops if mopts[v]}, need)
             if ch is None:
@@ -563,16 +569,20 @@ def _plan_of(problem: Problem, path: tuple[int, ...], tb: _Tables, T: float, seg
 
 def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budget: float,
                            lo_s: float, hi_s: float | None, rel_tol: float = 1e-5,
-                           joint_time_s: float = 3.0) -> tuple[list[Plan], float]:
+                           joint_time_s: float = 3.0, deadline: float = math.inf) -> tuple[list[Plan], float]:
     """(plans, bound): ``budget_bound`` (``hi_s`` None: searched upwards from ``lo_s``; the
     bound is then only ``lo_s`` if no T up to 1.5^8 lo_s fits) and the chain plans at the smallest feasible T found
     and a few larger T, each also re-partitioned exactly for its precisions
     (model.downsets.fixed_precision_plan, casts included). Only plans within the budget
-    that pass sim.check are returned, best period first."""
+    that pass sim.check are returned, best period first. Past ``deadline`` (perf_counter
+    seconds) it returns what it has: the bound proven so far (at least ``lo_s``) and the
+    plans found so far."""
     slack = 1e-9 * max(1.0, abs(budget))
     if hi_s is None:   # no plan known: grow T until the chain DP fits the budget
         hi_s = lo_s
         for _ in range(8):
+            if time.perf_counter() > deadline:
+                return [], lo_s
             hi_s *= 1.5
             tb = _tables(problem, path, mat, hi_s)
             if _chain_dp(tb, hi_s, "ub")[0] <= budget + slack:
@@ -580,13 +590,16 @@ def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndar
         else:   # no plan found: still prove what the bound side can (R_lb > budget up to T)
             if _chain_dp(tb, hi_s, "lb")[0] > budget + slack:
                 return [], hi_s
-            return [], _bisect(tb, budget, lo_s, hi_s, rel_tol)[0]
-    if not hi_s > lo_s:
+            return [], _bisect(tb, budget, lo_s, hi_s, rel_tol, deadline=deadline)[0]
+    if not hi_s > lo_s or time.perf_counter() > deadline:
         return [], lo_s
     tb = _tables(problem, path, mat, hi_s)
-    lo, _ = _bisect(tb, budget, lo_s, hi_s, rel_tol)
-    _, hi = _bisect(tb, budget, lo, hi_s, rel_tol, "ub")
+    if _chain_dp(tb, hi_s, "lb")[0] > budget + slack:   # nothing within the budget up to hi_s
+        return [], hi_s
+    lo, _ = _bisect(tb, budget, lo_s, hi_s, rel_tol, deadline=deadline)
+    _, hi = _bisect(tb, budget, lo, hi_s, rel_tol, "ub", deadline=deadline)
     # tighten both sides with the joint time-and-memory knapsack between them
+    joint_time_s = max(0.0, min(joint_time_s, deadline - time.perf_counter()))
     lo, hi = _joint_bisect(tb, budget, lo, hi, rel_tol, joint_time_s)
     tb.joint_cache["deadline"] = time.perf_counter() + joint_time_s   # for the plans below
     out = {}

@@ -67,6 +67,21 @@ def _subset_matrix(mat: np.ndarray) -> np.ndarray:
     return sub
 
 
+def sent_matrix(problem: Problem, mat: np.ndarray, send: np.ndarray) -> np.ndarray:
+    """(N, N): entry [i, j] sums ``send[v]`` over the ops v of segment i - j that a tensor
+    with bytes leaves for an op outside downset i (a later stage)."""
+    N, V = mat.shape
+    edges = problem.sending_edges()
+    if not len(edges):
+        return np.zeros((N, N))
+    u, w = edges[:, 0], edges[:, 1]
+    onehot = np.zeros((len(u), V))
+    onehot[np.arange(len(u)), u] = 1.0
+    held = ((mat[:, u] & ~mat[:, w]).astype(float) @ onehot) > 0      # (N, V): v in i, read outside i
+    hs = held * send[None, :]
+    return hs.sum(axis=1)[:, None] - hs @ mat.astype(float).T
+
+
 def segment_memory(problem: Problem, mat: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
                    mem_send: np.ndarray, factors: list[tuple[float, float]]) -> list[np.ndarray]:
     """Per stage s, (N, N) bytes of segment i - j (downset i minus downset j) on stage s:
@@ -75,15 +90,7 @@ def segment_memory(problem: Problem, mat: np.ndarray, mem_static: np.ndarray, me
     fm = mat.astype(float)
     MS, MA = fm @ mem_static, fm @ mem_act
     base_ = (MS[:, None] - MS[None, :], MA[:, None] - MA[None, :])
-    sent = None
-    edges = problem.sending_edges()
-    if any(b > 0 for _, b in factors) and len(edges):
-        u, w = edges[:, 0], edges[:, 1]
-        onehot = np.zeros((len(u), mat.shape[1]))
-        onehot[np.arange(len(u)), u] = 1.0
-        held = ((mat[:, u] & ~mat[:, w]).astype(float) @ onehot) > 0      # (N, V): v in i, read outside i
-        hs = held * mem_send[None, :]
-        sent = hs.sum(axis=1)[:, None] - hs @ fm.T                        # ops of i - j read outside i
+    sent = sent_matrix(problem, mat, mem_send) if any(b > 0 for _, b in factors) else None
     memo: dict[tuple[float, float], np.ndarray] = {}   # stages with equal factors share one array
     for a, b in factors:
         if (a, b) not in memo:

@@ -31,6 +31,7 @@ from model.paths import divisors, lane_layouts
 from sim.check import plan_violations
 
 MIB = 2.0**20
+BUDGET_PHASE_SHARE = 0.5   # of the time limit, for the budget-aware bounds and incumbents
 
 
 def check_inputs(problem: Problem, options: SolveOptions) -> None:
@@ -206,9 +207,12 @@ def _add_plans(problem: Problem, options: SolveOptions, c: _Candidate, singles: 
                          (plan, score(problem, plan, options.objective, options.sensitivity_weight)))
 
 
-def _budget_phase(problem: Problem, options: SolveOptions, c: _Candidate, mat) -> None:
+def _budget_phase(problem: Problem, options: SolveOptions, c: _Candidate, mat, deadline: float,
+                  incumbent_s: float) -> None:
     """Budget-aware chain DP (model.budget) on c's surrogate: a proven period bound and
-    budget-feasible incumbents."""
+    budget-feasible incumbents, within ``deadline`` (perf_counter seconds). Without a
+    plan of its own the search is capped at the best objective found elsewhere
+    (``incumbent_s``): proving nothing fits below it is all that matters then."""
     if options.sensitivity_budget is None or mat is None or options.objective != "throughput" \
             or not math.isfinite(c.lb):
         return
@@ -216,7 +220,10 @@ def _budget_phase(problem: Problem, options: SolveOptions, c: _Candidate, mat) -
     hi = min((plan_cost(sp, dataclasses.replace(x, stages=tuple(Stage((lane_dev,)) for lane_dev in
                                                                  c.lanes[0][:x.n_stages]))).period_s
               for x in c.extra), default=None)
-    bps, lb_b = budget_plans_and_bound(sp, c.lanes[0], mat, options.sensitivity_budget, c.lb, hi)
+    if hi is None and math.isfinite(incumbent_s):
+        hi = incumbent_s
+    bps, lb_b = budget_plans_and_bound(sp, c.lanes[0], mat, options.sensitivity_budget, c.lb, hi,
+                                       deadline=deadline)
     c.lb = max(c.lb, lb_b)
     _add_plans(problem, options, c, bps[:3])
 
@@ -326,10 +333,18 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         old = per_r.get(r)
         if old is None or (c.score, -c.lb) < (old.score, -old.lb):
             per_r[r] = c
-    for c in per_r.values():
-        _budget_phase(problem, options, c, mat)
-        if options.sensitivity_budget is not None:
-            say(f"r={c.r} {c.name} under the budget: objective {_fmt(c.score)}, bound {_fmt(c.lb)}")
+    # budget phase: most promising r first, within half of the time limit; an r it does
+    # not reach keeps its (weaker, valid) relaxation bound
+    budget_deadline = t0 + BUDGET_PHASE_SHARE * options.time_limit_s
+    for c in sorted(per_r.values(), key=lambda c: (c.score, -c.lb, c.r)):
+        if options.sensitivity_budget is None:
+            break
+        if time.perf_counter() > budget_deadline:
+            say(f"r={c.r} {c.name}: no time left for the budget bound; keeping the relaxation bound {_fmt(c.lb)}")
+            continue
+        _budget_phase(problem, options, c, mat, budget_deadline,
+                      min((x.score for x in per_r.values()), default=math.inf))
+        say(f"r={c.r} {c.name} under the budget: objective {_fmt(c.score)}, bound {_fmt(c.lb)}")
     extra_plans = [p for c in per_r.values() for p in c.extra]
     order = sorted(per_r.values(), key=lambda c: (c.score, -c.lb, c.r))
     if all(math.isinf(c.lb) for c in order):

@@ -47,6 +47,11 @@ def test_budget_bound_never_exceeds_brute_force_optimum(problem, frac):
         check_plan(problem, p)
         assert plan_sensitivity(problem, p) <= budget * (1 + 1e-9) + 1e-12
         assert plan_cost(problem, p).period_s >= bound * (1 - 1e-9)
+    # past its deadline it returns what it had proven: the bound it was given, no plans
+    assert budget_plans_and_bound(problem, path, mat, budget, lb0, opt, deadline=0.0) == ([], lb0)
+    # capped at a period below the optimum (another layout's incumbent), it proves that cap
+    _, capped = budget_plans_and_bound(problem, path, mat, budget, lb0, max(lb0, 0.9 * opt))
+    assert lb0 <= capped <= opt * (1 + 1e-9)
     # with no known plan the upward search still returns a valid bound
     plans2, bound2 = budget_plans_and_bound(problem, path, mat, budget, lb0, None)
     assert bound2 <= opt * (1 + 1e-9)
