@@ -38,9 +38,10 @@ def _cycle(plan: Plan) -> int:
 
 
 def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
-    """Resident bytes per device: static bytes of every op placed there plus activations
-    for the microbatches its stage may hold in flight (costs.memory.activation_factors:
-    in an inference stream only the bytes an op sends to a later stage are held twice)."""
+    """Resident bytes per device: static bytes of every op placed there (and of the tied
+    parameters it reads when their owner sits on another stage) plus activations for the
+    microbatches its stage may hold in flight (costs.memory.activation_factors: in an
+    inference stream only the bytes an op sends to a later stage are held twice)."""
     mem = np.zeros(problem.n_devices)
     K = plan.n_stages
     leaves = np.zeros(problem.n_ops, dtype=bool)
@@ -55,6 +56,9 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
             n_all, n_sent = n_all + n_sent, 0
         per = (problem.static_bytes[v, q] / stage.tensor_parallel + problem.act_bytes[v, q] * n_all
                + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
+        o = problem.tied_owner[v]
+        if o >= 0 and plan.op_stage[o] != k:   # a tied weight, held where its owner is not
+            per += problem.tied_bytes[v, q] / stage.tensor_parallel
         for d in set(stage.devices):
             mem[d] += per
     return mem

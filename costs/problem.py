@@ -49,6 +49,8 @@ class Problem:
     static_bytes: np.ndarray      # (V, Q)
     act_bytes: np.ndarray         # (V, Q) per microbatch
     send_bytes: np.ndarray        # (V, Q) per microbatch, the part of act_bytes other ops read
+    tied_owner: np.ndarray        # (V,) op whose parameters v also reads (Operator.tied_to), -1: none
+    tied_bytes: np.ndarray        # (V, Q) static bytes of those parameters on v's devices when apart
     sensitivity: np.ndarray       # (V, Q)
     edges: np.ndarray             # (E, 2) int (u, v)
     edge_elems: np.ndarray        # (E,)
@@ -174,6 +176,10 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
         device_kind=np.array([kind_names.index(d.kind) for d in topology.devices], dtype=np.int64),
         fwd_time_s=fwd, bwd_time_s=bwd, supported=supported, static_bytes=stat, act_bytes=act,
         send_bytes=send,
+        tied_owner=np.array([-1 if op.tied_to is None else graph.index(op.tied_to) for op in graph.ops],
+                            dtype=np.int64),
+        tied_bytes=np.array([[static_bytes(op.tied_elems, p, training) if op.tied_to is not None else 0.0
+                              for p in precs] for op in graph.ops]).reshape(V, Q),
         sensitivity=sens, edges=edges, edge_elems=elems, bytes_per_elem=bpe, cast_s_per_elem=cast,
         cast_fixed_s=np.array([k.launch_overhead_s for k in kinds]),
         device_mem_bytes=np.array([topology.kind_of(d).mem_capacity_bytes for d in range(topology.n_devices)]),

@@ -373,7 +373,10 @@ def joint_choice(options_by_op: dict, need_s: float, need_bytes: float, max_stat
             if len(kept) > max_states:
                 return None
         states = dict(kept)
-    ok = [val for (a, b), val in states.items() if a >= nt * (1 - 1e-12) and b >= nm * (1 - 1e-12)]
+    # tolerance on the scale the capped sums were computed at (a tiny need can be absorbed
+    # by rounding once the caps carry what later options may lose)
+    tol_t, tol_m = 1e-12 * (nt + math.fsum(lose_t)), 1e-12 * (nm + math.fsum(lose_m))
+    ok = [val for (a, b), val in states.items() if a >= nt - tol_t and b >= nm - tol_m]
     if not ok:
         return math.inf, None
     s, ch = min(ok, key=lambda x: x[0])

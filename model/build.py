@@ -272,6 +272,7 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
     for (v, k, q) in m.CELLS:
         stat[k].append(float(problem.static_bytes[v, q] / cap0[k]) * m.z[v, k, q])
         act[k].append(float(problem.act_bytes[v, q] / cap0[k]) * m.z[v, k, q])
+    _add_tied(m, problem, cap0, stat)
     cap = {k: 1.0 for k in m.STAGES}
     if sched == "1f1b":
         sinks = [v for v in range(problem.n_ops) if v not in set(int(u) for u in problem.edges[:, 0])]
@@ -293,6 +294,30 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
         m.mem_cap = pyo.Constraint(
             m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + f_of[k][0] * sum(act[k])
                                                  + f_of[k][1] * sum(sent.get(k, [])) <= cap[k]))
+
+
+def _add_tied(m, problem: Problem, cap0: dict, stat: dict) -> None:
+    """Tied weights: ``tied[v,k]`` >= sum_q tb[v,q] z[v,k,q] - tb_max[v] (y(o,k) - y(o,k+1)),
+    the bytes op v on stage k holds of its owner o's parameters when o is elsewhere (in
+    units of the stage's capacity); added to stage k's static row."""
+    idx = [(v, k) for v in range(problem.n_ops) if problem.tied_owner[v] >= 0 and problem.tied_bytes[v].max() > 0
+           for k in m.STAGES]
+    m.TIED = pyo.Set(initialize=idx, dimen=2)
+    m.tied = pyo.Var(m.TIED, bounds=(0, None))
+    cells = {}
+    for (v, k, q) in m.CELLS:
+        cells.setdefault((v, k), []).append(q)
+
+    def rule(m, v, k):
+        o = int(problem.tied_owner[v])
+        mine = sum(float(problem.tied_bytes[v, q] / cap0[k]) * m.z[v, k, q] for q in cells.get((v, k), []))
+        if isinstance(mine, (int, float)):
+            return pyo.Constraint.Skip
+        top = float(problem.tied_bytes[v].max() / cap0[k])
+        return m.tied[v, k] >= mine - top * (y_of(m, o, k) - y_of(m, o, k + 1))
+    m.tied_need = pyo.Constraint(m.TIED, rule=rule)
+    for (v, k) in idx:
+        stat[k].append(m.tied[v, k])
 
 
 def _sent_on_stage(m, problem: Problem, cap0: dict, stages: list[int]) -> dict[int, list]:

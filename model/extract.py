@@ -64,6 +64,11 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
     last = max(stage)
     for k in m.CUTS:
         m.w[k].set_value(1 if k <= last else 0)
+    if hasattr(m, "tied"):   # tied weights held where their owner is not (model.build)
+        for (v, k) in m.TIED:
+            o = int(problem.tied_owner[v])
+            m.tied[v, k].set_value(float(problem.tied_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
+                                   if stage[v] == k and stage[o] != k else 0.0)
     if hasattr(m, "sent"):   # stream memory: bytes kept for a later stage (model.build)
         for (v, k) in m.SENT:
             later = any(stage[int(w)] > k for u, w in problem.edges if int(u) == v)

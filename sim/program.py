@@ -318,8 +318,10 @@ class _Builder:
         stat = np.zeros(self.D)
         for v, k in enumerate(plan.op_stage):
             st = plan.stages[k]
+            o = pb.tied_owner[v]
+            tied = pb.tied_bytes[v, self.qs[v]] if o >= 0 and plan.op_stage[o] != k else 0.0
             for d in st.devices:
-                stat[d] += pb.static_bytes[v, self.qs[v]] / st.tensor_parallel
+                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel
         prog.static_bytes = stat
         self.offsets()
         if plan.schedule == "stream":

@@ -2,6 +2,8 @@
 conserved exactly, result acyclic, every coarse plan expands to a feasible fine plan)."""
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -39,6 +41,10 @@ def dags(draw, max_ops: int = 30) -> Graph:
     ops = tuple(Operator(f"v{i}", draw(st.sampled_from(KINDS)), float(draw(ints)), float(draw(ints)),
                          draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6)), float(draw(ints)))
                 for i in range(n))
+    if n >= 2 and draw(st.booleans()):   # one tied weight (an LM head reading the embedding)
+        a, b = sorted(draw(st.sets(st.integers(0, n - 1), min_size=2, max_size=2)))
+        ops = tuple(dataclasses.replace(op, tied_to=f"v{a}", tied_elems=draw(st.integers(0, 10**6)))
+                    if i == b else op for i, op in enumerate(ops))
     tensors = []
     for j in range(1, n):
         for i in draw(st.sets(st.integers(0, j - 1), max_size=3)):

@@ -35,6 +35,19 @@ def test_transfer_ring_and_cast():
     assert cast_time_s(1e11, "fp16", "fp16", CHIP) == 0.0
 
 
+def test_tied_weight_held_again_only_on_another_stage(line2):
+    from workloads.graph import Graph, Operator, Tensor
+    ops = (Operator("emb", "embedding", 1e6, param_elems=1000, out_elems=10),
+           Operator("head", "head", 1e6, out_elems=50, tied_to="emb", tied_elems=1000))
+    p = build_problem(Graph("t", ops, (Tensor("emb", "head", 10),)), line2, ProblemOptions(precisions=("fp16",)))
+    apart = Plan((0, 1), ("fp16", "fp16"), (Stage((0,)), Stage((1,))), 4, "stream")
+    together = Plan((0, 0), ("fp16", "fp16"), (Stage((0,)), Stage((1,))), 4, "stream")
+    # device 0: table 2000 B + emb's output sent on (2 copies of 20 B); device 1: its own copy
+    # of the table 2000 B + head's logits once (a sink) 100 B
+    assert list(plan_cost(p, apart).memory_bytes) == [2000 + 2 * 20, 2000 + 100]
+    assert list(plan_cost(p, together).memory_bytes) == [2000 + 20 + 100, 0]
+
+
 def test_memory_and_inflight():
     assert static_bytes(10, "fp16", training=False) == 20
     assert static_bytes(10, "fp16", training=True) == 10 * (4 + 12)

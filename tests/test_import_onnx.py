@@ -108,6 +108,7 @@ def test_tied_head_weight_counted_once_and_head_labelled():
     emb = next(op for op in g.ops if op.kind == "embedding" and op.param_elems == 100 * 32)
     assert emb.fwd_flops == 0 and emb.bwd_flops == emb.out_elems == 8 * 32
     assert emb.touched_elems == 8 + 2 * 8 * 32  # ids + gathered rows + output, not the table
+    assert (head.tied_to, head.tied_elems) == (emb.name, 100 * 32)  # held again where emb is not
 
 
 def test_shared_initializer_counted_once_and_constants_folded():

@@ -133,6 +133,7 @@ def test_tied_weight_counted_once_and_head_labelled():
     assert emb.kind == "embedding" and emb.param_elems == 800 and emb.bwd_flops == 10 * 16
     assert head.kind == "head"
     assert head.param_elems == 0 and head.fwd_flops == 2 * 10 * 50 * 16
+    assert (head.tied_to, head.tied_elems) == ("emb", 800)
 
 
 class Branchy(nn.Module):

@@ -6,6 +6,7 @@ precision assignment of the ops along the same device path, score each feasible 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -41,6 +42,10 @@ def instances(draw, max_ops: int = 7, max_devices: int = 3, mode: str | None = N
                          draw(st.integers(0, 4 * 10**5)), draw(st.integers(0, max_out)),
                          draw(st.floats(0, 1e6)))
                 for i in range(n))
+    if n >= 2 and draw(st.booleans()):   # a tied weight: the last op reads one an earlier op owns
+        owner = draw(st.integers(0, n - 2))
+        ops = ops[:-1] + (dataclasses.replace(ops[-1], tied_to=f"v{owner}",
+                                              tied_elems=draw(st.integers(0, 10**6))),)
     tensors = []
     for j in range(1, n):
         for i in draw(st.sets(st.integers(0, j - 1), max_size=2)):

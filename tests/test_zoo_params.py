@@ -75,6 +75,9 @@ def test_op_counts():
 
 def test_tied_and_untied_heads():
     assert get_workload("gpt2").op("head").param_elems == 0
+    head = get_workload("gpt2").op("head")   # reads the word table embed owns
+    assert (head.tied_to, head.tied_elems) == ("embed", 50257 * 768)
+    assert get_workload("llama-7b").op("head").tied_to is None
     assert get_workload("gpt2").op("embed").param_elems == (50257 + 1024) * 768
     assert get_workload("llama-7b").op("head").param_elems == 32000 * 4096
     assert get_workload("llama-7b").op("embed").param_elems == 32000 * 4096

@@ -47,6 +47,7 @@ from costs.memory import send_elems
 from distplan.errors import DistplanError
 from distplan.plan import Plan
 from workloads.graph import Graph, Operator, Tensor
+from workloads.op_costs import tie_operator
 
 #: Operator kinds fused into their producer in phase 1.
 CHEAP_KINDS = frozenset({"elementwise", "activation", "add", "reshape"})
@@ -219,11 +220,19 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
         if e > 0 and group_of[u] != group_of[w]:
             leaves[u] = True
     for grp in live:
+        fine = [g.ops[v] for v in sorted(c.members[grp])]
+        names[grp] = fine[max(range(len(fine)), key=lambda i: (fine[i].kind not in CHEAP_KINDS,
+                                                                 fine[i].fwd_flops, -i))].name
+    for grp in live:
         mem = sorted(c.members[grp])
         fine = [g.ops[v] for v in mem]
-        anchor = max(range(len(fine)), key=lambda i: (fine[i].kind not in CHEAP_KINDS, fine[i].fwd_flops, -i))
-        names[grp] = fine[anchor].name
-        ops.append(Operator(
+        anchor = [op.name for op in fine].index(names[grp])
+        tied: dict[str, int] = {}   # tied weights owned outside the group, by owner group
+        for op in fine:
+            if op.tied_to is not None and group_of[g.index(op.tied_to)] != grp:
+                own = names[group_of[g.index(op.tied_to)]]
+                tied[own] = tied.get(own, 0) + op.tied_elems
+        ops.append(tie_operator(Operator(
             name=fine[anchor].name, kind=fine[anchor].kind,
             fwd_flops=math.fsum(op.fwd_flops for op in fine),
             bwd_flops=math.fsum(op.bwd_flops for op in fine),
@@ -233,7 +242,7 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
             # what members send out of the group (each member's whole sent bytes: the
             # fine plan holds exactly these for a later stage, never more)
             send_elems=min(sum(op.out_elems for op in fine), math.fsum(sends[v] for v in mem if leaves[v])),
-        ))
+        ), tied))
     tensors = tuple(Tensor(names[u], names[v], e) for u in live for v, e in c.succ[u].items())
     coarse = Graph(name=f"{g.name}/coarse{len(ops)}", ops=tuple(ops), tensors=tensors, mode=g.mode,
                    batch_size=g.batch_size, seq_len=g.seq_len)

@@ -29,6 +29,10 @@ class Operator:
     ``send_elems``: elements of ``out_elems`` that other operators read; None derives it
     from the out-tensors (costs.memory.send_elems). A fused operator sets it to what its
     members send out of it, so its inner tensors are not held for later stages.
+    ``tied_to``/``tied_elems``: parameters this operator reads that operator ``tied_to``
+    owns (a tied LM head reads the embedding table); counted in the owner's
+    ``param_elems`` only, and held again on this operator's devices when the two sit on
+    different stages.
     """
 
     name: str
@@ -39,6 +43,8 @@ class Operator:
     out_elems: int = 0
     touched_elems: float = 0.0
     send_elems: float | None = None
+    tied_to: str | None = None
+    tied_elems: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ def _validate(g: Graph) -> None:
         names.add(op.name)
         for attr in ("fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems"):
             _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+        if op.tied_to is not None and (op.tied_to == op.name or op.tied_to not in {o.name for o in g.ops}):
+            raise DistplanError(f"graph {g.name!r}: operator {op.name!r} is tied to {op.tied_to!r}, "
+                                "which is not another operator of the graph")
+        _check_number(op.tied_elems, f"operator {op.name!r} tied_elems")
         if op.send_elems is not None:
             _check_number(op.send_elems, f"operator {op.name!r} send_elems")
             if op.send_elems > op.out_elems:

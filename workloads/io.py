@@ -3,7 +3,7 @@
     {"format": "distplan-graph", "version": 1, "name": "...", "mode": "inference",
      "batch_size": 1, "seq_len": 128,
      "ops": [{"name": "...", "kind": "matmul", "fwd_flops": 1.0, "bwd_flops": 2.0,
-              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems")
+              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems")
      "tensors": [{"src": "...", "dst": "...", "elems": 0}]}
 """
 from __future__ import annotations
@@ -17,7 +17,9 @@ from workloads.graph import Graph, Operator, Tensor
 
 FORMAT = "distplan-graph"
 VERSION = 1
-_OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems", "send_elems"}
+_OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems", "send_elems",
+            "tied_to", "tied_elems"}
+_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0}   # written only when not the default
 _T_KEYS = {"src", "dst", "elems"}
 _TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "ops", "tensors"}
 
@@ -27,8 +29,8 @@ def graph_to_dict(g: Graph) -> dict[str, Any]:
         "format": FORMAT, "version": VERSION, "name": g.name, "mode": g.mode,
         "batch_size": g.batch_size, "seq_len": g.seq_len,
         "ops": [{k: getattr(op, k) for k in ("name", "kind", "fwd_flops", "bwd_flops", "param_elems",
-                                              "out_elems", "touched_elems", "send_elems")
-                 if k != "send_elems" or op.send_elems is not None}
+                                              "out_elems", "touched_elems", *_OPTIONAL)
+                 if k not in _OPTIONAL or getattr(op, k) != _OPTIONAL[k]}
                 for op in g.ops],
         "tensors": [{"src": t.src, "dst": t.dst, "elems": t.elems} for t in g.tensors],
     }

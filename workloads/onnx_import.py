@@ -145,7 +145,7 @@ class _State:
     producer: dict[str, int] = field(default_factory=dict)        # tensor -> op index
     origin: dict[str, frozenset[str]] = field(default_factory=dict)  # constant -> parameter inits
     params: dict[str, int] = field(default_factory=dict)          # parameter init -> elems
-    claimed: set[str] = field(default_factory=set)
+    claimed: dict[str, str] = field(default_factory=dict)         # parameter init -> op that owns it
     family: list[str] = field(default_factory=list)               # per op
     op_inputs: list[list[str]] = field(default_factory=list)      # per op, non-empty inputs
     guessed: list[str] = field(default_factory=list)
@@ -222,12 +222,16 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         v = len(ops)
         op_name = _unique(node.name or f"{node.op_type}_{i}", names)
         param = 0
+        tied: dict[str, int] = defaultdict(int)   # owner op -> elems of its parameters read here
         for x in dict.fromkeys(ins):
             for p in sorted(st.origin.get(x, ())):
                 if p in st.params and p not in st.claimed:
-                    st.claimed.add(p)
+                    st.claimed[p] = op_name
                     param += st.params[p]
+                elif p in st.params and st.claimed[p] != op_name:
+                    tied[st.claimed[p]] += st.params[p]
         op, family = _cost(node, op_name, ins, param, st, unknown)
+        op = oc.tie_operator(op, tied)
         ops.append(op)
         st.family.append(family)
         st.op_inputs.append(ins)

@@ -26,6 +26,7 @@ that sums over operators, as coarsening forms them, stay exact.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
@@ -101,3 +102,12 @@ def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, qk_dim: int
     """Scores Q K^T, softmax, context P V of dense multi-head attention."""
     scores = batch * heads * q_len * kv_len
     return 2 * scores * qk_dim + SOFTMAX_FLOPS_PER_ELEM * scores + 2 * scores * v_dim
+
+
+def tie_operator(op: Operator, tied: dict[str, int]) -> Operator:
+    """``op`` reading parameters other operators own (owner name -> elements): tied to the
+    owner it reads most from (the memory model holds one owner's weights per operator)."""
+    if not tied:
+        return op
+    owner = max(tied, key=lambda n: (tied[n], n))
+    return dataclasses.replace(op, tied_to=owner, tied_elems=int(tied[owner]))

@@ -142,7 +142,7 @@ class _Walk:
         self.producer: dict[Any, int] = {}           # fx node -> op index
         self.origin: dict[Any, frozenset[int]] = {}  # constant node -> parameter ids
         self.param_numel: dict[int, int] = {}
-        self.claimed: set[int] = set()
+        self.claimed: dict[int, str] = {}   # parameter id -> op that owns it
         self.family: list[str] = []
         self.op_inputs: list[list[Any]] = []
         self.unknown: dict[str, list[str]] = defaultdict(list)
@@ -164,13 +164,17 @@ class _Walk:
                 self.param_numel[id(p)] = int(p.numel())
         return frozenset(out)
 
-    def claim(self, ids: frozenset[int]) -> int:
-        n = 0
+    def claim(self, ids: frozenset[int], name: str) -> tuple[int, dict[str, int]]:
+        """(elements of the parameters ``name`` is first to read, {owner op: elements} of
+        the ones an earlier op owns: tied weights)."""
+        n, tied = 0, defaultdict(int)
         for i in sorted(ids):
             if i not in self.claimed:
-                self.claimed.add(i)
+                self.claimed[i] = name
                 n += self.param_numel[i]
-        return n
+            elif self.claimed[i] != name:
+                tied[self.claimed[i]] += self.param_numel[i]
+        return n, dict(tied)
 
 
 def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
@@ -193,7 +197,9 @@ def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
         param_ids = frozenset().union(*(w.origin.get(d, frozenset()) for d in deps))
         if node.op == "call_module":
             param_ids |= w.params_of(list(gm.get_submodule(node.target).parameters()))
-        op, fam = _cost(node, w, deps, w.claim(param_ids))
+        param, tied = w.claim(param_ids, node.name)
+        op, fam = _cost(node, w, deps, param)
+        op = oc.tie_operator(op, tied)
         ops.append(op)
         w.family.append(fam)
         w.op_inputs.append(deps)

@@ -13,6 +13,8 @@ modelled (their cost is a few FLOPs per element of Q/K or of an activation).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 from workloads.graph import Graph
@@ -128,6 +130,8 @@ def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mod
         g.add(costs.pooler("head", B, h, training), (x, B * h))
     else:
         x = g.add(costs.norm("final_norm", cfg.norm, T, h, training), (x, T * h))
-        g.add(costs.matmul("head", T, h, cfg.vocab, False, training, kind="head",
-                           weight_is_param=not cfg.tied_head), (x, T * h))
+        head = costs.matmul("head", T, h, cfg.vocab, False, training, kind="head", weight_is_param=not cfg.tied_head)
+        if cfg.tied_head:   # reads the embedding's word table: held again when on another stage
+            head = dataclasses.replace(head, tied_to="embed", tied_elems=cfg.vocab * h)
+        g.add(head, (x, T * h))
     return g.build(cfg.name, mode, batch_size, seq_len)
