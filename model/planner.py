@@ -65,6 +65,7 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
                 f"but the largest device holds {cap / MIB:.2f} MiB (short by {(need - cap) / MIB:.2f} MiB); "
                 "use a lower precision, a smaller batch or sequence, fewer in-flight microbatches, "
                 "or devices with more memory")
+    _check_tied(problem, n1)
     if options.sensitivity_budget is not None:
         # per op: the least sensitivity among precisions some device runs and has room for
         lo_terms, forced = [], []
@@ -87,6 +88,25 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
     K = options.n_stages or D
     if K > D:
         raise DistplanError(f"n_stages {K} exceeds the {D} devices of topology {topo.name!r}; use at most {D}")
+
+
+def _check_tied(problem: Problem, n1: float) -> None:
+    """An op reading tied weights needs them on its device: beside their owner (both ops'
+    bytes) or as its own copy. Raise when neither fits the largest device."""
+    cap = float(problem.device_mem_bytes.max())
+    need = problem.static_bytes + n1 * problem.act_bytes   # (V, Q), each op alone
+    for v, o in enumerate(problem.tied_owner):
+        if o < 0:
+            continue
+        apart = float((need[v] + problem.tied_bytes[v]).min())
+        together = float(need[v].min() + need[o].min())
+        if min(apart, together) > cap:
+            g = problem.graph
+            raise DistplanError(
+                f"op {g.ops[v].name!r} reads the weights of {g.ops[o].name!r} (tied): beside it the two need "
+                f"{together / MIB:.2f} MiB, apart it needs its own copy, {apart / MIB:.2f} MiB, but the largest "
+                f"device holds {cap / MIB:.2f} MiB (short by {(min(apart, together) - cap) / MIB:.2f} MiB); "
+                "use a smaller batch or sequence, or devices with more memory")
 
 
 def _fmt(x: float) -> str:

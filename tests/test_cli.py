@@ -104,3 +104,10 @@ def test_budget_below_what_memory_forces(capsys):
     the message names the op and the shortfall."""
     rc, _, err = run(capsys, "--workload", "gpt2", "--seq-len", "512", "--sensitivity-budget", "0", "--quiet")
     _one_error_line(rc, err, "below the minimum", "embed (int8)", "short by")
+
+
+def test_tied_head_that_fits_nowhere(capsys):
+    """GPT-2 at 1,024 tokens: the LM head's logits (49 MiB at int8) and the embedding table
+    it reads (37 MiB) fit a 64 MiB chiplet neither together nor apart."""
+    rc, _, err = run(capsys, "--workload", "gpt2", "--quiet")
+    _one_error_line(rc, err, "'head' reads the weights of 'embed'", "short by 21.89 MiB")
