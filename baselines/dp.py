@@ -23,7 +23,7 @@ import numpy as np
 from baselines.result import BaselineResult, Tracker
 from baselines.scoring import Scorer
 from baselines.space import build_plan, contiguous_stages, device_paths
-from costs.memory import activation_factors, contiguous_sent_bytes
+from costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
 from costs.problem import Problem
 
 
@@ -78,7 +78,8 @@ def partitions(problem: Problem, policies: Sequence[str] | None = None) -> list[
                 cross[v + 1] -= problem.edge_elems[e] * problem.bytes_per_elem[q[u]]
             tables[c] = (_prefix(t), _prefix([problem.static_bytes[v, q[v]] for v in range(V)]),
                          _prefix([problem.act_bytes[v, q[v]] for v in range(V)]), np.cumsum(cross),
-                         contiguous_sent_bytes(problem.sending_edges(), problem.send_bytes[np.arange(V), np.asarray(q)]))
+                         contiguous_sent_bytes(problem.sending_edges(), problem.send_bytes[np.arange(V), np.asarray(q)]),
+                         contiguous_tied_bytes(problem.tied_owner, problem.tied_bytes[np.arange(V), np.asarray(q)]))
         for _, path in device_paths(problem):
             kinds = [int(problem.device_kind[d]) for d in path]
             if any(c not in tables for c in kinds):
@@ -101,9 +102,9 @@ def _dp(problem: Problem, path, kinds, tables, K: int) -> tuple[float, tuple[int
     j_idx = np.arange(V + 1)[None, :]
 
     def seg(m: int) -> np.ndarray:
-        P, S, Act, _, sent = tables[kinds[m]]
+        P, S, Act, _, sent, tied = tables[kinds[m]]
         n_all, n_sent = activation_factors(problem.schedule, m, K, problem.microbatches)
-        mem = S[None, :] - S[:, None] + n_all * (Act[None, :] - Act[:, None]) + n_sent * sent
+        mem = S[None, :] - S[:, None] + n_all * (Act[None, :] - Act[:, None]) + n_sent * sent + tied
         ok = (mem <= problem.device_mem_bytes[path[m]] * (1 + 1e-12)) & (i_idx < j_idx)
         return np.where(ok, P[None, :] - P[:, None], np.inf)
 

@@ -79,3 +79,16 @@ def contiguous_sent_bytes(edges: np.ndarray, send: np.ndarray) -> np.ndarray:
         cs = np.concatenate([[0.0], np.cumsum(np.where(last[:j] >= j, send[:j], 0.0))])
         out[: j + 1, j] = cs[j] - cs
     return out
+
+
+def contiguous_tied_bytes(tied_owner: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """(V+1, V+1) matrix: entry [i, j] (i <= j) sums ``tied[v]`` over ops v in i..j-1 whose
+    tied weights' owner ``tied_owner[v]`` (-1: none) lies outside i..j-1."""
+    V = len(tied)
+    out = np.zeros((V + 1, V + 1))
+    i = np.arange(V + 1)[:, None]
+    j = np.arange(V + 1)[None, :]
+    for v, o in enumerate(tied_owner):
+        if o >= 0 and tied[v] > 0:
+            out += tied[v] * ((i <= v) & (v < j) & ~((i <= o) & (o < j)))
+    return out

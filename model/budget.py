@@ -38,7 +38,7 @@ from costs.evaluate import plan_cost, plan_sensitivity
 from costs.problem import Problem
 from distplan.errors import DistplanError
 from distplan.plan import Plan
-from model.downsets import fixed_precision_plan, segment_memory, sent_matrix, stage_factors
+from model.downsets import fixed_precision_plan, segment_memory, sent_matrix, stage_factors, tied_matrix
 from model.extract import make_plan
 from sim.check import plan_violations
 
@@ -284,6 +284,9 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
                  min(float(problem.device_mem_bytes[path[s]]) for s in stg))):
             m0, mopts = memory_options(problem, c, cap, q0, n)
             held = m * sent_matrix(problem, mat, send) if m > 0 else np.zeros((N, N))
+            # tied copies at their fewest bytes on both sides (the plan side's reader often
+            # has to drop below its base precision to hold one; plans are checked anyway)
+            held = held + tied_matrix(problem, mat, problem.tied_bytes.min(axis=1))
             need = fm @ m0
             need = need[:, None] - need[None, :] + held - cp * (1 + 1e-12)
             mf, mcap = _fronts(mat, sub, want, mopts, max_front)
@@ -304,7 +307,7 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ eb if len(u) else np.zeros(N)
     topo, bw = problem.topology, problem.link_bw_bytes_per_s
     mems = segment_memory(problem, mat, problem.static_bytes.min(axis=1), problem.act_bytes.min(axis=1),
-                          problem.send_bytes.min(axis=1), factors)
+                          problem.send_bytes.min(axis=1), factors, problem.tied_bytes.min(axis=1))
     link_need, mem_ok = [], []
     for s in range(K):
         if s == 0:
@@ -345,9 +348,11 @@ def joint_choice(options_by_op: dict, need_s: float, need_bytes: float, max_stat
     bytes together: (sensitivity, choice), (inf, None) if none does, None if the Pareto
     front outgrew ``max_states`` (the caller then falls back to a weaker bound)."""
     nt, nm = max(need_s, 0.0), max(need_bytes, 0.0)
-    states = {(0.0, 0.0): (0.0, ())}
+    # state key: savings capped at the need plus what later options can still lose (so
+    # states that are surely enough merge); the value keeps the true sums, which the final
+    # test reads (capping them would let rounding absorb a tiny need)
+    states = {(0.0, 0.0): (0.0, (), 0.0, 0.0)}
     items_ = list(options_by_op.items())
-    # savings are capped at the need plus what later options can still lose (exact)
     lose_t = [max([0.0] + [-o[0] for o in opts]) for _, opts in items_]
     lose_m = [max([0.0] + [-o[1] for o in opts]) for _, opts in items_]
     for n, (v, opts) in enumerate(items_):
@@ -357,12 +362,12 @@ def joint_choice(options_by_op: dict, need_s: float, need_bytes: float, max_stat
             key = (min(a, ct), min(b, cm))
             if key not in new or new[key][0] > val[0]:
                 new[key] = val
-        for (a, b), (s, ch) in states.items():
+        for (a, b), (s, ch, ta, tb_) in states.items():
             for k, (dt, dm, ds, _) in enumerate(opts):
                 key = (min(a + dt, ct), min(b + dm, cm))
                 old = new.get(key)
                 if old is None or old[0] > s + ds:
-                    new[key] = (s + ds, ch + ((v, k),))
+                    new[key] = (s + ds, ch + ((v, k),), ta + dt, tb_ + dm)
         # prune: drop a state another beats in both savings at no more sensitivity
         items = sorted(new.items(), key=lambda x: (x[1][0], -x[0][0], -x[0][1]))
         kept: list = []
@@ -373,13 +378,10 @@ def joint_choice(options_by_op: dict, need_s: float, need_bytes: float, max_stat
             if len(kept) > max_states:
                 return None
         states = dict(kept)
-    # tolerance on the scale the capped sums were computed at (a tiny need can be absorbed
-    # by rounding once the caps carry what later options may lose)
-    tol_t, tol_m = 1e-12 * (nt + math.fsum(lose_t)), 1e-12 * (nm + math.fsum(lose_m))
-    ok = [val for (a, b), val in states.items() if a >= nt - tol_t and b >= nm - tol_m]
+    ok = [val for val in states.values() if val[2] >= nt * (1 - 1e-12) and val[3] >= nm * (1 - 1e-12)]
     if not ok:
         return math.inf, None
-    s, ch = min(ok, key=lambda x: x[0])
+    s, ch = min(ok, key=lambda x: x[0])[:2]
     return s, dict(ch)
 
 

@@ -82,14 +82,30 @@ def sent_matrix(problem: Problem, mat: np.ndarray, send: np.ndarray) -> np.ndarr
     return hs.sum(axis=1)[:, None] - hs @ mat.astype(float).T
 
 
+def tied_matrix(problem: Problem, mat: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """(N, N): entry [i, j] sums ``tied[v]`` over the ops v of segment i - j whose tied
+    weights' owner is not in the segment (they hold their own copy)."""
+    N = mat.shape[0]
+    out = np.zeros((N, N))
+    for v, o in enumerate(problem.tied_owner):
+        if o >= 0 and tied[v] > 0:
+            a, b = mat[:, v].astype(float), mat[:, o].astype(float)
+            out += tied[v] * (a[:, None] - a[None, :]) * (1.0 - b[:, None] + b[None, :])
+    return out
+
+
 def segment_memory(problem: Problem, mat: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
-                   mem_send: np.ndarray, factors: list[tuple[float, float]]) -> list[np.ndarray]:
+                   mem_send: np.ndarray, factors: list[tuple[float, float]],
+                   mem_tied: np.ndarray | None = None) -> list[np.ndarray]:
     """Per stage s, (N, N) bytes of segment i - j (downset i minus downset j) on stage s:
     static + n_all x act + n_sent x sent bytes of the segment's ops with a consumer
-    outside downset i (costs.memory.activation_factors; ``factors[s]`` = (n_all, n_sent))."""
+    outside downset i (costs.memory.activation_factors; ``factors[s]`` = (n_all, n_sent)),
+    plus ``mem_tied`` of ops whose tied weights' owner is outside the segment."""
     fm = mat.astype(float)
     MS, MA = fm @ mem_static, fm @ mem_act
     base_ = (MS[:, None] - MS[None, :], MA[:, None] - MA[None, :])
+    if mem_tied is not None and (problem.tied_owner >= 0).any():
+        base_ = (base_[0] + tied_matrix(problem, mat, mem_tied), base_[1])
     sent = sent_matrix(problem, mat, mem_send) if any(b > 0 for _, b in factors) else None
     memo: dict[tuple[float, float], np.ndarray] = {}   # stages with equal factors share one array
     for a, b in factors:
@@ -108,7 +124,8 @@ def stage_factors(problem: Problem, K: int, relax_1f1b: bool = False) -> list[tu
 
 def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_cost: np.ndarray,
                  edge_bytes: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
-                 mem_send: np.ndarray, factors: list[tuple[float, float]]) -> tuple[float, list[int]] | None:
+                 mem_send: np.ndarray, factors: list[tuple[float, float]],
+                 mem_tied: np.ndarray | None = None) -> tuple[float, list[int]] | None:
     """Min over downset chains of the max stage/boundary load.
 
     ``op_cost[v, c]`` seconds of op v on kind c (incl. casts it performs), ``edge_bytes[e]``
@@ -124,7 +141,7 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     fin = {c: np.isfinite(op_cost[:, c]) for c in set(kinds)}
     W = {c: fm @ np.where(fin[c], op_cost[:, c], 0.0) for c in set(kinds)}
     BAD = {c: fm @ (~fin[c]).astype(float) for c in set(kinds)}   # ops kind c cannot run
-    mems = segment_memory(problem, mat, mem_static, mem_act, mem_send, factors)
+    mems = segment_memory(problem, mat, mem_static, mem_act, mem_send, factors, mem_tied)
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ edge_bytes if len(u) else np.zeros(N)
     topo, bw = problem.topology, problem.link_bw_bytes_per_s
@@ -173,7 +190,7 @@ def relaxation_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray) -
     eb = problem.edge_elems * problem.bytes_per_elem.min()
     r = partition_dp(problem, path, mat, cost, eb, problem.static_bytes.min(axis=1),
                      problem.act_bytes.min(axis=1), problem.send_bytes.min(axis=1),
-                     stage_factors(problem, len(path), relax_1f1b=True))
+                     stage_factors(problem, len(path), relax_1f1b=True), problem.tied_bytes.min(axis=1))
     return math.inf if r is None else r[0]
 
 
@@ -188,5 +205,6 @@ def fixed_precision_plan(problem: Problem, path: tuple[int, ...], mat: np.ndarra
     eb = np.array([problem.edge_elems[e] * problem.bytes_per_elem[prec[u]] for e, (u, _) in enumerate(problem.edges)])
     pick = (np.arange(V), np.asarray(prec))
     r = partition_dp(problem, path, mat, np.nan_to_num(cost, nan=math.inf), eb, problem.static_bytes[pick],
-                     problem.act_bytes[pick], problem.send_bytes[pick], stage_factors(problem, len(path)))
+                     problem.act_bytes[pick], problem.send_bytes[pick], stage_factors(problem, len(path)),
+                     problem.tied_bytes[pick])
     return None if r is None else r[1]

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from costs.memory import activation_factors, contiguous_sent_bytes
+from costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
 from costs.problem import Problem
 from distplan.plan import Plan
 from model.extract import make_plan
@@ -37,7 +37,9 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
                      np.concatenate([[0], np.cumsum(bad)]))
     stat = np.concatenate([[0.0], np.cumsum([problem.static_bytes[v, prec[v]] for v in range(V)])])
     act = np.concatenate([[0.0], np.cumsum([problem.act_bytes[v, prec[v]] for v in range(V)])])
-    sent = contiguous_sent_bytes(problem.sending_edges(), problem.send_bytes[np.arange(V), np.asarray(prec, dtype=np.int64)])
+    pick = (np.arange(V), np.asarray(prec, dtype=np.int64))
+    sent = contiguous_sent_bytes(problem.sending_edges(), problem.send_bytes[pick])
+    tied = contiguous_tied_bytes(problem.tied_owner, problem.tied_bytes[pick])
     diff = np.zeros(V + 2)
     for e, (u, v) in enumerate(problem.edges):
         nb = problem.edge_elems[e] * problem.bytes_per_elem[prec[u]]
@@ -70,7 +72,7 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
         for j in range(V + 1):
             i = idx[: j + 1]
             seg = np.where(NB[j] - NB[i] > 0, inf, P[j] - P[i])
-            mem = (stat[j] - stat[i]) + n_all * (act[j] - act[i])
+            mem = (stat[j] - stat[i]) + tied[i, j] + n_all * (act[j] - act[i])
             if n_sent:
                 mem = mem + n_sent * sent[i, j]
             val = (base[i] + seg) if latency else np.maximum(base[i], seg)

@@ -93,6 +93,7 @@ def test_budget_from_fraction_is_share_of_all_lowest_precision_sensitivity(reque
 @given(st.lists(st.lists(st.tuples(st.floats(-1, 3), st.floats(-1, 3), st.floats(0, 2)), min_size=0, max_size=2),
                 min_size=1, max_size=6), st.floats(0, 6), st.floats(0, 6))
 @example([[(2.0, 0.0, 0.0)], [(-1.0, 1.0, 0.0)]], 3.0147733601949836e-288, 1.0)   # a need lost to rounding
+@example([[(0.0, -1.0, 0.0)]], 0.0, 4.026027980360169e-132)          # ... and a tiny need not met
 def test_joint_choice_matches_brute_force(opts, nt, nm):
     import itertools
     from model.budget import joint_choice
