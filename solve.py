@@ -22,6 +22,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     w.add_argument("--topology", default="mcm4x4", help="preset name or topology .yaml/.json file")
     w.add_argument("--batch-size", type=int, default=None, help="samples per microbatch (zoo default if unset)")
     w.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
+    w.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1xD2",
+                   help="static shape of a symbolic ONNX input, e.g. input_ids=1x128 (repeat per input)")
     w.add_argument("--mode", choices=("inference", "training"), default="inference")
     w.add_argument("--precisions", default="fp16,int8", help="precisions the planner may choose from")
     w.add_argument("--microbatches", type=int, default=16)
@@ -63,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             print(listing())
             return 0
         from costs import ProblemOptions, build_problem
-        from distplan.resolve import resolve_topology, resolve_workload
+        from distplan.resolve import parse_input_shape, resolve_topology, resolve_workload
 
-        graph = resolve_workload(args.workload, args.batch_size, args.seq_len, args.mode)
+        shapes = dict(parse_input_shape(x) for x in args.input_shape)
+        graph = resolve_workload(args.workload, args.batch_size, args.seq_len, args.mode, shapes or None)
         topology = resolve_topology(args.topology)
         problem = build_problem(graph, topology, ProblemOptions(
             precisions=tuple(args.precisions.split(",")), microbatches=args.microbatches, schedule=args.schedule))

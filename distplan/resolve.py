@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from distplan.errors import DistplanError
 from topologies.topology import Topology
 from workloads.graph import Graph
 
 
 def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | None = None,
-                     mode: str = "inference") -> Graph:
-    """A zoo name (``bert-base``), a graph JSON file, or (with the extra) an ``.onnx`` file."""
+                     mode: str = "inference", input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+    """A zoo name (``bert-base``), a graph JSON file, or (with the extra) an ``.onnx`` file
+    (``input_shapes`` fixes its symbolic input dimensions)."""
+    if input_shapes and Path(spec).suffix.lower() != ".onnx":
+        raise DistplanError(f"input shapes apply to .onnx workloads only, not {spec!r}")
     suffix = Path(spec).suffix.lower()
     if suffix == ".json":
         from workloads.io import load_graph
@@ -20,7 +24,7 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
     if suffix == ".onnx":
         from workloads.onnx_import import import_onnx
 
-        return import_onnx(spec, mode=mode)
+        return import_onnx(spec, mode=mode, input_shapes=input_shapes)
     from workloads.zoo import get_workload
 
     return get_workload(spec, batch_size=batch_size, seq_len=seq_len, mode=mode)
@@ -35,3 +39,15 @@ def resolve_topology(spec: str) -> Topology:
     from topologies.presets import get_topology
 
     return get_topology(spec)
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=1x128`` -> (NAME, (1, 128)): one ONNX input's static shape."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d < 1 for d in shape):
+        raise DistplanError(f"input shape {text!r} not understood; write NAME=D1xD2..., e.g. input_ids=1x128")
+    return name, shape

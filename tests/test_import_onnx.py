@@ -158,6 +158,20 @@ def test_symbolic_input_needs_input_shapes():
         import_onnx(m, input_shapes={"nope": (1,)})
 
 
+def test_symbolic_input_from_the_command_line(tmp_path, capsys):
+    import solve
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["batch", 16])], [_vi("y", None)])
+    p = tmp_path / "sym.onnx"
+    onnx.save(m, str(p))
+    assert solve.main(["--workload", str(p), "--topology", "mcm2x2", "--describe"]) == 2
+    assert "--input-shape x=D1xD2" in capsys.readouterr().err
+    assert solve.main(["--workload", str(p), "--topology", "mcm2x2", "--describe", "--input-shape", "x=8x16"]) == 0
+    assert solve.main(["--workload", str(p), "--input-shape", "x=8by16", "--describe"]) == 2
+    assert "NAME=D1xD2" in capsys.readouterr().err
+    assert solve.main(["--workload", "bert-base", "--input-shape", "x=8x16", "--describe"]) == 2
+    assert ".onnx workloads only" in capsys.readouterr().err
+
+
 def test_file_path_and_resolve(tmp_path):
     p = tmp_path / "mlp.onnx"
     onnx.save(mlp_onnx(8, (16, 32, 4)), str(p))

@@ -130,8 +130,8 @@ def _fix_inputs(onnx: Any, model: Any, input_shapes: dict[str, tuple[int, ...]] 
         elif _dims(inp.type) is None:
             dims = [d.dim_param or "?" for d in inp.type.tensor_type.shape.dim]
             raise DistplanError(
-                f"ONNX input {inp.name!r} has a symbolic shape {dims}; pass "
-                f"input_shapes={{{inp.name!r}: (...)}} with the sizes to plan for"
+                f"ONNX input {inp.name!r} has a symbolic shape {dims}; give the sizes to plan for "
+                f"(solve.py --input-shape {inp.name}=D1xD2..., or input_shapes={{{inp.name!r}: (...)}})"
             )
     return model
 
