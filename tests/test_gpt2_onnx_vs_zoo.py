@@ -1,0 +1,35 @@
+"""Issue 6's acceptance: a GPT-2-small-sized model built in code (12 layers, hidden 768),
+exported to ONNX and imported, plans on mcm4x4 within 5 % of the zoo gpt2's simulated
+throughput (same batch and sequence: 1 x 512; at 1,024 tokens neither fits the 64 MiB
+chiplets: the tied LM head's logits and table need 86 MiB)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX extra is not installed (pip install -e .[onnx])")
+
+from costs.problem import ProblemOptions, build_problem  # noqa: E402
+from model import SolveOptions, solve  # noqa: E402
+from sim import simulate  # noqa: E402
+from sim.check import check_plan  # noqa: E402
+from topologies.presets import get_topology  # noqa: E402
+from workloads.coarsen import coarsen, expand_plan  # noqa: E402
+from workloads.onnx_builders import GPT2_SMALL, transformer_onnx  # noqa: E402
+from workloads.onnx_import import import_onnx  # noqa: E402
+from workloads.zoo import get_workload  # noqa: E402
+
+
+def test_onnx_gpt2_within_5_percent_of_zoo_gpt2():
+    topo, opts = get_topology("mcm4x4"), ProblemOptions()
+    zoo = get_workload("gpt2", seq_len=512)
+    fine = import_onnx(transformer_onnx(GPT2_SMALL, zoo.batch_size, zoo.seq_len), name="gpt2-onnx")
+    assert fine.param_elems == zoo.param_elems
+    assert len(fine.ops) > 300     # the solve goes through coarsening, as solve.py's would
+    pz = build_problem(zoo, topo, opts)
+    zoo_sim = simulate(pz, solve(pz, SolveOptions(time_limit_s=60, top_k=1)).plans[0]).throughput_per_s
+    c = coarsen(fine, target_ops=150)
+    pc, pf = build_problem(c.coarse, topo, opts), build_problem(fine, topo, opts)
+    plan = expand_plan(c, solve(pc, SolveOptions(time_limit_s=60, top_k=1)).plans[0])
+    check_plan(pf, plan)
+    onnx_sim = simulate(pf, plan).throughput_per_s
+    assert onnx_sim >= 0.95 * zoo_sim, (onnx_sim, zoo_sim)
