@@ -70,10 +70,12 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
             m.tied[v, k].set_value(float(problem.tied_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
                                    if stage[v] == k and stage[o] != k else 0.0)
     if hasattr(m, "sent"):   # stream memory: bytes kept for a later stage (model.build)
+        last = [-1] * V      # latest stage of a consumer reading a tensor with bytes
+        for u, w in problem.sending_edges():
+            last[u] = max(last[u], stage[w])
         for (v, k) in m.SENT:
-            later = any(stage[int(w)] > k for u, w in problem.edges if int(u) == v)
             m.sent[v, k].set_value(float(problem.send_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
-                                   if later and stage[v] == k else 0.0)
+                                   if stage[v] == k and last[v] > k else 0.0)
     if hasattr(m, "bused"):
         for b in m.BOUNDS:
             m.bused[b].set_value(max([m.xc[e, b].value for e in m.EDGES], default=0))

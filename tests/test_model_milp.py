@@ -159,30 +159,42 @@ def test_sensitivity_budget_and_weight_equal_brute_force(problem, frac, weight):
     _check_optimum(problem, budget=frac * top, weight=weight)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(), st.data())
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(instances(), instances(mode="inference", max_out=1_500_000, max_edge=4 * 10**5)), st.data())
 def test_objective_is_exactly_plan_cost_at_every_integral_point(problem, data):
     """assign_plan writes a plan onto the model: T equals plan_cost's period, latency equals
-    plan_latency_s, and every constraint holds iff the plan is feasible (memory aside)."""
+    plan_latency_s, and every constraint holds iff the plan is feasible (a plan over memory
+    breaks a memory row: sent copies and tied weights are counted exactly)."""
     _, path = first_path(problem)
     V, K, Q = problem.n_ops, len(path), len(problem.precisions)
     stage = sorted(data.draw(st.lists(st.integers(0, K - 1), min_size=V, max_size=V)))
     prec = data.draw(st.lists(st.integers(0, Q - 1), min_size=V, max_size=V))
     plan = make_plan(problem, path, stage, prec)
-    if plan_violations(problem, plan):
+    bad = plan_violations(problem, plan)
+    over_memory = bool(bad) and all("MiB but holds" in b for b in bad)
+    if bad and not over_memory:
         return
+    event("over memory" if over_memory else "feasible")
     for objective in ("throughput", "latency"):
         m = build_model(problem, ModelSpec(path=path, objective=objective))
         assign_plan(m, problem, plan)
-        if objective == "throughput":
+        if over_memory:
+            pass   # an op alone over memory has no cell (model.build.allowed_cells): loads differ
+        elif objective == "throughput":
             assert pyo.value(m.T) / m.tscale == pytest.approx(plan_cost(problem, plan).period_s, rel=1e-9, abs=1e-18)
         else:
             assert pyo.value(m.latency) / m.tscale == pytest.approx(plan_latency_s(problem, plan), rel=1e-9, abs=1e-18)
+        broken = []
         for c in m.component_data_objects(pyo.Constraint, active=True):
             body = pyo.value(c.body)
             tol = 1e-7 * max(1.0, abs(body))
-            assert c.lower is None or body >= pyo.value(c.lower) - tol, c.name
-            assert c.upper is None or body <= pyo.value(c.upper) + tol, c.name
+            if (c.lower is not None and body < pyo.value(c.lower) - tol) or \
+                    (c.upper is not None and body > pyo.value(c.upper) + tol):
+                broken.append(c.name)
+        if over_memory:   # a memory row, or the missing cell's assignment row
+            assert broken and all(n.startswith(("mem_cap", "stage_assign", "prec_assign")) for n in broken), broken
+        else:
+            assert not broken, broken
 
 
 @settings(max_examples=30, deadline=None)
