@@ -371,7 +371,38 @@ class _Builder:
         for t in range(T):  # link hops right after their producer
             if server[t] >= D:
                 o[t] = max((o[u] + (server[u] != server[t]) for u in preds[t]), default=0)
+        if prog.schedule == "stream":
+            self._same_round_per_device(o)
         prog.offset = o
+
+    def _same_round_per_device(self, o: list[int]) -> None:
+        """Stream: a device runs all of one microbatch's tasks of a stage in one round (the
+        latest any of them needs), so an output read on its own stage is consumed before the
+        next microbatch's start there -- what costs.evaluate.plan_memory_bytes assumes. Devices of
+        tensor-parallel stages keep per-task rounds (their all-reduces go back and forth).
+        Rounds only grow, and every dependency stays satisfied (a fixpoint over the
+        stages, which only send forward)."""
+        prog, plan = self.prog, self.plan
+        server, preds, D = prog.server, prog.preds, self.D
+        tp = {d for st in plan.stages if st.tensor_parallel > 1 for d in st.devices}
+        groups: dict[tuple[int, int, int], list[int]] = {}
+        for t in range(prog.T):
+            if server[t] < D and server[t] not in tp:
+                groups.setdefault((server[t], prog.pat[t], plan.op_stage[prog.op[t]]), []).append(t)
+        for _ in range(len(plan.stages) + 2):
+            changed = False
+            for t in range(prog.T):   # node ids are a topological order
+                need = max((o[u] + (server[u] != server[t]) for u in preds[t]), default=0)
+                if need > o[t]:
+                    o[t], changed = need, True
+            for ts in groups.values():
+                top = max(o[t] for t in ts)
+                for t in ts:
+                    if o[t] < top:
+                        o[t], changed = top, True
+            if not changed:
+                return
+        raise AssertionError("stream rounds did not settle")   # stages only send forward
 
     def add_backpressure(self) -> None:
         """Stream: bounded output buffers. Op v's task for microbatch m + depth waits until

@@ -193,7 +193,7 @@ def test_results_identical_across_runs(x, lm, ideal):
 
 # --- memory -------------------------------------------------------------------------------
 @FAST
-@given(problem_and_plan(mode="inference", microbatches=st.integers(1, 12), replicas=True), LINK_MODELS,
+@given(problem_and_plan(mode="inference", microbatches=st.integers(1, 12), replicas=True, max_ops=8), LINK_MODELS,
        st.booleans())
 def test_own_memory_within_checker_bound_inference(x, lm, ideal):
     pb, plan = x
