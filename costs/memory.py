@@ -43,6 +43,16 @@ def send_elems(out_elems: int, out_edge_elems: list[float]) -> float:
     return float(min(float(out_elems), math.fsum(out_edge_elems))) if out_edge_elems else 0.0
 
 
+def graph_send_elems(graph) -> list[float]:
+    """Per operator of ``graph`` (a workloads.graph.Graph): its own ``send_elems`` when set,
+    else ``send_elems`` over its out-tensors."""
+    out: list[list[float]] = [[] for _ in graph.ops]
+    for u, _, e in graph.edges():
+        out[u].append(float(e))
+    return [send_elems(op.out_elems, out[v]) if op.send_elems is None else float(op.send_elems)
+            for v, op in enumerate(graph.ops)]
+
+
 def activation_factors(schedule: str, stage: int, n_stages: int, microbatches: int) -> tuple[int, int]:
     """(copies of every activation, extra copies of the sent bytes of an op with a consumer
     on a later stage) that stage ``stage`` holds; see the module docstring."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costs.compute import op_time_s
-from costs.memory import activation_bytes, send_elems, static_bytes
+from costs.memory import activation_bytes, graph_send_elems, static_bytes
 from costs.sensitivity import sensitivity
 from distplan.errors import DistplanError
 from distplan.precision import PRECISION_NAMES, parse_precisions, precision
@@ -162,11 +162,7 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     edges = np.array([(u, v) for u, v, _ in graph.edges()], dtype=np.int64).reshape(-1, 2)
     elems = np.array([x for _, _, x in graph.edges()], dtype=float)
     bpe = np.array([precision(p).bytes_per_elem for p in precs], dtype=float)
-    out_e: list[list[float]] = [[] for _ in range(V)]
-    for (u, _), x in zip(edges, elems):
-        out_e[int(u)].append(float(x))
-    send = np.array([send_elems(op.out_elems, out_e[v]) if op.send_elems is None else float(op.send_elems)
-                     for v, op in enumerate(graph.ops)])[:, None] * bpe[None, :]
+    send = np.array(graph_send_elems(graph))[:, None] * bpe[None, :]
     cast = np.zeros((Q, Q, C))
     for a in range(Q):
         for b in range(Q):

@@ -263,6 +263,10 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
     factors = stage_factors(problem, K, relax_1f1b=True)
     plan_factors = stage_factors(problem, K)
     base, W0, S0, fronts, capped, steps, mem = {}, {}, {}, {}, {}, {}, {}
+    # tied copies at their fewest bytes on both sides (the plan side's reader often has to
+    # drop below its base precision to hold one; plans are checked anyway)
+    tied_held = tied_matrix(problem, mat, problem.tied_bytes.min(axis=1))
+    sent_lb = sent_matrix(problem, mat, problem.send_bytes.min(axis=1))
     for c in set(kinds):
         stg = [s for s in range(K) if kinds[s] == c]
         cap = max(float(problem.device_mem_bytes[path[s]]) for s in stg)
@@ -276,17 +280,15 @@ def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: f
         fronts[c], capped[c] = _fronts(mat, sub, want, opts, max_front)
         steps[c] = precision_steps(problem, c, cap) if capped[c] else None
         # memory: bound side (fewest in-flight, largest cap) and plan side (most, smallest)
-        send_lb = problem.send_bytes.min(axis=1)
-        send_ub = problem.send_bytes[np.arange(V), q0]
-        for side, n, m, send, cp in (
-                ("lb", min(factors[s][0] for s in stg), min(factors[s][1] for s in stg), send_lb, cap),
-                ("ub", max(plan_factors[s][0] for s in stg), max(plan_factors[s][1] for s in stg), send_ub,
+        for side, n, m, cp in (
+                ("lb", min(factors[s][0] for s in stg), min(factors[s][1] for s in stg), cap),
+                ("ub", max(plan_factors[s][0] for s in stg), max(plan_factors[s][1] for s in stg),
                  min(float(problem.device_mem_bytes[path[s]]) for s in stg))):
             m0, mopts = memory_options(problem, c, cap, q0, n)
-            held = m * sent_matrix(problem, mat, send) if m > 0 else np.zeros((N, N))
-            # tied copies at their fewest bytes on both sides (the plan side's reader often
-            # has to drop below its base precision to hold one; plans are checked anyway)
-            held = held + tied_matrix(problem, mat, problem.tied_bytes.min(axis=1))
+            held = tied_held
+            if m > 0:
+                sent = sent_lb if side == "lb" else sent_matrix(problem, mat, problem.send_bytes[np.arange(V), q0])
+                held = held + m * sent
             need = fm @ m0
             need = need[:, None] - need[None, :] + held - cp * (1 + 1e-12)
             mf, mcap = _fronts(mat, sub, want, mopts, max_front)

@@ -43,7 +43,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from costs.memory import send_elems
+from costs.memory import graph_send_elems
 from distplan.errors import DistplanError
 from distplan.plan import Plan
 from workloads.graph import Graph, Operator, Tensor
@@ -214,7 +214,7 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
     names: dict[int, str] = {}
     live = c.live_order()
     group_of = {v: grp for grp in live for v in c.members[grp]}
-    sends = _fine_sends(g)
+    sends = graph_send_elems(g)
     leaves = [False] * len(g.ops)   # sends a tensor with bytes to another group
     for u, w, e in g.edges():
         if e > 0 and group_of[u] != group_of[w]:
@@ -252,15 +252,6 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
         for v in c.members[grp]:
             f2c[v] = ci
     return Coarsening(fine=g, coarse=coarse, fine_to_coarse=tuple(f2c))
-
-
-def _fine_sends(g: Graph) -> list[float]:
-    """Per op, the elements it sends (costs.memory.send_elems, or its own send_elems)."""
-    out: list[list[float]] = [[] for _ in g.ops]
-    for u, _, e in g.edges():
-        out[u].append(float(e))
-    return [send_elems(op.out_elems, out[v]) if op.send_elems is None else float(op.send_elems)
-            for v, op in enumerate(g.ops)]
 
 
 def expand_plan(coarsening: Coarsening, coarse_plan: Plan) -> Plan:
