@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from baselines import annealing, dp, grid, random_search
-from baselines.result import BaselineResult, Tracker
-from baselines.scoring import SCORERS, Scorer, analytic_throughput, ideal_throughput, simulated_throughput
-from distplan.errors import DistplanError
+from distplan.baselines import annealing, dp, grid, random_search
+from distplan.baselines.result import BaselineResult, Tracker
+from distplan.baselines.scoring import SCORERS, Scorer, analytic_throughput, ideal_throughput, simulated_throughput
+from distplan.core.errors import DistplanError
 
 #: name -> search(problem, budget_s, seed=0, scorer=None, sensitivity_budget=None, max_candidates=None)
 METHODS: dict[str, Callable[..., BaselineResult]] = {

@@ -25,12 +25,12 @@ import math
 
 import numpy as np
 
-from baselines.random_search import sample_plan
-from baselines.result import BaselineResult, Tracker
-from baselines.scoring import Scorer
-from baselines.space import allowed_precisions, build_plan, compact, device_paths, neighbours, repair_precisions
-from costs.problem import Problem
-from distplan.errors import DistplanError
+from distplan.baselines.random_search import sample_plan
+from distplan.baselines.result import BaselineResult, Tracker
+from distplan.baselines.scoring import Scorer
+from distplan.baselines.space import allowed_precisions, build_plan, compact, device_paths, neighbours, repair_precisions
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
 
 MOVES = ("shift", "move", "swap", "precision", "split", "merge", "path")
 MOVE_WEIGHTS = (0.3, 0.2, 0.1, 0.25, 0.06, 0.06, 0.03)
@@ -133,8 +133,8 @@ class _Space:
 
 def _dp_starts(problem: Problem, sensitivity_budget: float | None):
     """The DP partitioner's plans, best estimate first (single-device stages on a path)."""
-    from baselines.dp import partitions, precision_pass
-    from baselines.space import contiguous_stages
+    from distplan.baselines.dp import partitions, precision_pass
+    from distplan.baselines.space import contiguous_stages
 
     for part in partitions(problem):
         st = contiguous_stages(part.cuts, problem.n_ops)

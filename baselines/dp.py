@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from baselines.result import BaselineResult, Tracker
-from baselines.scoring import Scorer
-from baselines.space import build_plan, contiguous_stages, device_paths
-from costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
-from costs.problem import Problem
+from distplan.baselines.result import BaselineResult, Tracker
+from distplan.baselines.scoring import Scorer
+from distplan.baselines.space import build_plan, contiguous_stages, device_paths
+from distplan.costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
+from distplan.costs.problem import Problem
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ A grid point (dp, tp, pp, microbatches, precision) with dp * tp * pp <= devices,
 degree a divisor of the device count: the topological order is split into ``pp``
 stages of (nearly) equal operator counts — uniform layer splits — and stage k takes
 the next ``dp * tp`` devices along a device path family, as ``dp`` replicas of ``tp``
-tensor-parallel devices (``distplan.plan.Stage``); every op runs at one precision
+tensor-parallel devices (``distplan.core.plan.Stage``); every op runs at one precision
 (each allowed precision in turn, or each op's fastest). Points are visited in a
 seeded random order (so a budget that ends early still samples the whole grid
 evenly); infeasible points are rejected by the feasibility gate; the best scored one
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from baselines.result import BaselineResult, Tracker
-from baselines.scoring import Scorer
-from baselines.space import allowed_precisions, device_paths, fastest_precision
-from costs.problem import Problem
-from distplan.plan import Plan, Stage
+from distplan.baselines.result import BaselineResult, Tracker
+from distplan.baselines.scoring import Scorer
+from distplan.baselines.space import allowed_precisions, device_paths, fastest_precision
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan, Stage
 
 
 def divisors(n: int) -> list[int]:

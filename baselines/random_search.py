@@ -17,13 +17,13 @@ import dataclasses
 
 import numpy as np
 
-from baselines.result import BaselineResult, Tracker
-from baselines.scoring import Scorer
-from baselines.space import allowed_precisions, build_plan, contiguous_stages, device_paths
-from costs.evaluate import plan_memory_bytes
-from costs.memory import inflight_microbatches
-from costs.problem import Problem
-from distplan.plan import Plan
+from distplan.baselines.result import BaselineResult, Tracker
+from distplan.baselines.scoring import Scorer
+from distplan.baselines.space import allowed_precisions, build_plan, contiguous_stages, device_paths
+from distplan.costs.evaluate import plan_memory_bytes
+from distplan.costs.memory import inflight_microbatches
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan
 
 
 def _footprints(problem: Problem, path: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:

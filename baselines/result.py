@@ -18,11 +18,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from costs.evaluate import plan_sensitivity
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan
-from baselines.scoring import Scorer, default_scorer
+from distplan.costs.evaluate import plan_sensitivity
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+from distplan.baselines.scoring import Scorer, default_scorer
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class Tracker:
         return time.perf_counter() >= self.deadline
 
     def violations(self, plan: Plan) -> list[str]:
-        from sim.check import plan_violations
+        from distplan.costs.check import plan_violations
 
         bad = plan_violations(self.problem, plan)
         if not bad and self.sensitivity_budget is not None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costs.evaluate import plan_cost
-from costs.problem import Problem
-from distplan.plan import Plan
+from distplan.costs.evaluate import plan_cost
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan
 
 Scorer = Callable[[Problem, Plan], float]
 
@@ -22,7 +22,7 @@ def simulated_throughput(problem: Problem, plan: Plan) -> float:
     simulated peak of a device's own outputs exceeds its capacity (a tensor-parallel
     stream stage can hold more than the checker's bound: its all-reduces deepen the
     buffering)."""
-    from sim import SimOptions, simulate
+    from distplan.sim import SimOptions, simulate
 
     r = simulate(problem, plan, SimOptions())
     if (r.peak_own_memory_bytes > problem.device_mem_bytes * (1 + 1e-12)).any():
@@ -32,7 +32,7 @@ def simulated_throughput(problem: Problem, plan: Plan) -> float:
 
 def ideal_throughput(problem: Problem, plan: Plan) -> float:
     """Samples/s of ``plan`` in the simulator's ideal mode (the MILP's model)."""
-    from sim import SimOptions, simulate
+    from distplan.sim import SimOptions, simulate
 
     return float(simulate(problem, plan, SimOptions(ideal=True)).throughput_per_s)
 

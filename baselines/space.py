@@ -13,14 +13,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from costs.problem import Problem
-from distplan.plan import Plan, Stage
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan, Stage
 
 
 def device_paths(problem: Problem) -> list[tuple[str, tuple[int, ...]]]:
     """The MILP's named device path families for the problem's topology, without the
     devices that run none of the problem's precisions (they can host no operator)."""
-    from model.paths import device_paths as paths
+    from distplan.topologies.paths import device_paths as paths
 
     fams = paths(problem.topology) or [("natural", tuple(range(problem.n_devices)))]
     out, seen = [], set()

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from costs.compute import roofline_time_s  # noqa: E402
-from topologies.topology import DeviceKind  # noqa: E402
+from distplan.costs.compute import roofline_time_s  # noqa: E402
+from distplan.topologies.topology import DeviceKind  # noqa: E402
 
 # H100 SXM dense peaks (REFERENCE.md), FLOP/s; H200 has the same compute, more memory bw.
 H100_PEAK = {"fp32": 67e12, "tf32": 495e12, "bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "int8": 1979e12}

@@ -20,19 +20,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from costs.evaluate import plan_cost  # noqa: E402
-from costs.problem import ProblemOptions, build_problem  # noqa: E402
-from distplan.resolve import resolve_topology  # noqa: E402
-from sim.check import check_plan  # noqa: E402
-from workloads.coarsen import coarsen, expand_plan  # noqa: E402
-from workloads.graph import Graph  # noqa: E402
-from workloads.onnx_builders import BERT_LARGE, GPT2_SMALL, TransformerShape, transformer_onnx  # noqa: E402
-from workloads.onnx_import import import_onnx  # noqa: E402
+from distplan.costs.evaluate import plan_cost  # noqa: E402
+from distplan.costs.problem import ProblemOptions, build_problem  # noqa: E402
+from distplan.api.resolve import resolve_topology  # noqa: E402
+from distplan.costs.check import check_plan  # noqa: E402
+from distplan.workloads.coarsen import coarsen, expand_plan  # noqa: E402
+from distplan.workloads.graph import Graph  # noqa: E402
+from distplan.workloads.onnx_builders import BERT_LARGE, GPT2_SMALL, TransformerShape, transformer_onnx  # noqa: E402
+from distplan.workloads.onnx_import import import_onnx  # noqa: E402
 
 
 def solve_coarse(fine: Graph, target: int, topo_name: str, seconds: float, mode_opts: ProblemOptions) -> dict:
     """Coarsen, solve the coarse problem, expand and re-cost the plan on the fine graph."""
-    from model import SolveOptions, solve  # noqa: PLC0415
+    from distplan.model import SolveOptions, solve  # noqa: PLC0415
 
     topo = resolve_topology(topo_name)
     c = coarsen(fine, target_ops=target)
@@ -53,7 +53,7 @@ def solve_coarse(fine: Graph, target: int, topo_name: str, seconds: float, mode_
 def _simulate(problem, plan) -> float:
     """Simulated steady-state period (default SimOptions), nan if sim/ is unavailable."""
     try:
-        from sim import simulate  # noqa: PLC0415
+        from distplan.sim import simulate  # noqa: PLC0415
     except ImportError:
         return float("nan")
     return simulate(problem, plan).period_s
@@ -61,7 +61,7 @@ def _simulate(problem, plan) -> float:
 
 def _have_model() -> bool:
     try:
-        import model  # noqa: F401, PLC0415
+        import distplan.model  # noqa: F401, PLC0415
 
         return hasattr(model, "solve")
     except ImportError:
@@ -96,7 +96,7 @@ def bench_2000(args: argparse.Namespace) -> None:
 
 
 def bench_gpt2(args: argparse.Namespace) -> None:
-    from workloads.zoo import get_workload  # noqa: PLC0415
+    from distplan.workloads.zoo import get_workload  # noqa: PLC0415
 
     zoo = get_workload("gpt2", mode=args.mode, seq_len=args.seq)
     B, S = zoo.batch_size, zoo.seq_len
@@ -111,7 +111,7 @@ def bench_gpt2(args: argparse.Namespace) -> None:
     if args.no_solve or not _have_model():
         print("  solve: skipped" + ("" if args.no_solve else " (model/ not available)"))
         return
-    from model import SolveOptions, solve  # noqa: PLC0415
+    from distplan.model import SolveOptions, solve  # noqa: PLC0415
 
     opts = ProblemOptions()
     topo = resolve_topology(args.topology)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from costs.problem import ProblemOptions, build_problem  # noqa: E402
-from distplan.errors import DistplanError  # noqa: E402
-from model import SolveOptions, budget_from_fraction, solve  # noqa: E402
-from topologies.presets import get_topology  # noqa: E402
-from workloads.zoo import get_workload  # noqa: E402
+from distplan.costs.problem import ProblemOptions, build_problem  # noqa: E402
+from distplan.core.errors import DistplanError  # noqa: E402
+from distplan.model import SolveOptions, budget_from_fraction, solve  # noqa: E402
+from distplan.topologies.presets import get_topology  # noqa: E402
+from distplan.workloads.zoo import get_workload  # noqa: E402
 
 # name, workload, workload kwargs, topology, problem kwargs, solve kwargs
 INSTANCES = [

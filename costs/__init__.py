@@ -1,4 +1,4 @@
 """Cost models and the Problem: the one source of numbers for model/ and sim/."""
-from costs.problem import Problem, ProblemOptions, build_problem
+from distplan.costs.problem import Problem, ProblemOptions, build_problem
 
 __all__ = ["Problem", "ProblemOptions", "build_problem"]

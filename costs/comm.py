@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from distplan.precision import precision
-from topologies.topology import DeviceKind, Topology
+from distplan.core.precision import precision
+from distplan.topologies.topology import DeviceKind, Topology
 
 
 def transfer_time_s(topology: Topology, a: int, b: int, n_bytes: float) -> float:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from distplan.precision import precision
-from topologies.topology import DeviceKind
+from distplan.core.precision import precision
+from distplan.topologies.topology import DeviceKind
 
 
 def roofline_time_s(flops: float, bytes_moved: float, kind: DeviceKind, prec: str) -> float:

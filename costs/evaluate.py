@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costs.memory import activation_factors
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan
+from distplan.costs.memory import activation_factors
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ import math
 
 import numpy as np
 
-from distplan.precision import precision
+from distplan.core.precision import precision
+from distplan.workloads.graph import graph_send_elems, send_elems  # noqa: F401  (re-exported)
 
 OPTIMIZER_BYTES_PER_PARAM = 12
 
@@ -35,22 +36,6 @@ def static_bytes(param_elems: int, prec: str, training: bool) -> float:
 
 def activation_bytes(out_elems: int, prec: str) -> float:
     return float(out_elems) * precision(prec).bytes_per_elem
-
-
-def send_elems(out_elems: int, out_edge_elems: list[float]) -> float:
-    """Elements of an op's outputs that other ops read: its output, or, when less, the sum
-    over its out-edges (a fused op sends only the tensors that leave it)."""
-    return float(min(float(out_elems), math.fsum(out_edge_elems))) if out_edge_elems else 0.0
-
-
-def graph_send_elems(graph) -> list[float]:
-    """Per operator of ``graph`` (a workloads.graph.Graph): its own ``send_elems`` when set,
-    else ``send_elems`` over its out-tensors."""
-    out: list[list[float]] = [[] for _ in graph.ops]
-    for u, _, e in graph.edges():
-        out[u].append(float(e))
-    return [send_elems(op.out_elems, out[v]) if op.send_elems is None else float(op.send_elems)
-            for v, op in enumerate(graph.ops)]
 
 
 def activation_factors(schedule: str, stage: int, n_stages: int, microbatches: int) -> tuple[int, int]:

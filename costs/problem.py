@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costs.compute import op_time_s
-from costs.memory import activation_bytes, graph_send_elems, static_bytes
-from costs.sensitivity import sensitivity
-from distplan.errors import DistplanError
-from distplan.precision import PRECISION_NAMES, parse_precisions, precision
-from topologies.topology import Topology
-from workloads.graph import Graph
-
-SCHEDULES = ("stream", "gpipe", "1f1b")
+from distplan.costs.compute import op_time_s
+from distplan.costs.memory import activation_bytes, graph_send_elems, static_bytes
+from distplan.costs.sensitivity import sensitivity
+from distplan.core.errors import DistplanError
+from distplan.core.precision import PRECISION_NAMES, parse_precisions, precision
+from distplan.core.schedules import SCHEDULES, default_schedule
+from distplan.topologies.topology import Topology
+from distplan.workloads.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     if options.microbatches < 1:
         raise DistplanError(f"microbatches must be >= 1, got {options.microbatches}")
     training = graph.mode == "training"
-    schedule = options.schedule or ("1f1b" if training else "stream")
+    schedule = options.schedule or default_schedule(training)
     if schedule not in SCHEDULES:
         raise DistplanError(f"unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
     if not training and schedule != "stream":

@@ -15,7 +15,7 @@ scores about 1; the op's highest allowed precision scores exactly 0.
 """
 from __future__ import annotations
 
-from distplan.precision import precision
+from distplan.core.precision import precision
 
 #: Operators whose numerics are known to be fragile under low precision weigh more.
 KIND_FACTOR = {"softmax": 2.0, "layernorm": 2.0, "head": 1.5, "embedding": 0.5, "reshape": 0.0}

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costs.evaluate import plan_cost, plan_sensitivity
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan
-from model.downsets import fixed_precision_plan, segment_memory, sent_matrix, stage_factors, tied_matrix
-from model.extract import make_plan
-from sim.check import plan_violations
+from distplan.costs.evaluate import plan_cost, plan_sensitivity
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+from distplan.model.downsets import fixed_precision_plan, segment_memory, sent_matrix, stage_factors, tied_matrix
+from distplan.model.extract import make_plan
+from distplan.costs.check import plan_violations
 
 
 def budget_from_fraction(problem: Problem, fraction: float) -> float:
@@ -251,7 +251,7 @@ def _fronts(mat: np.ndarray, sub: np.ndarray, want: np.ndarray, opts: list, max_
 
 def _tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max_s: float,
             max_front: int = 4096) -> _Tables:
-    from model.downsets import _subset_matrix
+    from distplan.model.downsets import _subset_matrix
     N, V = mat.shape
     K = len(path)
     kinds = [int(problem.device_kind[d]) for d in path]

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyomo.environ as pyo
 
-from costs.memory import activation_factors
-from costs.problem import Problem
+from distplan.costs.memory import activation_factors
+from distplan.costs.problem import Problem
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from costs.memory import activation_factors
-from costs.problem import Problem
+from distplan.costs.memory import activation_factors
+from distplan.costs.problem import Problem
 
 
 def enumerate_downsets(problem: Problem, max_downsets: int = 3000) -> np.ndarray | None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
-from costs.problem import Problem
-from distplan.plan import Plan
-from model.lanes import lane_stages
-from model.build import mem_unit_bytes
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan
+from distplan.model.lanes import lane_stages
+from distplan.model.build import mem_unit_bytes
 
 
 def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None,

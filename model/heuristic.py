@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 
-from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
-from costs.problem import Problem
-from distplan.plan import Plan
-from model.extract import make_plan
-from sim.check import plan_violations
+from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
+from distplan.costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan
+from distplan.model.extract import make_plan
+from distplan.costs.check import plan_violations
 
 
 def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool) -> list[int] | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from costs.problem import Problem
-from distplan.plan import Plan, Stage
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan, Stage
 
 
 def lane_problem(problem: Problem, replicas: int) -> Problem:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from distplan.errors import DistplanError
-from distplan.plan import Plan
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
 
 OBJECTIVES = ("throughput", "latency")
 
@@ -24,6 +24,12 @@ class SolveOptions:
     (lanes, model.lanes); default: every divisor of the device count for inference
     streams under the throughput objective, 1 otherwise.
     ``progress``: called with one human-readable line per event of a long solve.
+    ``coarsen_ops`` (read by ``distplan.solve``, not by ``model.solve``): solve on the
+    graph coarsened to this many operators and expand the plans back; None: 150 when
+    the graph has more than 300 operators, 0: never.
+    ``extra_constraints``: user constraints, called as ``f(m, problem, spec)`` on every
+    Pyomo model after distplan's own families are added (PyPSA's
+    ``extra_functionality``); see ``model.build.build_model``.
     """
 
     objective: str = "throughput"
@@ -39,6 +45,8 @@ class SolveOptions:
     replicas: int | None = None
     verbose: bool = False
     progress: Callable[[str], None] | None = field(default=None, compare=False)
+    coarsen_ops: int | None = None
+    extra_constraints: Callable[..., None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -59,6 +67,8 @@ class SolveOptions:
             raise DistplanError(f"replicas must be >= 1, got {self.replicas}")
         if self.threads < 1:
             raise DistplanError(f"threads must be >= 1, got {self.threads}")
+        if self.coarsen_ops is not None and self.coarsen_ops < 0:
+            raise DistplanError(f"coarsen_ops must be >= 0 (0 disables), got {self.coarsen_ops}")
 
 
 @dataclass

@@ -14,21 +14,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyomo.environ as pyo
 
-from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from costs.memory import activation_factors
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan, Stage
-from model.budget import budget_plans_and_bound
-from model.build import ModelSpec, build_model
-from model.downsets import enumerate_downsets, fixed_precision_plan, relaxation_bound
-from model.extract import assign_plan, make_plan, plan_from_values, projection
-from model.heuristic import heuristic_plan, neighbours, precision_candidates, score
-from model.highs import HighsRun
-from model.options import SolveOptions, SolveResult
-from model.lanes import lane_problem, lift_plan
-from model.paths import divisors, lane_layouts
-from sim.check import plan_violations
+from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
+from distplan.costs.memory import activation_factors
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.model.budget import budget_plans_and_bound
+from distplan.model.build import ModelSpec, build_model
+from distplan.model.downsets import enumerate_downsets, fixed_precision_plan, relaxation_bound
+from distplan.model.extract import assign_plan, make_plan, plan_from_values, projection
+from distplan.model.heuristic import heuristic_plan, neighbours, precision_candidates, score
+from distplan.model.highs import HighsRun
+from distplan.model.options import SolveOptions, SolveResult
+from distplan.model.lanes import lane_problem, lift_plan
+from distplan.topologies.paths import divisors, lane_layouts
+from distplan.costs.check import plan_violations
 
 MIB = 2.0**20
 BUDGET_PHASE_SHARE = 0.5   # of the time limit, for the budget-aware bounds and incumbents
@@ -120,8 +120,7 @@ def _annotate(problem: Problem, plan: Plan, options: SolveOptions, solver_obj: f
             "milp_objective": score(problem, plan, options.objective, options.sensitivity_weight)}
     if solver_obj is not None and math.isfinite(solver_obj):
         pred["solver_objective"] = solver_obj
-    plan.predicted.update(pred)
-    return plan
+    return plan.with_predicted(**pred)
 
 
 def _nogood(m, problem: Problem, plan: Plan):

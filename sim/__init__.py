@@ -51,8 +51,8 @@ hardware. What it executes (the same numbers ``costs.evaluate.plan_cost`` linear
 Engine: ``sim.execute`` (dataflow on static servers + one ``(time, priority, sequence,
 node)`` heap for time-ordered links, see ``sim.engine``); deterministic.
 """
-from sim.options import LINK_MODELS, SimOptions
-from sim.result import SimResult
-from sim.simulate import simulate
+from distplan.sim.options import LINK_MODELS, SimOptions
+from distplan.sim.result import SimResult
+from distplan.sim.simulate import simulate
 
 __all__ = ["simulate", "SimOptions", "SimResult", "LINK_MODELS"]

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distplan.errors import DistplanError
-from sim.engine import PRIO_ARRIVE, PRIO_DONE
-from sim.program import K_B, K_CAST_B, K_CAST_F, K_F, KIND_NAMES, Program
+from distplan.core.errors import DistplanError
+from distplan.sim.engine import PRIO_ARRIVE, PRIO_DONE
+from distplan.sim.program import K_B, K_CAST_B, K_CAST_F, K_F, KIND_NAMES, Program
 
 
 @dataclass

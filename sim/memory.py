@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.program import Program
+from distplan.sim.program import Program
 
 
 def peak_memory(prog: Program, units: int, T: int, beg: np.ndarray, end: np.ndarray, fin: np.ndarray,

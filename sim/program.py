@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costs.compute import tp_shard_time_s
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan
+from distplan.costs.compute import tp_shard_time_s
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
 
 # node kinds
 K_F, K_B, K_CAST_F, K_CAST_B, K_XFER, K_COLL = range(6)

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan
-from sim.execute import expand, run
-from sim.memory import peak_memory
-from sim.options import SimOptions
-from sim.period import steady_period
-from sim.program import K_B, K_F, K_XFER, build_program
-from sim.result import SimResult
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+from distplan.sim.execute import expand, run
+from distplan.sim.memory import peak_memory
+from distplan.sim.options import SimOptions
+from distplan.sim.period import steady_period
+from distplan.sim.program import K_B, K_F, K_XFER, build_program
+from distplan.sim.result import SimResult
 
 
 def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) -> SimResult:
@@ -166,7 +166,7 @@ def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float) -
 
 def _events(problem: Problem, prog, net, beg, dur, ran) -> tuple:
     """(server, start_s, duration_s, name, category) per executed node."""
-    from sim.program import KIND_NAMES
+    from distplan.sim.program import KIND_NAMES
 
     ops = problem.graph.ops
     out = []

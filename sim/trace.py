@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from costs.problem import Problem
-from distplan.errors import DistplanError
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
 
 PID_DEVICES = 0
 PID_LINKS = 1

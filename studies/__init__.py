@@ -5,11 +5,11 @@ resumable), then plot gap vs time, throughput ratio vs baselines and solve time 
 graph size. Local process pool by default, an existing Dask cluster with
 ``--scheduler``. CLI: ``python -m studies --help``.
 """
-from studies.plots import make_plots
-from studies.runner import run_one
-from studies.spec import RunSpec, expand
-from studies.store import FIELDS, read_rows
-from studies.sweep import SweepReport, pending, run_sweep
+from distplan.studies.plots import make_plots
+from distplan.studies.runner import run_one
+from distplan.studies.spec import RunSpec, expand
+from distplan.studies.store import FIELDS, read_rows
+from distplan.studies.sweep import SweepReport, pending, run_sweep
 
 __all__ = ["RunSpec", "expand", "run_one", "run_sweep", "pending", "SweepReport", "make_plots", "read_rows",
            "FIELDS"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from distplan.errors import DistplanError
+from distplan.core.errors import DistplanError
 
 
 def _list(text: str) -> list[str]:
@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     import os
     from pathlib import Path
 
-    from baselines import parse_methods
-    from studies.plots import make_plots
-    from studies.spec import expand
-    from studies.sweep import run_sweep, stderr_progress
+    from distplan.baselines import parse_methods
+    from distplan.studies.plots import make_plots
+    from distplan.studies.spec import expand
+    from distplan.studies.sweep import run_sweep, stderr_progress
 
     args = parse_args(argv)
     out = Path(args.out)

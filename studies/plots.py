@@ -15,7 +15,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from studies.store import read_rows
+from distplan.studies.store import read_rows
 
 
 def _f(x: str) -> float:

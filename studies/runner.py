@@ -1,5 +1,5 @@
 """One study run: build the problem, run the MILP and every baseline at the run's time
-limit (``distplan.compare.compare_methods``), and turn the outcome into CSV rows.
+limit (``distplan.api.compare.compare_methods``), and turn the outcome into CSV rows.
 
 ``run_one`` is a plain module-level function of a picklable RunSpec, so it runs the same
 in-process, in a process pool, or on a Dask worker; within one process runs take turns
@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any
 
-from distplan.errors import DistplanError
-from studies.spec import RunSpec
+from distplan.core.errors import DistplanError
+from distplan.studies.spec import RunSpec
 
 #: one run at a time per process: Pyomo's output capture is not thread-safe, and a run
 #: sharing its process (and GIL) with another would not get its full budget anyway
@@ -30,8 +30,8 @@ def _base(spec: RunSpec) -> dict[str, Any]:
 
 
 def build(spec: RunSpec):
-    from costs import ProblemOptions, build_problem
-    from distplan.resolve import resolve_topology, resolve_workload
+    from distplan.costs import ProblemOptions, build_problem
+    from distplan.api.resolve import resolve_topology, resolve_workload
 
     graph = resolve_workload(spec.workload, spec.batch_size, spec.seq_len, spec.mode)
     topo = resolve_topology(spec.topology)
@@ -46,8 +46,8 @@ def run_one(spec: RunSpec) -> list[dict[str, Any]]:
 
 
 def _run(spec: RunSpec) -> list[dict[str, Any]]:
-    from distplan.compare import compare_methods, plan_shape
-    from model import SolveOptions
+    from distplan.api.compare import compare_methods, plan_shape
+    from distplan.model import SolveOptions
 
     base = _base(spec)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from distplan.errors import DistplanError
+from distplan.core.errors import DistplanError
 
 DEFAULT_METHODS = ("random", "sa", "dp", "grid")
 KEY_FIELDS = ("workload", "topology", "precisions", "mode", "batch_size", "seq_len", "seed", "time_limit_s")

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from studies.spec import KEY_FIELDS
+from distplan.studies.spec import KEY_FIELDS
 
 FIELDS = (*KEY_FIELDS, "method", "status", "objective_s", "bound_s", "gap", "seconds", "throughput_per_s",
           "ratio_to_milp", "candidates", "rejected", "implausible", "plan_shape", "n_ops", "n_devices", "n_binaries", "n_constraints",

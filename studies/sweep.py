@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from studies.runner import run_one, summary
-from studies.spec import RunSpec
-from studies.store import append_rows, finished_keys
+from distplan.studies.runner import run_one, summary
+from distplan.studies.spec import RunSpec
+from distplan.studies.store import append_rows, finished_keys
 
 
 @dataclass(frozen=True)

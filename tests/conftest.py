@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.graph import Graph, Operator, Tensor
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 CHIP = DeviceKind("chip", {"fp16": 1e12, "int8": 2e12}, mem_capacity_bytes=1e6,
                   mem_bw_bytes_per_s=1e11, efficiency=1.0)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from costs.problem import ProblemOptions, build_problem
-from distplan.plan import Plan, Stage
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.plan import Plan, Stage
 from strategies import topologies
-from topologies.topology import DeviceKind, Topology
-from workloads.graph import Graph, Operator, Tensor
+from distplan.topologies.topology import DeviceKind, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 KIND_A = DeviceKind("ka", {"fp16": 1e12, "int8": 2e12}, mem_capacity_bytes=1e12, mem_bw_bytes_per_s=1e11,
                     efficiency=1.0)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from distplan.precision import PRECISION_NAMES
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.graph import Graph, Operator, Tensor
+from distplan.core.precision import PRECISION_NAMES
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 finite = st.floats(min_value=0.0, max_value=1e13, allow_nan=False, allow_infinity=False)
 

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines import analytic_throughput, run_baseline
+from distplan.baselines import analytic_throughput, run_baseline
 from conftest import chain_graph, line_topology
-from costs import ProblemOptions, build_problem
-from costs.evaluate import plan_cost
-from distplan.compare import compare_methods, format_comparison, outside_milp_space, plan_shape
-from distplan.errors import DistplanError
-from distplan.plan import Plan, Stage
+from distplan.costs import ProblemOptions, build_problem
+from distplan.costs.evaluate import plan_cost
+from distplan.api.compare import compare_methods, format_comparison, outside_milp_space, plan_shape
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
 from solve import main as solve_main
-from workloads.graph import Graph, Operator, Tensor
-from workloads.io import save_graph
+from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.io import save_graph
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def tiny_instances(draw):
 def test_sa_and_random_never_beat_the_milp_optimum(inst, seed):
     """Tiny instances, generous budgets, the MILP's own cost model as the scorer: a baseline
     period below the proven optimum would be a bug in one of them."""
-    from model import SolveOptions, solve
+    from distplan.model import SolveOptions, solve
 
     g, topo = inst
     try:

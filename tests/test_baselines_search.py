@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines import METHODS, analytic_throughput, parse_methods, run_baseline
-from baselines import annealing, dp, grid, random_search
-from baselines.space import build_plan, compact, device_paths
+from distplan.baselines import METHODS, analytic_throughput, parse_methods, run_baseline
+from distplan.baselines import annealing, dp, grid, random_search
+from distplan.baselines.space import build_plan, compact, device_paths
 from conftest import chain_graph, line_topology
-from costs import ProblemOptions, build_problem
-from costs.evaluate import plan_cost
-from distplan.errors import DistplanError
-from distplan.plan import Plan, Stage
-from sim.check import check_plan
+from distplan.costs import ProblemOptions, build_problem
+from distplan.costs.evaluate import plan_cost
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.check import check_plan
 from strategies import graphs, topologies
 
 FAST = dict(scorer=analytic_throughput, max_candidates=300)
@@ -74,7 +74,7 @@ def test_dp_estimate_equals_analytic_period():
 def test_dp_respects_memory():
     """Capacity 1e6 B; with 400 kB of int8 parameters per op, at most two ops fit per chip."""
     g = chain_graph(4)
-    from workloads.graph import Graph, Operator
+    from distplan.workloads.graph import Graph, Operator
     ops = tuple(Operator(o.name, o.kind, o.fwd_flops, 0, 400_000, 100, 1e4) for o in g.ops)
     p = build_problem(Graph("heavy", ops, g.tensors), line_topology(2), ProblemOptions(precisions=("int8",)))
     r = dp.search(p, 10.0, scorer=analytic_throughput)

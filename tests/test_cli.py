@@ -7,7 +7,7 @@ import pytest
 
 import solve
 from conftest import chain_graph
-from workloads.io import graph_to_dict
+from distplan.workloads.io import graph_to_dict
 
 
 def run(capsys, *argv):

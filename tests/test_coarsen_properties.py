@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costs.evaluate import plan_cost, plan_memory_bytes
-from costs.problem import ProblemOptions, build_problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan, Stage
-from sim.check import check_plan
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.coarsen import coarsen, expand_plan
-from workloads.graph import Graph, Operator, Tensor
+from distplan.costs.evaluate import plan_cost, plan_memory_bytes
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.check import check_plan
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.coarsen import coarsen, expand_plan
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 KINDS = ["matmul", "softmax", "layernorm", "add", "elementwise", "activation", "reshape", "embedding"]
 BIG = DeviceKind("big", {"fp16": 1e12, "int8": 2e12}, mem_capacity_bytes=1e15,

@@ -6,14 +6,14 @@ import math
 import pytest
 
 from conftest import CHIP, chain_graph, line_topology
-from costs import ProblemOptions, build_problem
-from costs.comm import cast_time_s, hierarchical_allreduce_time_s, ring_allreduce_time_s, transfer_time_s
-from costs.compute import op_time_s, roofline_time_s
-from costs.evaluate import plan_cost
-from costs.memory import activation_factors, inflight_microbatches, send_elems, static_bytes
-from distplan.errors import DistplanError
-from distplan.plan import Plan, Stage
-from sim.check import check_plan, plan_violations
+from distplan.costs import ProblemOptions, build_problem
+from distplan.costs.comm import cast_time_s, hierarchical_allreduce_time_s, ring_allreduce_time_s, transfer_time_s
+from distplan.costs.compute import op_time_s, roofline_time_s
+from distplan.costs.evaluate import plan_cost
+from distplan.costs.memory import activation_factors, inflight_microbatches, send_elems, static_bytes
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.check import check_plan, plan_violations
 
 
 def test_roofline_compute_and_memory_bound():
@@ -36,7 +36,7 @@ def test_transfer_ring_and_cast():
 
 
 def test_tied_weight_held_again_only_on_another_stage(line2):
-    from workloads.graph import Graph, Operator, Tensor
+    from distplan.workloads.graph import Graph, Operator, Tensor
     ops = (Operator("emb", "embedding", 1e6, param_elems=1000, out_elems=10),
            Operator("head", "head", 1e6, out_elems=50, tied_to="emb", tied_elems=1000))
     p = build_problem(Graph("t", ops, (Tensor("emb", "head", 10),)), line2, ProblemOptions(precisions=("fp16",)))

@@ -7,10 +7,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costs import ProblemOptions, build_problem
-from costs.comm import transfer_time_s
-from costs.compute import roofline_time_s
-from distplan.precision import PRECISION_NAMES, precision
+from distplan.costs import ProblemOptions, build_problem
+from distplan.costs.comm import transfer_time_s
+from distplan.costs.compute import roofline_time_s
+from distplan.core.precision import PRECISION_NAMES, precision
 from strategies import device_kinds, graphs, topologies
 
 

@@ -8,15 +8,15 @@ import pytest
 
 pytest.importorskip("onnx", reason="the ONNX extra is not installed (pip install -e .[onnx])")
 
-from costs.problem import ProblemOptions, build_problem  # noqa: E402
-from model import SolveOptions, solve  # noqa: E402
-from sim import simulate  # noqa: E402
-from sim.check import check_plan  # noqa: E402
-from topologies.presets import get_topology  # noqa: E402
-from workloads.coarsen import coarsen, expand_plan  # noqa: E402
-from workloads.onnx_builders import GPT2_SMALL, transformer_onnx  # noqa: E402
-from workloads.onnx_import import import_onnx  # noqa: E402
-from workloads.zoo import get_workload  # noqa: E402
+from distplan.costs.problem import ProblemOptions, build_problem  # noqa: E402
+from distplan.model import SolveOptions, solve  # noqa: E402
+from distplan.sim import simulate  # noqa: E402
+from distplan.costs.check import check_plan  # noqa: E402
+from distplan.topologies.presets import get_topology  # noqa: E402
+from distplan.workloads.coarsen import coarsen, expand_plan  # noqa: E402
+from distplan.workloads.onnx_builders import GPT2_SMALL, transformer_onnx  # noqa: E402
+from distplan.workloads.onnx_import import import_onnx  # noqa: E402
+from distplan.workloads.zoo import get_workload  # noqa: E402
 
 
 def test_onnx_gpt2_within_5_percent_of_zoo_gpt2():

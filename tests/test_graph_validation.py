@@ -7,10 +7,10 @@ import math
 import pytest
 
 from conftest import CHIP, chain_graph
-from distplan.errors import DistplanError
-from topologies.topology import Device, Link, Topology
-from workloads.graph import Graph, Operator, Tensor
-from workloads.io import graph_from_dict, graph_to_dict, load_graph, save_graph
+from distplan.core.errors import DistplanError
+from distplan.topologies.topology import Device, Link, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.io import graph_from_dict, graph_to_dict, load_graph, save_graph
 
 
 def _ops(*names):

@@ -11,14 +11,14 @@ onnx = pytest.importorskip("onnx", reason="the ONNX extra is not installed (pip 
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from distplan.errors import DistplanError  # noqa: E402
-from distplan.resolve import resolve_workload  # noqa: E402
-from workloads.coarsen import coarsen  # noqa: E402
-from workloads.onnx_builders import (  # noqa: E402
+from distplan.core.errors import DistplanError  # noqa: E402
+from distplan.api.resolve import resolve_workload  # noqa: E402
+from distplan.workloads.coarsen import coarsen  # noqa: E402
+from distplan.workloads.onnx_builders import (  # noqa: E402
     TransformerShape, cnn_onnx, mlp_onnx, transformer_onnx,
 )
-from workloads.onnx_import import UnknownOperatorWarning, import_onnx  # noqa: E402
-from workloads.zoo import TransformerConfig, build_transformer  # noqa: E402
+from distplan.workloads.onnx_import import UnknownOperatorWarning, import_onnx  # noqa: E402
+from distplan.workloads.zoo import TransformerConfig, build_transformer  # noqa: E402
 
 
 def _vi(name, dims, t=TensorProto.FLOAT):
@@ -200,8 +200,8 @@ def test_no_warning_on_a_clean_model():
 
 def test_gpt2_small_onnx_matches_the_zoo_gpt2():
     """The acceptance model (12 layers, hidden 768), at seq 256 to stay fast."""
-    from workloads.onnx_builders import GPT2_SMALL
-    from workloads.zoo import get_workload
+    from distplan.workloads.onnx_builders import GPT2_SMALL
+    from distplan.workloads.zoo import get_workload
 
     zoo = get_workload("gpt2", seq_len=256)
     g = import_onnx(transformer_onnx(GPT2_SMALL, 1, 256), mode="training")

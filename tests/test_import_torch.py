@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e .[torch])")
 nn = torch.nn
 
-from distplan.errors import DistplanError  # noqa: E402
-from workloads.coarsen import coarsen  # noqa: E402
-from workloads.torch_import import import_module  # noqa: E402
+from distplan.core.errors import DistplanError  # noqa: E402
+from distplan.workloads.coarsen import coarsen  # noqa: E402
+from distplan.workloads.torch_import import import_module  # noqa: E402
 
 
 class Block(nn.Module):
@@ -87,7 +87,7 @@ def test_fx_import_matches_the_model(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_onnx_export_then_import_matches_fx(case):
     pytest.importorskip("onnx", reason="the ONNX extra is not installed (pip install -e .[onnx])")
-    from workloads.onnx_import import import_onnx
+    from distplan.workloads.onnx_import import import_onnx
 
     make, inputs, flops = CASES[case]
     m = _randomised(make())
@@ -161,7 +161,7 @@ class Odd(nn.Module):
 
 
 def test_unknown_operation_warns_and_is_kept():
-    from workloads.onnx_import import UnknownOperatorWarning
+    from distplan.workloads.onnx_import import UnknownOperatorWarning
 
     with pytest.warns(UnknownOperatorWarning, match="fft"):
         g = import_module(Odd(), torch.randn(4, 8))

@@ -11,18 +11,18 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from costs.evaluate import plan_cost
-from costs.problem import ProblemOptions, build_problem
-from distplan.errors import DistplanError
-from model import SolveOptions, solve
-from model.build import ModelSpec, build_model
-from model.downsets import enumerate_downsets, relaxation_bound
-from model.extract import assign_plan, make_plan
-from model.lanes import lane_problem
-from model.paths import divisors, lane_layouts
-from sim.check import check_plan, plan_violations
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.graph import Graph, Operator
+from distplan.costs.evaluate import plan_cost
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.errors import DistplanError
+from distplan.model import SolveOptions, solve
+from distplan.model.build import ModelSpec, build_model
+from distplan.model.downsets import enumerate_downsets, relaxation_bound
+from distplan.model.extract import assign_plan, make_plan
+from distplan.model.lanes import lane_problem
+from distplan.topologies.paths import divisors, lane_layouts
+from distplan.costs.check import check_plan, plan_violations
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.graph import Graph, Operator
 
 from test_model_milp import instances
 from test_model_solve import chain, mesh_topology
@@ -83,7 +83,7 @@ def test_lane_layouts_partition_devices_and_snake_chunks_are_link_disjoint(rows,
 
 
 def test_lane_layouts_r1_are_the_device_paths():
-    from model.paths import device_paths
+    from distplan.topologies.paths import device_paths
     topo = mesh_topology(2, 3)
     assert [(n, (p,)) for n, p in device_paths(topo)] == lane_layouts(topo, 1)
 
@@ -192,11 +192,11 @@ def test_replicas_option_and_latency_stay_single_lane():
 
 
 # --------------------------------------------------------------------------- simulator
-sim = pytest.importorskip("sim.simulate")
+sim = pytest.importorskip("distplan.sim.simulate")
 
 
 def _sim_matches(pb, replicas):
-    from sim.options import SimOptions
+    from distplan.sim.options import SimOptions
     pb = build_problem(pb.graph, pb.topology, ProblemOptions(precisions=pb.precisions, microbatches=24))
     if pb.n_devices % replicas:
         return
@@ -211,7 +211,7 @@ def _sim_matches(pb, replicas):
 
 
 def test_simulated_ideal_period_equals_milp_period_two_lanes_chain():
-    from sim.options import SimOptions
+    from distplan.sim.options import SimOptions
     pb = build_problem(chain(10, flops=lambda i: 1e8 * (1 + (i * 7) % 5)), mesh_topology(2, 2),
                        ProblemOptions(precisions=("fp16", "int8"), microbatches=24))
     res = solve(pb, SolveOptions(top_k=3, rel_gap=0.0, time_limit_s=20, replicas=2))
@@ -242,9 +242,9 @@ def _independent_ops_on_one_replicated_stage(n_devices: int):
 def test_simulated_ideal_period_equals_milp_period_three_or_more_lanes(n):
     """Regression: stream back-pressure once made microbatch m + 2 wait for microbatch m's
     buffer on another lane's device, chaining independent lanes."""
-    from costs.evaluate import plan_cost as cost
-    from distplan.plan import Plan, Stage
-    from sim.options import SimOptions
+    from distplan.costs.evaluate import plan_cost as cost
+    from distplan.core.plan import Plan, Stage
+    from distplan.sim.options import SimOptions
     pb = _independent_ops_on_one_replicated_stage(n)
     p = Plan((0, 0), ("fp16", "fp16"), (Stage(tuple(range(n))),), 24, "stream")
     assert cost(pb, p).period_s == pytest.approx((pb.op_time_s(0, 0, 0) + pb.op_time_s(1, 0, 0)) / n, rel=1e-12)

@@ -15,17 +15,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from costs.problem import ProblemOptions, build_problem
-from distplan.errors import DistplanError
-from model import SolveOptions, solve
-from model.build import ModelSpec, build_model
-from model.extract import assign_plan, make_plan
-from model.heuristic import heuristic_plan
-from model.paths import device_paths
-from sim.check import check_plan, plan_violations
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.graph import Graph, Operator, Tensor
+from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.errors import DistplanError
+from distplan.model import SolveOptions, solve
+from distplan.model.build import ModelSpec, build_model
+from distplan.model.extract import assign_plan, make_plan
+from distplan.model.heuristic import heuristic_plan
+from distplan.topologies.paths import device_paths
+from distplan.costs.check import check_plan, plan_violations
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 KINDS = {
     "fast": DeviceKind("fast", {"fp16": 2e12, "int8": 4e12}, 4e6, 1e11, 0.8, 1e-6),

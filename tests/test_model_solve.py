@@ -7,14 +7,14 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from costs.evaluate import plan_cost, plan_sensitivity
-from costs.problem import ProblemOptions, build_problem
-from distplan.errors import DistplanError
-from model import SolveOptions, solve
-from model.paths import device_paths
-from sim.check import check_plan
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.graph import Graph, Operator, Tensor
+from distplan.costs.evaluate import plan_cost, plan_sensitivity
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.errors import DistplanError
+from distplan.model import SolveOptions, solve
+from distplan.topologies.paths import device_paths
+from distplan.costs.check import check_plan
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 from test_model_milp import instances
 
@@ -115,7 +115,7 @@ def test_progress_callback_and_result_fields():
     assert r.n_binaries > 0 and r.n_constraints > 0 and r.build_seconds >= 0 and r.path_name
 
 
-sim = pytest.importorskip("sim.simulate")
+sim = pytest.importorskip("distplan.sim.simulate")
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,7 +123,7 @@ sim = pytest.importorskip("sim.simulate")
 def test_simulated_ideal_period_equals_milp_objective(pb):
     """With enough microbatches for a steady state (stream / 1F1B), the ideal simulator's
     period equals the MILP objective of every returned plan."""
-    from sim.options import SimOptions
+    from distplan.sim.options import SimOptions
     pb = build_problem(pb.graph, pb.topology, ProblemOptions(
         precisions=pb.precisions, microbatches=24, schedule="1f1b" if pb.training else "stream"))
     try:
@@ -143,7 +143,7 @@ def test_simulated_ideal_period_equals_milp_objective(pb):
 def test_simulated_ideal_period_training_disconnected_ops():
     """Regression: the simulator once reported 3.85 ms for this 1F1B plan whose stage 1 has
     4.49 ms of work per microbatch (a periodic stretch measured before the run settled)."""
-    from sim.options import SimOptions
+    from distplan.sim.options import SimOptions
     ops = (Operator("v0", "matmul", 1e6, 1e6), Operator("v1", "matmul", 1e6, 1e6),
            Operator("v2", "matmul", 1e6, 7185277958.0), Operator("v3", "matmul", 1e6, 6153628725.0))
     g = Graph("r", ops, (Tensor("v0", "v1", 0),), mode="training")

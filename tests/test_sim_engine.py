@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import PRIO_ARRIVE, PRIO_DONE, EventQueue
+from distplan.sim.engine import PRIO_ARRIVE, PRIO_DONE, EventQueue
 
 
 def test_ties_break_by_priority_then_schedule_order():

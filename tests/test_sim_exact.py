@@ -11,12 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from costs.comm import ring_allreduce_time_s
-from costs.problem import ProblemOptions, build_problem
-from distplan.plan import Plan, Stage
-from sim import SimOptions, simulate
-from topologies.topology import Device, DeviceKind, Link, Topology
-from workloads.graph import Graph, Operator, Tensor
+from distplan.costs.comm import ring_allreduce_time_s
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.plan import Plan, Stage
+from distplan.sim import SimOptions, simulate
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 EXACT = DeviceKind("exact", {"fp16": 1e12, "int8": 2e12}, mem_capacity_bytes=1e15, mem_bw_bytes_per_s=1e12,
                    efficiency=1.0)
@@ -218,7 +218,7 @@ def test_explicit_order_replays_and_deadlock_is_reported():
     # d1 runs microbatch 1 first: [2, 4], then microbatch 0: [4, 6]
     assert close(r.makespan_s, 6.0)
     assert np.allclose(r.microbatch_done_s, [6.0, 4.0])
-    from distplan.errors import DistplanError
+    from distplan.core.errors import DistplanError
     bad = {0: ((0, 0, "F"), (1, 0, "F")), 1: ((1, 1, "F"), (0, 1, "F"))}
     bad_plan = Plan((0, 0), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 2, "explicit",
                     device_order={0: ((0, 1, "F"), (0, 0, "F"), (1, 0, "F"), (1, 1, "F"))})
@@ -228,7 +228,7 @@ def test_explicit_order_replays_and_deadlock_is_reported():
 
 
 def test_ideal_mode_drops_latency_and_matches_analytic_period():
-    from costs.evaluate import plan_cost
+    from distplan.costs.evaluate import plan_cost
     g = chain([1.0, 2.0, 1.0], elems=[400_000_000, 1_500_000_000])  # 0.8 s and 3 s on links
     plan = pipeline_plan(3, 64, "stream")
     r, pb = run(g, topo_line(3, latency_s=1.0), plan, ideal=True)
@@ -243,7 +243,7 @@ def test_memory_counts_static_and_stream_double_buffer():
     # d1's output (a sink) lives only while o1 runs
     g = chain([1.0, 1.0], elems=[1_000_000_000], params=1000, out_elems=1000)
     r, pb = run(g, topo_line(2), pipeline_plan(2, 6, "stream"))
-    from costs.evaluate import plan_memory_bytes
+    from distplan.costs.evaluate import plan_memory_bytes
     bound = plan_memory_bytes(pb, pipeline_plan(2, 6, "stream"))
     assert np.allclose(r.peak_own_memory_bytes, [2000 + 4000, 2000 + 2000])
     assert np.all(r.peak_own_memory_bytes <= bound)
@@ -279,7 +279,7 @@ def test_standard_1f1b_window_bounds_the_period_with_communication():
     # 2 microbatches, and microbatch m + 2's forward waits for m's backward, which needs a
     # round trip F0 + c + F1 + B1 + c + B0 = 5 s: period 5 / 2 = 2.5 s, above the busiest
     # server's 2 s (plan_cost). Ideal mode deepens the window and reaches 2 s.
-    from costs.evaluate import plan_cost
+    from distplan.costs.evaluate import plan_cost
     g = chain([1.0, 1.0], [1.0, 1.0], elems=[250_000_000], mode="training")
     plan = pipeline_plan(2, 64, "1f1b")
     r, pb = run(g, topo_line(2), plan)

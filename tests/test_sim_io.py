@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costs.problem import ProblemOptions, build_problem
-from distplan.plan import Plan, Stage, plan_from_dict, plan_to_dict, save_plan
-from sim import SimOptions, simulate
-from sim.check import InfeasiblePlan, check_plan, plan_violations
-from sim.trace import chrome_trace, write_chrome_trace
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.core.plan import Plan, Stage, plan_from_dict, plan_to_dict, save_plan
+from distplan.sim import SimOptions, simulate
+from distplan.costs.check import InfeasiblePlan, check_plan, plan_violations
+from distplan.sim.trace import chrome_trace, write_chrome_trace
 from test_sim_exact import chain, pipeline_plan, run, topo_line
-from workloads.zoo import get_workload
-from topologies.presets import get_topology
+from distplan.workloads.zoo import get_workload
+from distplan.topologies.presets import get_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_explicit_order_round_trips():
 def test_checker_names_device_and_memory_shortfall():
     g = chain([1.0, 1.0], params=10**6)  # 2 MB of fp16 params per op
     topo = topo_line(2)
-    from topologies.topology import DeviceKind, Topology
+    from distplan.topologies.topology import DeviceKind, Topology
     small = DeviceKind("exact", {"fp16": 1e12}, mem_capacity_bytes=3e6, mem_bw_bytes_per_s=1e12, efficiency=1.0)
     topo = Topology("tiny", {"exact": small}, topo.devices, topo.links)
     pb = build_problem(g, topo, ProblemOptions(precisions=("fp16",), microbatches=2))
@@ -97,7 +97,7 @@ def _zoo_plan(tmp_path, stage_devices=(0, 1, 2, 3)) -> Path:
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "distplan.sim", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -128,7 +128,7 @@ def test_cli_errors_are_one_line_with_status_2(tmp_path):
 
 
 def test_simulate_rejects_malformed_plans_with_one_error():
-    from distplan.errors import DistplanError
+    from distplan.core.errors import DistplanError
     g = chain([1.0, 1.0])
     _, pb = run(g, topo_line(2), pipeline_plan(2, 1, "stream"))
     with pytest.raises(DistplanError, match="stage 5 outside"):

@@ -11,15 +11,15 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costs.compute import tp_shard_time_s
-from costs.problem import Problem
-from distplan.plan import Plan, Stage
-from sim import SimOptions, simulate
-from sim.program import TP_ALLREDUCE_KINDS, build_program
-from sim.simulate import work_per_microbatch
+from distplan.costs.compute import tp_shard_time_s
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan, Stage
+from distplan.sim import SimOptions, simulate
+from distplan.sim.program import TP_ALLREDUCE_KINDS, build_program
+from distplan.sim.simulate import work_per_microbatch
 from sim_strategies import problem_and_plan
 from test_sim_exact import close, run, topo_line
-from workloads.graph import Graph, Operator
+from distplan.workloads.graph import Graph, Operator
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 LINK_MODELS = st.sampled_from(["fifo", "fair", "free"])
@@ -122,7 +122,7 @@ def test_period_never_below_busiest_server_without_a_longer_run(x, lm):
     # no longer run for the period: the plan's own run, often all fill, must still give
     # an honest figure (this is the path large TP plans take: their longer run is over budget)
     pb, plan = x
-    with mock.patch("sim.simulate.PERIOD_NODE_BUDGET", 0):
+    with mock.patch("distplan.sim.simulate.PERIOD_NODE_BUDGET", 0):
         r = _check_period_is_physical(pb, plan, lm, False)
     if not r.steady:
         assert r.period_s <= r.makespan_s * (1 + 1e-9) or plan.microbatches == 1
@@ -159,7 +159,7 @@ def test_tp_ring_not_steady_falls_back_to_the_runs_rate():
     # longer run; the period is the run's rate, last completion / M = 4.25 / 2 (above
     # the 2 s floor), not the 1 s spacing of the drain, and steady says so
     g, topo, plan = _tp_ring_problem(2)
-    with mock.patch("sim.simulate.PERIOD_NODE_BUDGET", 0):
+    with mock.patch("distplan.sim.simulate.PERIOD_NODE_BUDGET", 0):
         r, _ = run(g, topo, plan, ideal=True)
     assert np.allclose(r.microbatch_done_s, [3.25, 4.25], rtol=1e-12, atol=0)
     assert not r.steady and close(r.period_s, 4.25 / 2)
@@ -175,7 +175,7 @@ def test_tp_stage_then_device_bound_stage_exact():
     # stage 1 [1.9, 3.4]; d2 paces the rest: done 3.4 + 1.5 m.
     M = 16
     ops = (Operator("mm", "matmul", 2e12, 0.0, 0, 250_000_000, 0.0), Operator("o1", "add", 1.5e12))
-    from workloads.graph import Tensor
+    from distplan.workloads.graph import Tensor
     g = Graph("tp2", ops, (Tensor("mm", "o1", 100_000_000),))
     plan = Plan((0, 1), ("fp16",) * 2, (Stage((0, 1), tensor_parallel=2), Stage((2,))), M, "stream")
     r, pb = run(g, topo_line(3), plan)
@@ -190,9 +190,9 @@ def test_bert_base_8way_tp_period_is_physical():
     # bert-base on mcm4x4, one stage of 8-way TP: the static order spans ~700 rounds, far
     # more than 16 microbatches, so all of them finish in one burst (the old period was
     # the burst's spacing, 1000x above the physical ceiling)
-    from costs.problem import build_problem
-    from topologies.presets import get_topology
-    from workloads.zoo import get_workload
+    from distplan.costs.problem import build_problem
+    from distplan.topologies.presets import get_topology
+    from distplan.workloads.zoo import get_workload
     pb = build_problem(get_workload("bert-base"), get_topology("mcm4x4"))
     V = pb.n_ops
     plan = Plan((0,) * V, ("int8",) * V, (Stage(tuple(range(8)), tensor_parallel=8),), 16, "stream")

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costs.comm import transfer_time_s
-from costs.evaluate import plan_cost, plan_memory_bytes
-from costs.problem import ProblemOptions, build_problem
-from sim import SimOptions, simulate
+from distplan.costs.comm import transfer_time_s
+from distplan.costs.evaluate import plan_cost, plan_memory_bytes
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.sim import SimOptions, simulate
 from sim_strategies import problem_and_plan
-from topologies.topology import Topology
+from distplan.topologies.topology import Topology
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 FIXED = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

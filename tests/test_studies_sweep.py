@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from conftest import chain_graph
-from studies import RunSpec, expand, make_plots, pending, read_rows, run_sweep
-from studies.__main__ import main as studies_main
-from studies.spec import KEY_FIELDS
-from studies.store import FIELDS, append_rows, finished_keys
-from workloads.graph import Graph, Operator, Tensor
-from workloads.io import save_graph
+from distplan.studies import RunSpec, expand, make_plots, pending, read_rows, run_sweep
+from distplan.studies.__main__ import main as studies_main
+from distplan.studies.spec import KEY_FIELDS
+from distplan.studies.store import FIELDS, append_rows, finished_keys
+from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.io import save_graph
 
 TINY = dict(methods=("random", "dp"), threads=1, microbatches=4)
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distplan.errors import DistplanError
-from topologies.presets import DEFAULT_TOPOLOGY, get_topology, list_presets
-from topologies.topology import Topology
+from distplan.core.errors import DistplanError
+from distplan.topologies.presets import DEFAULT_TOPOLOGY, get_topology, list_presets
+from distplan.topologies.topology import Topology
 
 PRESET_SAMPLES = ["mcm4x4", "mcm1x1", "mcm1x5", "mcm3x2", "ring2", "ring7", "dgx-a100",
                   "dgx-h100", "a100x8", "a100x16", "h100x24", "hybrid-v100-t4"]

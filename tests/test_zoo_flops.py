@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from workloads.zoo import get_config, get_workload
+from distplan.workloads.zoo import get_config, get_workload
 
 MATMUL_LIKE = ("matmul", "attn_score", "attn_context", "head")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from distplan.errors import DistplanError
-from workloads.io import graph_from_dict, graph_to_dict, load_graph, save_graph
-from workloads.zoo import get_workload, list_workloads
+from distplan.core.errors import DistplanError
+from distplan.workloads.io import graph_from_dict, graph_to_dict, load_graph, save_graph
+from distplan.workloads.zoo import get_workload, list_workloads
 
 NAMED = [n for n, _ in list_workloads() if "<" not in n]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from workloads.zoo import get_config, get_workload, list_workloads
+from distplan.workloads.zoo import get_config, get_workload, list_workloads
 
 
 def bert_params(L: int, h: int, V: int = 30522, P: int = 512, types: int = 2) -> int:

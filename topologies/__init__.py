@@ -1,4 +1,4 @@
 """Hardware topologies: types, presets and file loading."""
-from topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 
 __all__ = ["Device", "DeviceKind", "Link", "Topology"]

@@ -6,7 +6,7 @@ Every physical link is added as two directed links, forward then reverse.
 """
 from __future__ import annotations
 
-from topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 
 
 def duplex(a: str, b: str, bw_bytes_per_s: float, latency_s: float) -> list[Link]:

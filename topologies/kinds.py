@@ -33,7 +33,7 @@ the physical GiB, which leaves room for the runtime.
 """
 from __future__ import annotations
 
-from topologies.topology import DeviceKind
+from distplan.topologies.topology import DeviceKind
 
 TERA = 1e12
 GIGA = 1e9

@@ -29,10 +29,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from distplan.errors import DistplanError
-from topologies import kinds as K
-from topologies.builders import hosts_on_network, mesh, ring, switched_cluster
-from topologies.topology import Topology
+from distplan.core.errors import DistplanError
+from distplan.topologies import kinds as K
+from distplan.topologies.builders import hosts_on_network, mesh, ring, switched_cluster
+from distplan.topologies.topology import Topology
 
 DEFAULT_TOPOLOGY = "mcm4x4"
 #: Largest device count a pattern preset builds (bigger ones are a typo, not a plan).

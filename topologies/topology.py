@@ -14,8 +14,8 @@ from functools import cached_property
 
 import networkx as nx
 
-from distplan.errors import DistplanError
-from distplan.precision import PRECISIONS
+from distplan.core.errors import DistplanError
+from distplan.core.precision import PRECISIONS
 
 ROUTINGS = ("xy", "shortest")
 

@@ -43,11 +43,11 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from costs.memory import graph_send_elems
-from distplan.errors import DistplanError
-from distplan.plan import Plan
-from workloads.graph import Graph, Operator, Tensor
-from workloads.op_costs import tie_operator
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.graph import graph_send_elems
+from distplan.workloads.op_costs import tie_operator
 
 #: Operator kinds fused into their producer in phase 1.
 CHEAP_KINDS = frozenset({"elementwise", "activation", "add", "reshape"})

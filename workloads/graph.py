@@ -10,7 +10,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from distplan.errors import DistplanError
+from distplan.core.errors import DistplanError
 
 #: Operator kinds the zoo and importers produce; anything else is allowed but costed as "other".
 OP_KINDS = (
@@ -193,3 +193,19 @@ def _topological_order(ops: tuple[Operator, ...], tensors: tuple[Tensor, ...], n
             f"(e.g. {', '.join(stuck[:4])}); a computation graph must be acyclic"
         )
     return order
+
+
+def send_elems(out_elems: int, out_edge_elems: list[float]) -> float:
+    """Elements of an op's outputs that other ops read: its output, or, when less, the sum
+    over its out-edges (a fused op sends only the tensors that leave it)."""
+    return float(min(float(out_elems), math.fsum(out_edge_elems))) if out_edge_elems else 0.0
+
+
+def graph_send_elems(graph) -> list[float]:
+    """Per operator of ``graph`` : its own ``send_elems`` when set,
+    else ``send_elems`` over its out-tensors."""
+    out: list[list[float]] = [[] for _ in graph.ops]
+    for u, _, e in graph.edges():
+        out[u].append(float(e))
+    return [send_elems(op.out_elems, out[v]) if op.send_elems is None else float(op.send_elems)
+            for v, op in enumerate(graph.ops)]

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from distplan.errors import DistplanError
-from workloads.graph import Graph, Operator, Tensor
+from distplan.core.errors import DistplanError
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 FORMAT = "distplan-graph"
 VERSION = 1

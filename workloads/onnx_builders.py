@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workloads.onnx_import import _require_onnx
+from distplan.workloads.onnx_import import _require_onnx
 
 OPSET = 20
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from distplan.errors import DistplanError
-from workloads import op_costs as oc
-from workloads.graph import MODES, Graph, Operator, Tensor
+from distplan.core.errors import DistplanError
+from distplan.workloads import op_costs as oc
+from distplan.workloads.graph import MODES, Graph, Operator, Tensor
 
 
 class UnknownOperatorWarning(UserWarning):

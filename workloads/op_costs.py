@@ -30,8 +30,8 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
-from workloads.graph import Operator
-from workloads.zoo.costs import (
+from distplan.workloads.graph import Operator
+from distplan.workloads.zoo.costs import (
     ACT_FLOPS_PER_ELEM,
     BWD_FACTOR,
     LAYERNORM_FLOPS_PER_ELEM,

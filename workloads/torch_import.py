@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from distplan.errors import DistplanError
-from workloads import op_costs as oc
-from workloads.graph import MODES, Graph, Operator, Tensor
-from workloads.onnx_import import UnknownOperatorWarning
+from distplan.core.errors import DistplanError
+from distplan.workloads import op_costs as oc
+from distplan.workloads.graph import MODES, Graph, Operator, Tensor
+from distplan.workloads.onnx_import import UnknownOperatorWarning
 
 # function / method names (lower case) -> family
 _FN_FAMILY: dict[str, str] = {}

@@ -14,11 +14,11 @@ as in the published 110 M / 340 M sizes); the MLM head is not modelled.
 """
 from __future__ import annotations
 
-from distplan.errors import DistplanError
-from workloads.graph import MODES, Graph
-from workloads.zoo.catalog import GENERATORS, NAMED, lookup
-from workloads.zoo.mlp import MLPConfig, build_mlp
-from workloads.zoo.transformer import TransformerConfig, build_transformer
+from distplan.core.errors import DistplanError
+from distplan.workloads.graph import MODES, Graph
+from distplan.workloads.zoo.catalog import GENERATORS, NAMED, lookup
+from distplan.workloads.zoo.mlp import MLPConfig, build_mlp
+from distplan.workloads.zoo.transformer import TransformerConfig, build_transformer
 
 __all__ = ["get_workload", "list_workloads", "get_config", "MLPConfig", "TransformerConfig",
            "build_mlp", "build_transformer"]

@@ -1,7 +1,7 @@
 """A small accumulator of operators and tensors that ends as a validated ``Graph``."""
 from __future__ import annotations
 
-from workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.graph import Graph, Operator, Tensor
 
 
 class GraphBuilder:

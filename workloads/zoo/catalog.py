@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from distplan.errors import DistplanError
-from workloads.zoo.mlp import MLPConfig
-from workloads.zoo.transformer import TransformerConfig
+from distplan.core.errors import DistplanError
+from distplan.workloads.zoo.mlp import MLPConfig
+from distplan.workloads.zoo.transformer import TransformerConfig
 
 GPT2_VOCAB = 50257
 LLAMA_VOCAB = 32000

@@ -22,7 +22,7 @@ gathered rows are read, never the whole table.
 """
 from __future__ import annotations
 
-from workloads.graph import Operator
+from distplan.workloads.graph import Operator
 
 LAYERNORM_FLOPS_PER_ELEM = 8   # mean, variance, normalise, scale, shift
 RMSNORM_FLOPS_PER_ELEM = 4     # square, mean, multiply by rsqrt, scale

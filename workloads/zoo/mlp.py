@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.graph import Graph
-from workloads.zoo import costs
-from workloads.zoo.builder import GraphBuilder
+from distplan.workloads.graph import Graph
+from distplan.workloads.zoo import costs
+from distplan.workloads.zoo.builder import GraphBuilder
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from decimal import Context, Decimal
 
-from distplan.errors import DistplanError
+from distplan.core.errors import DistplanError
 
 _CTX = Context(prec=400)
 

@@ -1,13 +1,13 @@
 """One-screen summaries: the zoo and preset listing, and ``--describe`` of a problem."""
 from __future__ import annotations
 
-from costs.problem import Problem
+from distplan.costs.problem import Problem
 
 
 def listing() -> str:
     """Every workload and topology preset, one line each."""
-    from topologies.presets import list_presets
-    from workloads.zoo import list_workloads
+    from distplan.topologies.presets import list_presets
+    from distplan.workloads.zoo import list_workloads
 
     lines = ["workloads:"]
     lines += [f"  {name:<32} {desc}" for name, desc in list_workloads()]

@@ -9,16 +9,19 @@ topology's route between the two devices.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distplan.errors import DistplanError
+from distplan.core.errors import DistplanError
+from distplan.core.schedules import PLAN_SCHEDULES
 
 FORMAT = "distplan-plan"
 VERSION = 1
-SCHEDULE_NAMES = ("stream", "gpipe", "1f1b", "explicit")
 PHASES = ("F", "B")
 
 
@@ -44,7 +47,8 @@ class Plan:
 
     ``device_order`` (schedule 'explicit' only): device index -> sequence of
     (microbatch, op index, phase 'F'/'B') the device executes in that order.
-    ``predicted`` carries the planner's own figures (e.g. ``milp_period_s``).
+    ``predicted`` carries the planner's own figures (e.g. ``milp_period_s``); it is a
+    read-only mapping (a Plan is frozen): :meth:`with_predicted` returns a new Plan.
     """
 
     op_stage: tuple[int, ...]
@@ -53,7 +57,14 @@ class Plan:
     microbatches: int
     schedule: str
     device_order: dict[int, tuple[tuple[int, int, str], ...]] | None = None
-    predicted: dict[str, Any] = field(default_factory=dict, compare=False)
+    predicted: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "predicted", MappingProxyType(dict(self.predicted)))
+
+    def with_predicted(self, **figures: Any) -> "Plan":
+        """A copy whose ``predicted`` also holds ``figures`` (they win on a clash)."""
+        return dataclasses.replace(self, predicted={**self.predicted, **figures})
 
     @property
     def n_stages(self) -> int:
@@ -81,7 +92,7 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
                     "tensor_parallel": s.tensor_parallel} for s in plan.stages],
         "ops": {op.name: {"stage": plan.op_stage[v], "precision": plan.op_precision[v]}
                 for v, op in enumerate(g.ops)},
-        "predicted": plan.predicted,
+        "predicted": dict(plan.predicted),
     }
     if plan.device_order is not None:
         d["device_order"] = {topo.devices[dev].name: [[m, g.ops[v].name, ph] for m, v, ph in seq]
@@ -127,3 +138,8 @@ def read_plan_json(path: str | Path) -> dict[str, Any]:
         raise DistplanError(f"plan file {str(p)!r} not found") from None
     except json.JSONDecodeError as e:
         raise DistplanError(f"plan file {str(p)!r} is not valid JSON: {e}") from None
+
+
+def load_plan(path: str | Path, problem) -> Plan:
+    """Read a plan file written by :func:`save_plan` for ``problem``."""
+    return plan_from_dict(read_plan_json(path), problem, source=str(path))

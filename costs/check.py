@@ -6,10 +6,11 @@ stage; memory per device (costs.evaluate.plan_memory_bytes) fits its capacity.
 """
 from __future__ import annotations
 
-from costs.evaluate import plan_memory_bytes
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import PHASES, SCHEDULE_NAMES, Plan
+from distplan.costs.evaluate import plan_memory_bytes
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import PHASES, Plan
+from distplan.core.schedules import PLAN_SCHEDULES
 
 
 class InfeasiblePlan(DistplanError):
@@ -23,8 +24,8 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     V = len(g.ops)
     if len(plan.op_stage) != V or len(plan.op_precision) != V:
         return [f"plan covers {len(plan.op_stage)} ops but graph {g.name!r} has {V}"]
-    if plan.schedule not in SCHEDULE_NAMES:
-        out.append(f"schedule {plan.schedule!r} unknown; use one of {SCHEDULE_NAMES}")
+    if plan.schedule not in PLAN_SCHEDULES:
+        out.append(f"schedule {plan.schedule!r} unknown; use one of {PLAN_SCHEDULES}")
     if plan.microbatches < 1:
         out.append(f"microbatches must be >= 1, got {plan.microbatches}")
     if not plan.stages:

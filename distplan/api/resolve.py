@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distplan.errors import DistplanError
-from topologies.topology import Topology
-from workloads.graph import Graph
+from distplan.core.errors import DistplanError
+from distplan.topologies.topology import Topology
+from distplan.workloads.graph import Graph
 
 
 def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | None = None,
@@ -17,15 +17,15 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
         raise DistplanError(f"input shapes apply to .onnx workloads only, not {spec!r}")
     suffix = Path(spec).suffix.lower()
     if suffix == ".json":
-        from workloads.io import load_graph
+        from distplan.workloads.io import load_graph
 
         g = load_graph(spec)
         return g if g.mode == mode else g.with_mode(mode)
     if suffix == ".onnx":
-        from workloads.onnx_import import import_onnx
+        from distplan.workloads.onnx_import import import_onnx
 
         return import_onnx(spec, mode=mode, input_shapes=input_shapes)
-    from workloads.zoo import get_workload
+    from distplan.workloads.zoo import get_workload
 
     return get_workload(spec, batch_size=batch_size, seq_len=seq_len, mode=mode)
 
@@ -33,10 +33,10 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
 def resolve_topology(spec: str) -> Topology:
     """A preset name (``mcm4x4``) or a topology file (``.yaml``, ``.yml``, ``.json``)."""
     if Path(spec).suffix.lower() in (".yaml", ".yml", ".json"):
-        from topologies.io import load_topology
+        from distplan.topologies.io import load_topology
 
         return load_topology(spec)
-    from topologies.presets import get_topology
+    from distplan.topologies.presets import get_topology
 
     return get_topology(spec)
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from costs.problem import Problem
+from distplan.costs.problem import Problem
 
 
 def _device_xy(problem: Problem) -> list[tuple[float, float]]:
@@ -93,12 +93,14 @@ def plot_timeline(trace_path: str | Path, path: str | Path, max_events: int = 20
     plt.close(fig)
 
 
-def write_report(problem: Problem, best, folder: str | Path) -> None:
-    """placement.png, trace.json and timeline.png for the winning plan."""
-    from sim.trace import write_chrome_trace
+def write_report(problem: Problem, best, folder: str | Path) -> list[Path]:
+    """placement.png, trace.json and timeline.png for a ranked plan; returns the paths."""
+    from distplan.sim.trace import write_chrome_trace
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     plot_placement(problem, best.plan, out / "placement.png")
     write_chrome_trace(best.sim, problem, out / "trace.json")
-    plot_timeline(out / "trace.json", out / "timeline.png")
+    plot_timeline(out / "trace.json", out / "timeline.png",
+                  title=f"{problem.graph.name} on {problem.topology.name}: simulated schedule")
+    return [out / "placement.png", out / "trace.json", out / "timeline.png"]

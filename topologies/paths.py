@@ -8,7 +8,7 @@ fast-kinds-first and an interleaved order.
 """
 from __future__ import annotations
 
-from topologies.topology import Topology
+from distplan.topologies.topology import Topology
 
 
 def _mesh_paths(topo: Topology) -> list[tuple[str, tuple[int, ...]]]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distplan.errors import DistplanError
+from distplan.core.errors import DistplanError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Every method gets the same budget; the MILP (``model.solve`` with ``time_limit_s`` =
 budget) returns its top-K plans, which are checked and replayed in the realistic
-simulator (``distplan.run.rank_plans``); every baseline scores its candidates with that
+simulator (``distplan.api.run.rank_plans``); every baseline scores its candidates with that
 same simulator and the same feasibility checker. The table shows, per method, the best
 plan's simulated throughput, its ratio to the MILP plan, wall seconds and candidates
 evaluated, and, as the ceiling, the throughput the MILP's proven bound allows
@@ -11,19 +11,20 @@ is the simulator's ideal mode).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from costs.problem import Problem
-from distplan.errors import DistplanError
-from distplan.plan import Plan, plan_to_dict
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.api.pipeline import solve
+from distplan.api.report import _json_safe
+from distplan.baselines import parse_methods, run_baseline
+from distplan.core.plan import Plan, plan_to_dict
+from distplan.model import SolveOptions
 
 #: the searches the acceptance target is stated against (MCM partitioning paper)
 SEARCH_BASELINES = ("random", "sa")
@@ -78,31 +79,34 @@ class Comparison:
             return math.nan
         return self.milp.throughput_per_s / best if best > 0 else math.inf
 
+    def table(self) -> str:
+        """One row per method: simulated throughput, ratio to the MILP, seconds, candidates."""
+        return format_comparison(self)
 
-def run_milp(problem: Problem, options: Any) -> MethodRow:
-    """Solve, then check and simulate every returned plan; the row carries the best simulated."""
-    from distplan.run import rank_plans
-    from model import solve
+    def to_json(self) -> dict[str, Any]:
+        return comparison_document(self)
 
+    def __str__(self) -> str:
+        return self.table()
+
+
+def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
+    """``distplan.solve`` (coarsen, MILP, check, simulate, rank); the row carries the best."""
     t0 = time.perf_counter()
-    solved = solve(problem, options)
-    if not solved.plans:
-        raise DistplanError(f"the solver returned no plan (status {solved.status})")
-    ranked = rank_plans(problem, solved.plans)
-    best = ranked[0]
-    return MethodRow("milp", float(best.sim.throughput_per_s), time.perf_counter() - t0, len(ranked),
+    rep = solve(problem, options)
+    solved, best = rep.solver, rep.best
+    return MethodRow("milp", float(best.sim.throughput_per_s), time.perf_counter() - t0, len(rep.plans),
                      solved.status, float(solved.objective_s), float(solved.bound_s), float(solved.gap),
                      plan=best.plan,
                      extra={"solve_seconds": solved.seconds, "build_seconds": solved.build_seconds,
                             "binaries": solved.n_binaries, "constraints": solved.n_constraints,
-                            "milp_period_s": best.milp_period_s, "sim_period_s": best.sim.period_s})
+                            "milp_period_s": best.milp_period_s, "sim_period_s": best.sim.period_s,
+                            "coarse_ops": rep.coarse_ops})
 
 
 def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
                sensitivity_budget: float | None = None, scorer=None) -> MethodRow:
     """One baseline as a table row."""
-    from baselines import run_baseline
-
     r = run_baseline(method, problem, budget_s, seed, scorer=scorer, sensitivity_budget=sensitivity_budget)
     found = r.plan is not None
     period = problem.graph.batch_size / r.throughput_per_s if found and r.throughput_per_s > 0 else math.nan
@@ -110,17 +114,14 @@ def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
                      objective_s=period, rejected=r.rejected, implausible=r.implausible, plan=r.plan)
 
 
-def compare_methods(problem: Problem, methods: Sequence[str], budget_s: float, seed: int = 0,
-                    solve_options: Any = None, sensitivity_budget: float | None = None,
-                    progress: Callable[[str], None] | None = None) -> Comparison:
+def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "dp", "grid"), budget_s: float = 60.0,
+            seed: int = 0, solve_options: SolveOptions | None = None, sensitivity_budget: float | None = None,
+            progress: Callable[[str], None] | None = None) -> Comparison:
     """Run the MILP (time limit = ``budget_s``) and each baseline (budget ``budget_s``), one
     after the other so that none competes with another for the cores."""
-    from baselines import parse_methods
-    from model import SolveOptions
-
     if not budget_s > 0:
         raise DistplanError(f"--budget must be > 0 seconds, got {budget_s}")
-    methods = parse_methods(",".join(methods))
+    methods = parse_methods(methods if isinstance(methods, str) else ",".join(methods))
     opts = solve_options or SolveOptions(seed=seed, sensitivity_budget=sensitivity_budget)
     opts = dataclasses.replace(opts, time_limit_s=budget_s)
     say = progress or (lambda msg: None)
@@ -204,36 +205,12 @@ def comparison_document(c: Comparison) -> dict[str, Any]:
             "plan": plan_to_dict(r.plan, p) if r.plan is not None else None,
         })
     present = [m for m in SEARCH_BASELINES if any(r.method == m for r in c.rows)]
-    return {"workload": g.name, "mode": g.mode, "topology": p.topology.name,
+    return _json_safe({"workload": g.name, "mode": g.mode, "topology": p.topology.name,
             "precisions_allowed": list(p.precisions), "budget_s": c.budget_s,
             "ceiling_throughput_per_s": c.ceiling_per_s, "milp_bound_s": c.milp.bound_s,
             "milp_over_best_search": c.milp_over(present) if present else None,
-            "methods": rows}
+            "methods": rows})
 
 
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_json_safe(v) for v in x]
-    return x
-
-
-def run_compare(problem: Problem, args: argparse.Namespace) -> int:
-    """solve.py's ``--compare``: run, print the table (or ``--json``), return the exit code."""
-    from distplan.run import solve_options
-
-    budget = args.budget if args.budget is not None else args.time_limit
-    progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    opts = solve_options(args, problem)
-    if not args.quiet:
-        opts = dataclasses.replace(opts, progress=progress)
-    c = compare_methods(problem, args.compare.split(","), budget, seed=args.seed, solve_options=opts,
-                        sensitivity_budget=opts.sensitivity_budget, progress=progress)
-    if args.json:
-        print(json.dumps(_json_safe(comparison_document(c)), indent=1, default=float))
-    else:
-        print(format_comparison(c))
-    return 0
+#: the name the studies and older callers use
+compare_methods = compare

@@ -1,0 +1,27 @@
+"""User-facing option values that need the Problem to mean something."""
+from __future__ import annotations
+
+from distplan.core.errors import DistplanError
+from distplan.costs.problem import Problem
+
+
+def sensitivity_budget_value(text: str | float | None, problem: Problem) -> float | None:
+    """A sensitivity budget given as an absolute value (``120``) or as a share of the
+    all-lowest-precision sensitivity (``"10%"``), as a number (None: no budget)."""
+    if text is None:
+        return None
+    t = str(text).strip()
+    try:
+        if t.endswith("%"):
+            frac = float(t[:-1]) / 100.0
+            if not frac >= 0:
+                raise ValueError
+            return frac * float(problem.sensitivity.max(axis=1).sum())
+        value = float(t)
+        if value != value:
+            raise ValueError
+    except ValueError:
+        raise DistplanError(f"sensitivity budget must be a number or a percentage like 10%, got {text!r}") from None
+    if value < 0:
+        raise DistplanError(f"sensitivity budget must be >= 0, got {text!r}")
+    return value

@@ -1,0 +1,42 @@
+"""``problem(workload, topology, ...)``: names or objects in, a costed Problem out."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distplan.api.resolve import resolve_topology, resolve_workload
+from distplan.core.errors import DistplanError
+from distplan.costs.problem import Problem, ProblemOptions, build_problem
+from distplan.topologies.topology import Topology
+from distplan.workloads.graph import Graph
+
+
+def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm4x4", *,
+            batch_size: int | None = None, seq_len: int | None = None, mode: str = "inference",
+            input_shapes: dict[str, tuple[int, ...]] | None = None,
+            precisions: Sequence[str] | str = ("fp16", "int8"), microbatches: int = 16,
+            schedule: str | None = None) -> Problem:
+    """Build the Problem both the planner and the simulator read.
+
+    ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
+    the ``onnx`` extra; ``input_shapes`` fixes symbolic input dimensions), or a Graph.
+    ``topology``: a preset name (``mcm4x4``), a ``.yaml``/``.json`` file, or a Topology.
+    ``precisions``: the formats the planner may choose from (``"fp16,int8"`` or a list).
+    """
+    if isinstance(workload, Graph):
+        if batch_size is not None or seq_len is not None or input_shapes:
+            raise DistplanError("batch_size, seq_len and input_shapes apply to a workload name or file, "
+                                "not to a Graph object; build the Graph with them instead")
+        graph = workload if workload.mode == mode else workload.with_mode(mode)
+    elif isinstance(workload, str):
+        graph = resolve_workload(workload, batch_size, seq_len, mode, input_shapes or None)
+    else:
+        raise DistplanError(f"workload must be a name, a file path or a Graph, got {type(workload).__name__}")
+    if isinstance(topology, Topology):
+        topo = topology
+    elif isinstance(topology, str):
+        topo = resolve_topology(topology)
+    else:
+        raise DistplanError(f"topology must be a name, a file path or a Topology, got {type(topology).__name__}")
+    precs = tuple(p.strip() for p in precisions.split(",")) if isinstance(precisions, str) else tuple(precisions)
+    return build_problem(graph, topo, ProblemOptions(precisions=precs, microbatches=microbatches,
+                                                     schedule=schedule))

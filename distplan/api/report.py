@@ -1,0 +1,170 @@
+"""What ``distplan.solve`` returns: ranked, simulated plans beside the solver's figures,
+as a table, a JSON document, plan/trace files and plots."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distplan.core.plan import Plan, plan_to_dict, save_plan
+from distplan.costs.problem import Problem
+from distplan.model import SolveOptions, SolveResult
+from distplan.sim import SimResult
+
+
+@dataclass(frozen=True)
+class RankedPlan:
+    """One plan with its MILP period, ideal-mode and realistic simulations."""
+
+    rank: int
+    plan: Plan
+    milp_period_s: float
+    ideal_period_s: float
+    sim: SimResult  # realistic settings
+
+
+def lanes(plan: Plan) -> int:
+    """Replicas of the pipeline (1: a single pipeline)."""
+    return max(s.replicas for s in plan.stages)
+
+
+def precision_mix(plan: Plan) -> str:
+    """``int8:120 fp16:26``: op count per precision, most used first."""
+    counts: dict[str, int] = {}
+    for p in plan.op_precision:
+        counts[p] = counts.get(p, 0) + 1
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def plan_difference(problem: Problem, winner: Plan, plan: Plan, max_names: int = 2) -> str:
+    """What ``plan`` changes against ``winner``, in words a user compares plans by:
+    stage/lane shape, the ops that move to another stage, the ops at another precision."""
+    if plan == winner:
+        return "winner" if plan is winner else "same as the winner"
+    names = [op.name for op in problem.graph.ops]
+    parts = []
+    ws, ps = len(winner.used_stages()), len(plan.used_stages())
+    if ws != ps:
+        parts.append(f"{ps} stages (winner {ws})")
+    if lanes(winner) != lanes(plan):
+        parts.append(f"{lanes(plan)} lanes (winner {lanes(winner)})")
+    moved = [v for v in range(len(names)) if plan.op_stage[v] != winner.op_stage[v]]
+    if moved and ws == ps:
+        shown = ", ".join(f"{names[v]} {winner.op_stage[v]}->{plan.op_stage[v]}" for v in moved[:max_names])
+        parts.append(f"{len(moved)} op{'s' if len(moved) > 1 else ''} moved ({shown}"
+                     + (", ..." if len(moved) > max_names else "") + ")")
+    prec = [v for v in range(len(names)) if plan.op_precision[v] != winner.op_precision[v]]
+    if prec:
+        shown = ", ".join(f"{names[v]} {plan.op_precision[v]}" for v in prec[:max_names])
+        parts.append(f"{len(prec)} op{'s' if len(prec) > 1 else ''} at another precision ({shown}"
+                     + (", ..." if len(prec) > max_names else "") + ")")
+    if not parts and [s.devices for s in plan.stages] != [s.devices for s in winner.stages]:
+        parts.append("same stages on other devices")
+    return "; ".join(parts) or "same assignment"
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    """Ranked plans (best simulated throughput first) and the solver's outcome.
+
+    ``solver``: status, objective, proven bound and gap (``model.SolveResult``; for a
+    coarsened solve they are the coarse problem's). ``coarse_ops``: the coarse op count,
+    None when the graph was solved as it is."""
+
+    problem: Problem
+    solver: SolveResult
+    plans: tuple[RankedPlan, ...]
+    coarse_ops: int | None = None
+    options: SolveOptions | None = None
+
+    @property
+    def best(self) -> RankedPlan:
+        return self.plans[0]
+
+    @property
+    def gap(self) -> float:
+        return self.solver.gap
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document: ``solver.{status,objective_s,bound_s,gap,...}`` and
+        ``plans[]`` with the simulated figures and the full plan."""
+        p, g, s = self.problem, self.problem.graph, self.solver
+        winner = self.best.plan
+        return _json_safe({
+            "workload": g.name, "mode": g.mode, "topology": p.topology.name,
+            "precisions_allowed": list(p.precisions), "microbatches": p.microbatches,
+            "solver": {"status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
+                       "gap": s.gap, "seconds": s.seconds, "build_seconds": s.build_seconds,
+                       "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops},
+            "plans": [{
+                "rank": r.rank, "milp_period_s": r.milp_period_s, "sim_period_s": r.sim.period_s,
+                "sim_ideal_period_s": r.ideal_period_s, "throughput_per_s": r.sim.throughput_per_s,
+                "makespan_s": r.sim.makespan_s, "stages": len(r.plan.used_stages()), "lanes": lanes(r.plan),
+                "sensitivity": r.plan.predicted.get("sensitivity"),
+                "differs_from_winner": plan_difference(p, winner, r.plan),
+                "precisions": {op.name: r.plan.op_precision[v] for v, op in enumerate(g.ops)},
+                "peak_memory_bytes": float(max(r.sim.peak_memory_bytes)),
+                "plan": plan_to_dict(r.plan, p),
+            } for r in self.plans],
+        })
+
+    def table(self) -> str:
+        """The human-readable table: one row per plan, what each differs in from the
+        winner, then the solver's line."""
+        p, g, s = self.problem, self.problem.graph, self.solver
+        winner = self.best.plan
+        lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, "
+                 f"{p.topology.n_devices} devices, precisions {','.join(p.precisions)}",
+                 f"{'rank':>4} {'MILP period':>12} {'sim period':>12} {'ideal sim':>12} {'samples/s':>11} "
+                 f"{'stages':>6} {'lanes':>5} {'peak MiB':>9}  precision mix / differs from the winner in"]
+        for r in self.plans:
+            note = precision_mix(r.plan) if r.rank == 1 else plan_difference(p, winner, r.plan)
+            lines.append(f"{r.rank:>4} {r.milp_period_s:>12.5g} {r.sim.period_s:>12.5g} {r.ideal_period_s:>12.5g} "
+                         f"{r.sim.throughput_per_s:>11.5g} {len(r.plan.used_stages()):>6} {lanes(r.plan):>5} "
+                         f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {note}")
+        gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
+        lines.append(f"solver: {s.status}, objective {s.objective_s:.6g} s, proven bound "
+                     f"{s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s solve + {s.build_seconds:.1f} s build, "
+                     f"{s.n_binaries} binaries, {s.n_constraints} constraints")
+        if s.status != "optimal":
+            lines.append(f"note: the solver stopped at '{s.status}' before proving its gap target; "
+                         "the plans above are the best found, with the gap shown")
+        if self.coarse_ops is not None:
+            lines.append(f"note: solved on a {self.coarse_ops}-op coarsening of the {p.n_ops}-op graph; the bound "
+                         "and gap above are for the coarse problem, periods are for the expanded plans on the "
+                         "original graph")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def write_plan(self, path: str | Path, rank: int = 1) -> None:
+        """The plan of ``rank`` (1: the winner) as a distplan-plan JSON file."""
+        save_plan(self.plans[rank - 1].plan, self.problem, path)
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1, default=float))
+
+    def write_trace(self, path: str | Path, rank: int = 1) -> None:
+        """Chrome/Perfetto trace of a plan's realistic simulation (needs ``solve(trace=True)``)."""
+        from distplan.sim.trace import write_chrome_trace
+
+        write_chrome_trace(self.plans[rank - 1].sim, self.problem, path)
+
+    def write_report(self, folder: str | Path, rank: int = 1) -> list[Path]:
+        """placement.png, trace.json and timeline.png of a plan; returns the paths."""
+        from distplan.api.plots import write_report
+
+        return write_report(self.problem, self.plans[rank - 1], folder)

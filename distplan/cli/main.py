@@ -1,0 +1,136 @@
+"""The command line (``python solve.py``, ``python -m distplan``, ``distplan``): parse,
+call the API, print. Errors a user can cause print one ``error:`` line, exit 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from distplan import api
+from distplan.core.errors import DistplanError
+from distplan.core.schedules import SCHEDULES
+
+DESCRIPTION = ("Plan placement, pipeline stages and precision of a network on many devices: "
+               "solve the MILP, re-rank the plans in the simulator, report and write the winner.")
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--list", action="store_true", help="list workloads and topology presets, then exit")
+    ap.add_argument("--describe", action="store_true", help="summarise the workload on the topology, then exit")
+    w = ap.add_argument_group("problem")
+    w.add_argument("--workload", default="bert-base", help="zoo name, graph .json or .onnx file")
+    w.add_argument("--topology", default="mcm4x4", help="preset name or topology .yaml/.json file")
+    w.add_argument("--batch-size", type=int, default=None, help="samples per microbatch (zoo default if unset)")
+    w.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
+    w.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1xD2",
+                   help="static shape of a symbolic ONNX input, e.g. input_ids=1x128 (repeat per input)")
+    w.add_argument("--mode", choices=("inference", "training"), default="inference")
+    w.add_argument("--precisions", default="fp16,int8", help="precisions the planner may choose from")
+    w.add_argument("--microbatches", type=int, default=16)
+    w.add_argument("--schedule", choices=SCHEDULES, default=None,
+                   help="pipeline schedule (default: stream for inference, 1f1b for training)")
+    s = ap.add_argument_group("solver")
+    s.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
+    s.add_argument("--sensitivity-budget", default=None,
+                   help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
+                        "all-lowest-precision total such as 10%%")
+    s.add_argument("--sensitivity-weight", type=float, default=0.0,
+                   help="seconds of period traded per unit of sensitivity (weighted objective)")
+    s.add_argument("--coarsen", type=int, default=None,
+                   help="solve on a graph coarsened to this many ops (default: 150 when the graph has > 300; 0: never)")
+    s.add_argument("--stages", type=int, default=None, help="pipeline stages (default: up to the device count)")
+    s.add_argument("--top-k", type=int, default=5)
+    s.add_argument("--time-limit", type=float, default=60.0, help="time limit of the solve in seconds")
+    s.add_argument("--gap", type=float, default=0.01, help="relative optimality gap to stop at")
+    s.add_argument("--threads", type=int, default=None, help="solver threads (default: all cores)")
+    s.add_argument("--seed", type=int, default=0)
+    o = ap.add_argument_group("output")
+    o.add_argument("--plan-out", default="plan.json", help="where to write the winning plan")
+    o.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace of the winner")
+    o.add_argument("--report", default=None, help="folder for plots (placement, timeline)")
+    o.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    o.add_argument("--quiet", action="store_true", help="no progress output")
+    c = ap.add_argument_group("baselines")
+    c.add_argument("--compare", default=None, help="baselines to run at equal budget: random,sa,dp,grid")
+    c.add_argument("--budget", type=float, default=None, help="wall-clock seconds per method for --compare")
+    return ap.parse_args(argv)
+
+
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOptions:
+    """The planner's options from the parsed flags."""
+    kw = dict(objective=args.objective,
+              sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
+              sensitivity_weight=args.sensitivity_weight, top_k=args.top_k, time_limit_s=args.time_limit,
+              rel_gap=args.gap, seed=args.seed, n_stages=args.stages, coarsen_ops=args.coarsen,
+              progress=None if args.quiet or args.json else _say)
+    if args.threads is not None:
+        kw["threads"] = args.threads
+    return api.SolveOptions(**kw)
+
+
+def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
+    """``--compare``: the MILP against the baselines at equal budget."""
+    budget = args.budget if args.budget is not None else args.time_limit
+    opts = solve_options(args, problem)
+    progress = None if args.quiet else _say
+    c = api.compare(problem, args.compare, budget, seed=args.seed, solve_options=opts,
+                    sensitivity_budget=opts.sensitivity_budget, progress=progress)
+    print(json.dumps(c.to_json(), indent=1, default=float) if args.json else c.table())
+    return 0
+
+
+def run_solve(problem: api.Problem, args: argparse.Namespace) -> int:
+    """Solve, rank, print, write the winner's plan/trace/report."""
+    if args.top_k < 1:
+        raise DistplanError("--top-k must be >= 1")
+    if args.compare:
+        return run_compare(problem, args)
+    report = api.solve(problem, solve_options(args, problem), trace=bool(args.trace or args.report))
+    if args.plan_out:
+        report.write_plan(args.plan_out)
+    if args.trace:
+        report.write_trace(args.trace)
+    if args.report:
+        report.write_report(args.report)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1, default=float))
+    else:
+        print(report.table())
+        outs = [p for p in (args.plan_out, args.trace, args.report) if p]
+        if outs:
+            print("wrote " + ", ".join(outs))
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
+    args = parse_args(argv, prog)
+    try:
+        if args.list:
+            from distplan.api.describe import listing
+
+            print(listing())
+            return 0
+        shapes = dict(api.parse_input_shape(x) for x in args.input_shape)
+        problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
+                              mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
+                              microbatches=args.microbatches, schedule=args.schedule)
+        if args.describe:
+            from distplan.api.describe import describe
+
+            print(describe(problem))
+            return 0
+        return run_solve(problem, args)
+    except DistplanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
