@@ -17,7 +17,7 @@ import pyomo.environ as pyo
 from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
 from distplan.costs.memory import activation_factors
 from distplan.costs.problem import Problem
-from distplan.core.errors import DistplanError
+from distplan.core.errors import DistplanError, InternalError
 from distplan.core.plan import Plan, Stage
 from distplan.model.budget import budget_plans_and_bound
 from distplan.model.build import ModelSpec, build_model
@@ -417,7 +417,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     m, run, c = win["m"], win["run"], win["cand"]
     best, path, lanes = win["best"], c.lanes[0], c.lanes
     if plan_violations(problem, best):  # never trust a solver alone
-        raise DistplanError("internal: the MILP returned an infeasible plan: " + "; ".join(plan_violations(problem, best)))
+        raise InternalError("the MILP returned an infeasible plan: " + "; ".join(plan_violations(problem, best)))
     bound = min(b for b, _ in bounds.values())
     stats = [s for b, s in bounds.values() if math.isfinite(b)]
     status = next((s for s in stats if s != "optimal"), "optimal")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distplan.core.errors import DistplanError
+from distplan.core.errors import DistplanError, InternalError
 from distplan.sim.engine import PRIO_ARRIVE, PRIO_DONE
 from distplan.sim.program import K_B, K_CAST_B, K_CAST_F, K_F, KIND_NAMES, Program
 
@@ -370,7 +370,7 @@ def _deadlock(net: Net, prog: Program, waiting, pending, done: int) -> None:
                 f"the plan's order deadlocks: {where} waits for {what}, whose inputs never arrive "
                 f"({done} of {net.n_valid} tasks ran); reorder device_order so every task comes after "
                 "the tasks it depends on")
-    raise DistplanError(f"simulation stalled after {done} of {net.n_valid} tasks (internal error)")
+    raise InternalError(f"simulation stalled after {done} of {net.n_valid} tasks")
 
 
 def _describe(net: Net, prog: Program, nid: int) -> str:
