@@ -3,7 +3,7 @@ limits; per run record the MILP's status, objective, proven bound, gap, seconds 
 simulated throughput and the same for every baseline (CSV, appended as runs finish,
 resumable), then plot gap vs time, throughput ratio vs baselines and solve time vs
 graph size. Local process pool by default, an existing Dask cluster with
-``--scheduler``. CLI: ``python -m studies --help``.
+``--scheduler``. CLI: ``python -m distplan.studies --help``.
 """
 from distplan.studies.plots import make_plots
 from distplan.studies.runner import run_one

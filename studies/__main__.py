@@ -1,9 +1,9 @@
-"""``python -m studies``: run an optimality study and plot it.
+"""``python -m distplan.studies``: run an optimality study and plot it.
 
-    python -m studies --workloads bert-base,gpt2,mlp-small --topologies mcm4x4,dgx-a100 \\
+    python -m distplan.studies --workloads bert-base,gpt2,mlp-small --topologies mcm4x4,dgx-a100 \\
         --seeds 0,1,2 --time-limits 10 --out studies/out
-    python -m studies ... --scheduler tcp://host:8786     # on an existing Dask cluster
-    python -m studies --plot-only --out studies/out       # re-plot an existing CSV
+    python -m distplan.studies ... --scheduler tcp://host:8786     # on an existing Dask cluster
+    python -m distplan.studies --plot-only --out studies/out       # re-plot an existing CSV
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _list(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m studies", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="python -m distplan.studies", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--workloads", default="bert-base,gpt2,mlp-small", help="comma-separated zoo names or files")
     ap.add_argument("--topologies", default="mcm4x4,dgx-a100", help="comma-separated presets or files")

@@ -1,5 +1,5 @@
 """One study run: build the problem, run the MILP and every baseline at the run's time
-limit (``distplan.api.compare.compare_methods``), and turn the outcome into CSV rows.
+limit (``distplan.api.compare``), and turn the outcome into CSV rows.
 
 ``run_one`` is a plain module-level function of a picklable RunSpec, so it runs the same
 in-process, in a process pool, or on a Dask worker; within one process runs take turns
@@ -30,13 +30,10 @@ def _base(spec: RunSpec) -> dict[str, Any]:
 
 
 def build(spec: RunSpec):
-    from distplan.costs import ProblemOptions, build_problem
-    from distplan.api.resolve import resolve_topology, resolve_workload
+    from distplan.api import problem
 
-    graph = resolve_workload(spec.workload, spec.batch_size, spec.seq_len, spec.mode)
-    topo = resolve_topology(spec.topology)
-    return build_problem(graph, topo, ProblemOptions(precisions=tuple(spec.precisions.split(",")),
-                                                     microbatches=spec.microbatches))
+    return problem(spec.workload, spec.topology, batch_size=spec.batch_size, seq_len=spec.seq_len,
+                   mode=spec.mode, precisions=spec.precisions, microbatches=spec.microbatches)
 
 
 def run_one(spec: RunSpec) -> list[dict[str, Any]]:
@@ -46,7 +43,7 @@ def run_one(spec: RunSpec) -> list[dict[str, Any]]:
 
 
 def _run(spec: RunSpec) -> list[dict[str, Any]]:
-    from distplan.api.compare import compare_methods, plan_shape
+    from distplan.api.compare import compare, plan_shape
     from distplan.model import SolveOptions
 
     base = _base(spec)
@@ -54,7 +51,7 @@ def _run(spec: RunSpec) -> list[dict[str, Any]]:
         problem = build(spec)
         opts = SolveOptions(time_limit_s=spec.time_limit_s, seed=spec.seed, threads=spec.threads,
                             top_k=spec.top_k, rel_gap=spec.rel_gap)
-        c = compare_methods(problem, spec.methods, spec.time_limit_s, seed=spec.seed, solve_options=opts)
+        c = compare(problem, spec.methods, spec.time_limit_s, seed=spec.seed, solve_options=opts)
     except DistplanError as e:
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
         return [{**base, "method": m, "status": "error", "error": str(e), "finished_at": now}
