@@ -39,7 +39,7 @@ if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "model" / "__init__.py").is
         and not (_Path(__file__).resolve().parent / "model").is_dir():
     __path__.append(str(_ROOT))  # noqa: F821 (a package's __path__)
 
-_API = ("problem", "solve", "simulate", "check", "compare", "from_module", "load_plan",
+_API = ("problem", "solve", "simulate", "check", "compare", "from_module", "load_plan", "save_plan",
         "ProblemOptions", "SolveOptions", "SolveReport", "RankedPlan", "SimOptions", "SimResult",
         "Comparison", "Problem", "Plan")
 

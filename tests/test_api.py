@@ -87,8 +87,10 @@ def test_simulate_and_check(tiny, report):
 
 def test_write_plan_round_trips(report, tiny, tmp_path):
     report.write_plan(tmp_path / "p.json")
-    again = distplan.load_plan(tmp_path / "p.json", tiny)
+    again, problem = distplan.load_plan(tmp_path / "p.json")
     assert again == report.best.plan
+    assert problem.graph == tiny.graph and problem.topology == tiny.topology
+    assert problem.precisions == tiny.precisions and problem.microbatches == tiny.microbatches
 
 
 def test_compare_shares_the_pipeline(tiny):

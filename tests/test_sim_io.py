@@ -1,5 +1,5 @@
 """Simulator I/O: plan JSON round trip, the checker's messages, the trace file and the
-``python -m sim`` replay command."""
+``python -m distplan.sim`` replay command."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from distplan.costs.problem import ProblemOptions, build_problem
-from distplan.core.plan import Plan, Stage, plan_from_dict, plan_to_dict, save_plan
+from distplan.core.plan import Plan, Stage, plan_from_dict, plan_to_dict
+from distplan.costs.plan_file import load_plan_file, save_plan
 from distplan.sim import SimOptions, simulate
 from distplan.costs.check import InfeasiblePlan, check_plan, plan_violations
 from distplan.sim.trace import chrome_trace, write_chrome_trace
@@ -139,3 +140,68 @@ def test_simulate_rejects_malformed_plans_with_one_error():
         simulate(pb, Plan((0, 1), ("fp16", "fp8"), (Stage((0,)), Stage((1,))), 1, "stream"))
     with pytest.raises(DistplanError, match="training graph"):
         simulate(pb, Plan((0, 1), ("fp16",) * 2, (Stage((0,)), Stage((1,))), 1, "1f1b"))
+
+
+def _custom_gpt2_plan(tmp_path) -> tuple[Path, float]:
+    """A custom graph that calls itself 'gpt2' (10x the zoo's FLOPs on each op) with a
+    plan file; returns the path and the throughput its own problem simulates at."""
+    from distplan.workloads.graph import Graph, Operator, Tensor
+    from distplan.workloads.io import save_graph
+    zoo = get_workload("gpt2", seq_len=128)
+    ops = tuple(Operator(op.name, op.kind, op.fwd_flops * 10, op.bwd_flops * 10, op.param_elems, op.out_elems,
+                         op.touched_elems) for op in zoo.ops)
+    g = Graph("gpt2", ops, zoo.tensors, mode="inference", batch_size=1, seq_len=128)
+    save_graph(g, tmp_path / "gpt2.json")
+    topo = get_topology("dgx-a100")
+    pb = build_problem(g, topo, ProblemOptions(precisions=("fp16",), microbatches=4))
+    V = len(g.ops)
+    plan = Plan(tuple(v * 4 // V for v in range(V)), ("fp16",) * V, tuple(Stage((d,)) for d in range(4)), 4, "stream")
+    save_plan(plan, pb, tmp_path / "plan.json")
+    return tmp_path / "plan.json", simulate(pb, plan).throughput_per_s
+
+
+def test_a_plan_file_replays_its_own_graph_not_a_namesake(tmp_path):
+    path, own = _custom_gpt2_plan(tmp_path)
+    plan, pb = load_plan_file(path)
+    assert pb.graph.fwd_flops == pytest.approx(10 * get_workload("gpt2", seq_len=128).fwd_flops)
+    out = _cli(path)
+    assert out.returncode == 0, out.stderr
+    assert f"throughput {own:.6g}" in out.stdout
+    # naming the zoo's gpt2 explicitly is refused: it is another graph
+    out = _cli(path, "--workload", "gpt2")
+    assert out.returncode == 2 and "made for another graph" in out.stderr and "Traceback" not in out.stderr
+    # the custom file itself is accepted
+    out = _cli(path, "--workload", tmp_path / "gpt2.json")
+    assert out.returncode == 0, out.stderr
+
+
+def test_an_edited_embedded_graph_or_a_v1_file_is_refused(tmp_path):
+    path, _ = _custom_gpt2_plan(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["problem"]["graph"]["ops"][0]["fwd_flops"] = 1.0
+    (tmp_path / "edited.json").write_text(json.dumps(doc))
+    out = _cli(tmp_path / "edited.json")
+    assert out.returncode == 2 and "does not match its recorded sha256" in out.stderr
+    doc = json.loads(path.read_text())
+    doc["version"] = 1
+    for k in ("graph", "topology", "graph_sha256", "topology_sha256"):
+        del doc["problem"][k]
+    (tmp_path / "v1.json").write_text(json.dumps(doc))
+    out = _cli(tmp_path / "v1.json")
+    assert out.returncode == 2 and "version-1" in out.stderr and "--workload" in out.stderr
+    out = _cli(tmp_path / "v1.json", "--workload", tmp_path / "gpt2.json", "--topology", "dgx-a100")
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("content", ["dir", b"\xff\xfe\x00bad", '{"format": "distplan-plan", "version": 2}'])
+def test_unreadable_plan_files_are_one_line(tmp_path, content):
+    path = tmp_path / "p.json"
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    out = _cli(path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error:")

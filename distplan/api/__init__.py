@@ -13,7 +13,9 @@ from distplan.api.pipeline import check, rank_plans, simulate, solve
 from distplan.api.problem import problem
 from distplan.api.resolve import parse_input_shape
 from distplan.api.report import RankedPlan, SolveReport, plan_difference
-from distplan.core.plan import Plan, load_plan
+from distplan.core.plan import Plan
+from distplan.costs.plan_file import load_plan_file as load_plan
+from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem, ProblemOptions
 from distplan.model import SolveOptions, SolveResult
 from distplan.sim import SimOptions, SimResult
@@ -27,7 +29,7 @@ def from_module(module, example_inputs, mode: str = "inference", name: str | Non
     return import_module(module, example_inputs, mode=mode, name=name)
 
 
-__all__ = ["problem", "solve", "simulate", "check", "compare", "from_module", "load_plan",
+__all__ = ["problem", "solve", "simulate", "check", "compare", "from_module", "load_plan", "save_plan",
            "sensitivity_budget_value", "parse_input_shape", "rank_plans", "plan_difference",
            "Problem", "ProblemOptions", "SolveOptions", "SolveResult", "SolveReport", "RankedPlan",
            "SimOptions", "SimResult", "Comparison", "MethodRow", "Plan"]

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distplan.core.plan import Plan, plan_to_dict, save_plan
+from distplan.core.plan import Plan, plan_to_dict
+from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
 from distplan.model import SolveOptions, SolveResult
 from distplan.sim import SimResult
@@ -151,7 +152,8 @@ class SolveReport:
         return self.table()
 
     def write_plan(self, path: str | Path, rank: int = 1) -> None:
-        """The plan of ``rank`` (1: the winner) as a distplan-plan JSON file."""
+        """The plan of ``rank`` (1: the winner) as a self-contained plan file (it embeds
+        the graph and topology; ``python -m distplan.sim FILE`` replays it)."""
         save_plan(self.plans[rank - 1].plan, self.problem, path)
 
     def write_json(self, path: str | Path) -> None:

@@ -1,8 +1,10 @@
 """python -m distplan.sim PLAN.json [--trace trace.json] [--ideal] [--link-model fifo|fair|free]
 
-Replays a plan file: rebuilds the problem from the plan's "problem" block (workload and
-topology by name, or by file with --workload / --topology), checks the plan, simulates
-it and prints a summary. Errors print one line and exit with status 2.
+Replays a plan file: rebuilds the problem the plan embeds (graph, topology, options;
+``distplan.costs.plan_file``), checks the plan, simulates it and prints a summary.
+``--workload``/``--topology`` must be the very graph/topology the plan was made for
+(checked by content hash), and are needed for a version-1 file, which only names them.
+Errors print one line and exit with status 2.
 """
 from __future__ import annotations
 
@@ -12,21 +14,20 @@ import sys
 from distplan.api.resolve import resolve_topology, resolve_workload
 from distplan.core.errors import DistplanError
 from distplan.core.plan import plan_from_dict, read_plan_json
-from distplan.core.schedules import SCHEDULES
 from distplan.costs.check import check_plan
-from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.costs.plan_file import problem_from_document
 from distplan.sim import SimOptions, simulate
 from distplan.sim.trace import write_chrome_trace
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m distplan.sim", description="Replay a distplan plan file in the simulator.")
-    ap.add_argument("plan", help="plan JSON file (distplan-plan v1)")
+    ap.add_argument("plan", help="plan JSON file (distplan-plan v2, or v1 with --workload and --topology)")
     ap.add_argument("--trace", help="write a Chrome/Perfetto trace here")
     ap.add_argument("--ideal", action="store_true", help="ideal mode (no latency, static link order)")
     ap.add_argument("--link-model", default="fifo", choices=("fifo", "fair", "free"))
-    ap.add_argument("--workload", help="graph file or zoo name overriding the plan's workload")
-    ap.add_argument("--topology", help="topology file or preset overriding the plan's topology")
+    ap.add_argument("--workload", help="graph file or zoo name; must be the plan's own graph")
+    ap.add_argument("--topology", help="topology file or preset; must be the plan's own topology")
     args = ap.parse_args(argv)
     try:
         res, problem = replay(args)
@@ -41,21 +42,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def replay(args):
+    """The plan and the problem it identifies; ``--workload``/``--topology`` must match
+    a self-contained (v2) file, and are required for a v1 file."""
     d = read_plan_json(args.plan)
     blk = d.get("problem") if isinstance(d, dict) else None
-    if not isinstance(blk, dict):
-        raise DistplanError(f"plan file {args.plan!r} has no 'problem' block naming workload and topology")
-    try:
-        mode = blk.get("mode", "inference")
-        graph = resolve_workload(args.workload or blk["workload"], batch_size=blk.get("batch_size"),
-                                 seq_len=blk.get("seq_len"), mode=mode)
-        topo = resolve_topology(args.topology or blk["topology"])
-        sched = d.get("schedule")
-        problem = build_problem(graph, topo, ProblemOptions(
-            precisions=tuple(blk["precisions"]), microbatches=int(d["microbatches"]),
-            schedule=sched if sched in SCHEDULES else None))
-    except (KeyError, TypeError, ValueError) as e:
-        raise DistplanError(f"plan file {args.plan!r}: malformed problem block ({e!r})") from None
+    graph = topo = None
+    if args.workload:
+        b = blk if isinstance(blk, dict) else {}
+        graph = resolve_workload(args.workload, batch_size=b.get("batch_size"), seq_len=b.get("seq_len"),
+                                 mode=b.get("mode", "inference"))
+    if args.topology:
+        topo = resolve_topology(args.topology)
+    problem = problem_from_document(d, args.plan, graph, topo)
     plan = plan_from_dict(d, problem, source=args.plan)
     check_plan(problem, plan)
     res = simulate(problem, plan, SimOptions(ideal=args.ideal, link_model=args.link_model, trace=bool(args.trace)))

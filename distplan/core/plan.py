@@ -21,7 +21,8 @@ from distplan.core.errors import DistplanError
 from distplan.core.schedules import PLAN_SCHEDULES
 
 FORMAT = "distplan-plan"
-VERSION = 1
+VERSION = 1          # this module writes the plan itself; costs.plan_file adds the problem (v2)
+READ_VERSIONS = (1, 2)
 PHASES = ("F", "B")
 
 
@@ -102,8 +103,10 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
 
 def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
     """Inverse of :func:`plan_to_dict`; every name must exist in ``problem``."""
-    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("version") != VERSION:
-        raise DistplanError(f"{source}: not a {FORMAT} v{VERSION} document")
+    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("version") not in READ_VERSIONS:
+        raise DistplanError(f"{source}: not a {FORMAT} document of version {' or '.join(map(str, READ_VERSIONS))}")
+    if not isinstance(d.get("ops"), dict) or not isinstance(d.get("stages"), list):
+        raise DistplanError(f"{source}: a plan needs 'ops' (op name -> stage, precision) and 'stages' (a list)")
     g, topo = problem.graph, problem.topology
     missing = [op.name for op in g.ops if op.name not in d["ops"]]
     extra = [n for n in d["ops"] if n not in {op.name for op in g.ops}]
@@ -126,20 +129,19 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
         raise DistplanError(f"{source}: malformed plan ({e!r})") from None
 
 
-def save_plan(plan: Plan, problem, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(plan_to_dict(plan, problem), indent=1))
-
-
 def read_plan_json(path: str | Path) -> dict[str, Any]:
+    """Parse a plan file; any read or syntax problem is a DistplanError naming the file."""
     p = Path(path)
     try:
-        return json.loads(p.read_text())
+        return json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DistplanError(f"plan file {str(p)!r} not found") from None
-    except json.JSONDecodeError as e:
+    except IsADirectoryError:
+        raise DistplanError(f"plan file {str(p)!r} is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise DistplanError(f"plan file {str(p)!r} is not UTF-8 text (is it a plan JSON file?)") from None
+    except OSError as e:
+        raise DistplanError(f"plan file {str(p)!r} cannot be read: {e.strerror or e}") from None
+    except (json.JSONDecodeError, RecursionError) as e:
         raise DistplanError(f"plan file {str(p)!r} is not valid JSON: {e}") from None
 
-
-def load_plan(path: str | Path, problem) -> Plan:
-    """Read a plan file written by :func:`save_plan` for ``problem``."""
-    return plan_from_dict(read_plan_json(path), problem, source=str(path))

@@ -1,0 +1,137 @@
+"""Plan files that identify their problem exactly (``distplan-plan`` version 2).
+
+A version-2 plan file embeds the graph and the topology it was made for (their own
+file documents, ``distplan-graph`` and the topology file format) with a SHA-256 of
+each, and the problem options (precisions, microbatches, schedule). Replaying it needs
+nothing else, and a replay against another graph or topology is refused: a custom graph
+called ``gpt2`` can never be mistaken for the zoo's. Version-1 files named their problem
+only; they are read only against a workload and topology given explicitly.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, plan_from_dict, plan_to_dict, read_plan_json
+from distplan.core.schedules import SCHEDULES
+from distplan.costs.problem import Problem, ProblemOptions, build_problem
+from distplan.topologies.io import topology_from_dict, topology_to_dict
+from distplan.topologies.textformat import dump_json
+from distplan.topologies.topology import Topology
+from distplan.workloads.graph import Graph
+from distplan.workloads.io import graph_from_dict, graph_to_dict
+
+VERSION = 2
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def graph_sha256(graph: Graph) -> str:
+    """Content hash of a graph (its canonical JSON document)."""
+    return _sha(json.dumps(graph_to_dict(graph), sort_keys=True))
+
+
+def topology_sha256(topology: Topology) -> str:
+    """Content hash of a topology (its file document, exact decimals)."""
+    return _sha(dump_json(topology_to_dict(topology)))
+
+
+def plan_document(plan: Plan, problem: Problem) -> dict[str, Any]:
+    """The version-2 document: the plan, and its problem embedded with hashes."""
+    d = plan_to_dict(plan, problem)
+    d["version"] = VERSION
+    d["problem"].update(
+        microbatches=problem.microbatches, schedule=problem.schedule,
+        graph_sha256=graph_sha256(problem.graph), topology_sha256=topology_sha256(problem.topology),
+        graph=graph_to_dict(problem.graph),
+        topology=json.loads(dump_json(topology_to_dict(problem.topology))))
+    return d
+
+
+def save_plan(plan: Plan, problem: Problem, path: str | Path) -> None:
+    """Write ``plan`` for ``problem`` as a self-contained version-2 plan file."""
+    try:
+        Path(path).write_text(json.dumps(plan_document(plan, problem), indent=1, default=float))
+    except OSError as e:
+        raise DistplanError(f"cannot write plan file {str(path)!r}: {e.strerror or e}") from None
+
+
+def _decimals(x: Any) -> Any:
+    """Floats back to the exact decimals the topology document was written with."""
+    if isinstance(x, float):
+        return Decimal(repr(x))
+    if isinstance(x, dict):
+        return {k: _decimals(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_decimals(v) for v in x]
+    return x
+
+
+def _problem_block(d: Any, source: str) -> dict[str, Any]:
+    blk = d.get("problem") if isinstance(d, dict) else None
+    if not isinstance(blk, dict):
+        raise DistplanError(f"{source}: no 'problem' block; this is not a plan file written by distplan")
+    return blk
+
+
+def problem_from_document(d: Any, source: str = "plan", graph: Graph | None = None,
+                          topology: Topology | None = None) -> Problem:
+    """Rebuild the problem a plan document was made for.
+
+    Version 2: from the embedded graph and topology; a ``graph`` or ``topology`` given
+    too must have the recorded hash (else a DistplanError says which differs).
+    Version 1: only with both ``graph`` and ``topology`` given."""
+    blk = _problem_block(d, source)
+    version = d.get("version")
+    try:
+        if version == VERSION:
+            emb_g = graph_from_dict(blk["graph"], source=f"{source}: embedded graph")
+            emb_t = topology_from_dict(_decimals(blk["topology"]), default_name=str(blk.get("topology_name", "t")))
+            for what, emb, want in (("graph", emb_g, blk.get("graph_sha256")),
+                                    ("topology", emb_t, blk.get("topology_sha256"))):
+                got = graph_sha256(emb) if what == "graph" else topology_sha256(emb)
+                if got != want:
+                    raise DistplanError(f"{source}: the embedded {what} does not match its recorded sha256 "
+                                        "(the file was edited); re-solve to write a new plan file")
+            for what, given, want in (("graph", graph, blk.get("graph_sha256")),
+                                      ("topology", topology, blk.get("topology_sha256"))):
+                if given is None:
+                    continue
+                got = graph_sha256(given) if what == "graph" else topology_sha256(given)
+                if got != want:
+                    raise DistplanError(
+                        f"{source}: the plan was made for another {what} than the one given "
+                        f"({given.name!r}, sha256 {got[:12]} vs the plan's {str(want)[:12]}); "
+                        f"leave out the {what} to replay the plan on its own, embedded {what}")
+            graph, topology = emb_g, emb_t
+        elif version == 1:
+            if graph is None or topology is None:
+                raise DistplanError(f"{source}: a version-1 plan file names its workload and topology without "
+                                    "identifying them; give both (--workload and --topology) or re-solve to "
+                                    "write a self-contained version-2 file")
+        else:
+            raise DistplanError(f"{source}: plan file version {version!r} unknown; this distplan reads 1 and {VERSION}")
+        mode = blk.get("mode", graph.mode)
+        if graph.mode != mode:
+            graph = graph.with_mode(mode)
+        sched = blk.get("schedule", d.get("schedule"))
+        return build_problem(graph, topology, ProblemOptions(
+            precisions=tuple(blk["precisions"]),
+            microbatches=int(blk.get("microbatches", d["microbatches"])),
+            schedule=sched if sched in SCHEDULES else None))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DistplanError(f"{source}: malformed problem block ({type(e).__name__}: {e})") from None
+
+
+def load_plan_file(path: str | Path, graph: Graph | None = None,
+                   topology: Topology | None = None) -> tuple[Plan, Problem]:
+    """Read a plan file and the problem it identifies (see :func:`problem_from_document`)."""
+    d = read_plan_json(path)
+    problem = problem_from_document(d, str(path), graph, topology)
+    return plan_from_dict(d, problem, source=str(path)), problem
