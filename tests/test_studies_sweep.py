@@ -9,7 +9,7 @@ import pytest
 
 from conftest import chain_graph
 from distplan.studies import RunSpec, expand, make_plots, pending, read_rows, run_sweep
-from distplan.studies.__main__ import main as studies_main
+from distplan.cli.studies import main as studies_main
 from distplan.studies.spec import KEY_FIELDS
 from distplan.studies.store import FIELDS, append_rows, finished_keys
 from distplan.workloads.graph import Graph, Operator, Tensor

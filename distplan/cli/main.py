@@ -8,6 +8,7 @@ import sys
 
 from distplan import api
 from distplan.core.errors import DistplanError
+from distplan.cli.args import Parser, check_output_file, check_output_folder, finite_float
 from distplan.core.schedules import SCHEDULES
 
 DESCRIPTION = ("Plan placement, pipeline stages and precision of a network on many devices: "
@@ -15,7 +16,7 @@ DESCRIPTION = ("Plan placement, pipeline stages and precision of a network on ma
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
+    ap = Parser(prog=prog, description=DESCRIPTION,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--list", action="store_true", help="list workloads and topology presets, then exit")
     ap.add_argument("--describe", action="store_true", help="summarise the workload on the topology, then exit")
@@ -36,14 +37,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     s.add_argument("--sensitivity-budget", default=None,
                    help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
                         "all-lowest-precision total such as 10%%")
-    s.add_argument("--sensitivity-weight", type=float, default=0.0,
+    s.add_argument("--sensitivity-weight", type=finite_float, default=0.0,
                    help="seconds of period traded per unit of sensitivity (weighted objective)")
     s.add_argument("--coarsen", type=int, default=None,
                    help="solve on a graph coarsened to this many ops (default: 150 when the graph has > 300; 0: never)")
     s.add_argument("--stages", type=int, default=None, help="pipeline stages (default: up to the device count)")
     s.add_argument("--top-k", type=int, default=5)
-    s.add_argument("--time-limit", type=float, default=60.0, help="time limit of the solve in seconds")
-    s.add_argument("--gap", type=float, default=0.01, help="relative optimality gap to stop at")
+    s.add_argument("--time-limit", type=finite_float, default=60.0, help="time limit of the solve in seconds")
+    s.add_argument("--gap", type=finite_float, default=0.01, help="relative optimality gap to stop at")
     s.add_argument("--threads", type=int, default=None, help="solver threads (default: all cores)")
     s.add_argument("--seed", type=int, default=0)
     o = ap.add_argument_group("output")
@@ -54,7 +55,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     o.add_argument("--quiet", action="store_true", help="no progress output")
     c = ap.add_argument_group("baselines")
     c.add_argument("--compare", default=None, help="baselines to run at equal budget: random,sa,dp,grid")
-    c.add_argument("--budget", type=float, default=None, help="wall-clock seconds per method for --compare")
+    c.add_argument("--budget", type=finite_float, default=None, help="wall-clock seconds per method for --compare")
     return ap.parse_args(argv)
 
 
@@ -113,6 +114,10 @@ def run_solve(problem: api.Problem, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     args = parse_args(argv, prog)
     try:
+        if not (args.list or args.describe):
+            check_output_file(args.plan_out, "--plan-out")
+            check_output_file(args.trace, "--trace")
+            check_output_folder(args.report, "--report")
         if args.list:
             from distplan.api.describe import listing
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from distplan.api.resolve import resolve_topology, resolve_workload
+from distplan.cli.args import Parser, check_output_file
 from distplan.core.errors import DistplanError
 from distplan.core.plan import plan_from_dict, read_plan_json
 from distplan.costs.check import check_plan
@@ -21,7 +22,7 @@ from distplan.sim.trace import write_chrome_trace
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m distplan.sim", description="Replay a distplan plan file in the simulator.")
+    ap = Parser(prog="python -m distplan.sim", description="Replay a distplan plan file in the simulator.")
     ap.add_argument("plan", help="plan JSON file (distplan-plan v2, or v1 with --workload and --topology)")
     ap.add_argument("--trace", help="write a Chrome/Perfetto trace here")
     ap.add_argument("--ideal", action="store_true", help="ideal mode (no latency, static link order)")
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", help="topology file or preset; must be the plan's own topology")
     args = ap.parse_args(argv)
     try:
+        check_output_file(args.trace, "--trace")
         res, problem = replay(args)
         print(res.summary())
         if args.trace:
