@@ -6,7 +6,7 @@ hardware. What it executes (the same numbers ``costs.evaluate.plan_cost`` linear
 * Operator tasks. Op v of microbatch m runs on the replica ``m % replicas`` of its
   stage for ``problem.fwd_time_s[v, q, c]`` (training: also a backward task of
   ``bwd_time_s``). A device runs ``DeviceKind.concurrency`` tasks at a time (1 for every
-  preset), in a static order fixed by the schedule (``sim.program``): 'stream' and
+  preset), in a static order fixed by the schedule (``sim.schedule``): 'stream' and
   '1f1b' interleave microbatches round by round, 'gpipe' runs every forward before any
   backward, 'explicit' follows ``plan.device_order``.
 * Casts. When producer and consumer precisions differ, the consumer's device runs a

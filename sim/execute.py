@@ -1,4 +1,4 @@
-"""Execution of a :class:`sim.program.Program`: node-level arrays and the event loop.
+"""Execution of a :class:`sim.taskgraph.Program`: node-level arrays and the event loop.
 
 Static servers (devices; links too in ideal mode) run their fixed sequence: a node
 starts at max(server free, all inputs delivered). That is pure dataflow, so it is
@@ -17,7 +17,8 @@ import numpy as np
 
 from distplan.core.errors import DistplanError, InternalError
 from distplan.sim.engine import PRIO_ARRIVE, PRIO_DONE
-from distplan.sim.program import K_B, K_CAST_B, K_CAST_F, K_F, KIND_NAMES, Program
+from distplan.sim.schedule import server_sequences
+from distplan.sim.taskgraph import KIND_NAMES, Program
 
 
 @dataclass
@@ -87,30 +88,8 @@ def expand(prog: Program, plan) -> Net:
     micro = u_arr * C + pat[t_arr]
     valid = micro < M
     valid[units * T:] = False
-    D, L = prog.D, prog.L
-    ns = D + L
-    seqs: list[list[int]] = [[] for _ in range(ns)]
-    srv_t = np.asarray(prog.server, dtype=np.int64)
-    s_arr = srv_t[t_arr]
-    if plan.schedule == "explicit":
-        _explicit_device_seqs(prog, plan, seqs, T)
-        static_mask = valid & (s_arr >= D) if prog.static_links else np.zeros_like(valid)
-    else:
-        static_mask = valid & ((s_arr < D) | prog.static_links)
-    if static_mask.any():
-        off = np.asarray(prog.offset, dtype=np.int64)
-        block = np.asarray(prog.phase, dtype=np.int64) if prog.schedule == "gpipe" else np.zeros(T, np.int64)
-        idx = np.nonzero(static_mask)[0]
-        tt = t_arr[idx]
-        R = micro[idx] + off[tt]
-        order = np.lexsort((tt, R, block[tt], s_arr[idx]))
-        idx = idx[order]
-        ss = s_arr[idx]
-        counts = np.bincount(ss, minlength=ns)
-        bounds = np.concatenate(([0], np.cumsum(counts)))
-        ids = idx.tolist()
-        for s in np.nonzero(counts)[0].tolist():
-            seqs[s] = ids[bounds[s]:bounds[s + 1]]
+    D = prog.D
+    seqs = server_sequences(prog, plan, t_arr, micro, valid)
     # collectives appended after the pipeline
     X = len(prog.x_server)
     if X:
@@ -128,26 +107,6 @@ def expand(prog: Program, plan) -> Net:
                 seqs[s].append(N0 + i)
     n_valid = int(valid.sum()) + X
     return Net(T, U, units, N0, N0 + X, succ, pending, dur, server, seqs, n_valid, valid, micro)
-
-
-def _explicit_device_seqs(prog: Program, plan, seqs: list[list[int]], T: int) -> None:
-    groups: dict[tuple[int, int, str, int], list[int]] = {}
-    for t in range(T):
-        k = prog.kind[t]
-        if k in (K_F, K_CAST_F):
-            ph = "F"
-        elif k in (K_B, K_CAST_B):
-            ph = "B"
-        else:
-            continue
-        groups.setdefault((prog.pat[t], prog.op[t], ph, prog.server[t]), []).append(t)
-    C = prog.C
-    for dev, seq in (plan.device_order or {}).items():
-        out = seqs[dev]
-        for m, v, ph in seq:
-            base = (m // C) * T
-            for t in groups.get((m % C, v, ph, dev), ()):
-                out.append(base + t)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Live bytes per device over a run, from node start/finish times, and their peak.
 
 Static bytes (weights, and in training gradients and optimiser state) are resident from
-the start. A buffer (see ``sim.program.Buffer``) is allocated when its producing node
+the start. A buffer (see ``sim.taskgraph.Buffer``) is allocated when its producing node
 starts (or, for a received tensor, when it arrives) and freed when the last node that
 consumes it has finished (a link hop: when its serialisation ends). At equal times frees
 come before allocations.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distplan.sim.program import Program
+from distplan.sim.taskgraph import Program
 
 
 def peak_memory(prog: Program, units: int, T: int, beg: np.ndarray, end: np.ndarray, fin: np.ndarray,

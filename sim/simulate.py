@@ -10,7 +10,8 @@ from distplan.sim.execute import expand, run
 from distplan.sim.memory import peak_memory
 from distplan.sim.options import SimOptions
 from distplan.sim.period import steady_period
-from distplan.sim.program import K_B, K_F, K_XFER, build_program
+from distplan.sim.program import build_program
+from distplan.sim.taskgraph import K_B, K_F, K_XFER, KIND_NAMES
 from distplan.sim.result import SimResult
 
 
@@ -166,8 +167,6 @@ def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float) -
 
 def _events(problem: Problem, prog, net, beg, dur, ran) -> tuple:
     """(server, start_s, duration_s, name, category) per executed node."""
-    from distplan.sim.program import KIND_NAMES
-
     ops = problem.graph.ops
     out = []
     T, C = net.T, prog.C

@@ -1,0 +1,190 @@
+"""Schedule policy: the static order in which each server runs the task graph's nodes.
+
+Rounds. Every node type t has an integer offset ``o[t]``; node (t, m) belongs to round
+``R = m + o[t]`` and each static server runs its nodes sorted by ``(block, R, rank)``
+(rank = creation order, consistent with every dependency; block separates GPipe's
+forward and backward phases). Offsets:
+
+* ``deep`` (inference always, training in ideal mode): longest path over the type graph
+  where an edge between different servers weighs 1 and an edge on one server 0, then
+  device tasks are delayed as late as their successors allow (so a local tensor is
+  consumed in the round it is produced) and link hops are re-anchored right after their
+  producer. Every dependency between two servers then advances the round by >= 1, so any
+  cycle of the resulting max-plus system has mean <= the busiest server's load per
+  microbatch: the steady-state period equals that load (the MILP's period). ``stream``
+  then puts all of one microbatch's tasks of a stage on a device in one round.
+* ``1f1b`` standard (training, not ideal): forward nodes offset 0, backward nodes of
+  stage k offset K-1-k (K = plan stages): stage k runs K-1-k warm-up forwards and then
+  alternates one forward, one backward, holding at most K-k microbatches.
+
+``gpipe`` sorts every forward before any backward (block = phase); ``explicit`` devices
+follow ``plan.device_order`` instead. ``stream`` bounds each output's buffers
+(backpressure).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from distplan.core.plan import Plan
+from distplan.sim.taskgraph import K_B, K_CAST_B, K_CAST_F, K_F, Program
+
+
+def assign_schedule(prog: Program, plan: Plan, ideal: bool) -> None:
+    """Fill ``prog.offset`` (rounds) and, for ``stream``, ``prog.backpressure``."""
+    if prog.training and prog.schedule == "1f1b" and not ideal:
+        prog.offset = window_1f1b(prog, plan)
+    else:
+        o = deep_rounds(prog)
+        if prog.schedule == "stream":
+            same_round_per_device(prog, plan, o)
+        prog.offset = o
+    if plan.schedule == "stream":
+        prog.backpressure = stream_backpressure(prog, plan)
+
+
+def window_1f1b(prog: Program, plan: Plan) -> list[int]:
+    """Standard 1F1B: forward offset 0, backward of stage k offset K-1-k."""
+    K = plan.n_stages
+    o = [0] * prog.T
+    for t in range(prog.T):
+        if prog.phase[t] == 1:
+            o[t] = K - 1 - plan.op_stage[prog.op[t]]
+    return o
+
+
+def deep_rounds(prog: Program) -> list[int]:
+    """Longest-path rounds (a server change costs one round), device tasks delayed as late
+    as their successors allow, link hops right after their producer."""
+    T, D = prog.T, prog.D
+    server, preds = prog.server, prog.preds
+    o = [0] * T
+    for t in range(T):
+        s = server[t]
+        best = 0
+        for u in preds[t]:
+            x = o[u] + (server[u] != s)
+            if x > best:
+                best = x
+        o[t] = best
+    succs: list[list[int]] = [[] for _ in range(T)]
+    for t in range(T):
+        for u in preds[t]:
+            succs[u].append(t)
+    lb = [0] * T  # latest round allowed (links), from successors
+    for t in reversed(range(T)):
+        s = server[t]
+        bound = None
+        for w in succs[t]:
+            x = (lb[w] if server[w] >= D else o[w]) - (server[w] != s)
+            if bound is None or x < bound:
+                bound = x
+        if s >= D:
+            lb[t] = bound if bound is not None else o[t]
+        elif bound is not None and bound > o[t]:
+            o[t] = bound
+    for t in range(T):  # link hops right after their producer
+        if server[t] >= D:
+            o[t] = max((o[u] + (server[u] != server[t]) for u in preds[t]), default=0)
+    return o
+
+
+def same_round_per_device(prog: Program, plan: Plan, o: list[int]) -> None:
+    """Stream: a device runs all of one microbatch's tasks of a stage in one round (the
+    latest any of them needs), so an output read on its own stage is consumed before the
+    next microbatch's start there -- what costs.evaluate.plan_memory_bytes assumes. Devices of
+    tensor-parallel stages keep per-task rounds (their all-reduces go back and forth).
+    Rounds only grow, and every dependency stays satisfied (a fixpoint over the
+    stages, which only send forward)."""
+    server, preds, D = prog.server, prog.preds, prog.D
+    tp = {d for st in plan.stages if st.tensor_parallel > 1 for d in st.devices}
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for t in range(prog.T):
+        if server[t] < D and server[t] not in tp:
+            groups.setdefault((server[t], prog.pat[t], plan.op_stage[prog.op[t]]), []).append(t)
+    for _ in range(len(plan.stages) + 2):
+        changed = False
+        for t in range(prog.T):   # node ids are a topological order
+            need = max((o[u] + (server[u] != server[t]) for u in preds[t]), default=0)
+            if need > o[t]:
+                o[t], changed = need, True
+        for ts in groups.values():
+            top = max(o[t] for t in ts)
+            for t in ts:
+                if o[t] < top:
+                    o[t], changed = top, True
+        if not changed:
+            return
+    raise AssertionError("stream rounds did not settle")   # stages only send forward
+
+
+def stream_backpressure(prog: Program, plan: Plan) -> list[tuple[int, int, int, int]]:
+    """Stream: bounded output buffers. Op v's task for microbatch m + depth waits until
+    the output of microbatch m has left its device (first link hop served) and been
+    consumed locally. depth = 2 (double buffering) unless a consumer or the first hop
+    runs r >= 2 rounds after the producer in the static order (an all-reduce or a
+    round trip in between), then r + 1, so the static order can never deadlock.
+    Buffers belong to a device: on a stage with R replicas, microbatch m's buffer gates
+    microbatch m + depth x R, the next ones on the same replica (lanes stay independent).
+    Returns (release type, target type, unit shift, depth) per gate."""
+    C, o = prog.C, prog.offset
+    out = []
+    for (p, v, j), (f, rel) in prog.outputs.items():
+        depth = max([2] + [o[r] - o[f] + 1 for r in rel]) * plan.stages[plan.op_stage[v]].replicas
+        target = prog.outputs[((p + depth) % C, v, j)][0]
+        shift = (p + depth) // C
+        for r in rel:
+            out.append((r, target, shift, depth))
+    return out
+
+
+def server_sequences(prog: Program, plan: Plan, t_arr: np.ndarray, micro: np.ndarray,
+                     valid: np.ndarray) -> list[list[int]]:
+    """Per server, the pipeline node ids (``unit * T + type``; ``t_arr``, ``micro`` and
+    ``valid`` per node id) it runs in its static order: devices by ``(block, R, rank)``,
+    or ``plan.device_order`` for ``explicit``; links too when they are static."""
+    D, T = prog.D, prog.T
+    ns = D + prog.L
+    seqs: list[list[int]] = [[] for _ in range(ns)]
+    srv_t = np.asarray(prog.server, dtype=np.int64)
+    s_arr = srv_t[t_arr]
+    if plan.schedule == "explicit":
+        _explicit_device_seqs(prog, plan, seqs, T)
+        static_mask = valid & (s_arr >= D) if prog.static_links else np.zeros_like(valid)
+    else:
+        static_mask = valid & ((s_arr < D) | prog.static_links)
+    if static_mask.any():
+        off = np.asarray(prog.offset, dtype=np.int64)
+        block = np.asarray(prog.phase, dtype=np.int64) if prog.schedule == "gpipe" else np.zeros(T, np.int64)
+        idx = np.nonzero(static_mask)[0]
+        tt = t_arr[idx]
+        R = micro[idx] + off[tt]
+        order = np.lexsort((tt, R, block[tt], s_arr[idx]))
+        idx = idx[order]
+        ss = s_arr[idx]
+        counts = np.bincount(ss, minlength=ns)
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        ids = idx.tolist()
+        for s in np.nonzero(counts)[0].tolist():
+            seqs[s] = ids[bounds[s]:bounds[s + 1]]
+    return seqs
+
+
+def _explicit_device_seqs(prog: Program, plan: Plan, seqs: list[list[int]], T: int) -> None:
+    """Each device's ``(microbatch, op, 'F' | 'B')`` list as node ids (a task's casts with it)."""
+    groups: dict[tuple[int, int, str, int], list[int]] = {}
+    for t in range(T):
+        k = prog.kind[t]
+        if k in (K_F, K_CAST_F):
+            ph = "F"
+        elif k in (K_B, K_CAST_B):
+            ph = "B"
+        else:
+            continue
+        groups.setdefault((prog.pat[t], prog.op[t], ph, prog.server[t]), []).append(t)
+    C = prog.C
+    for dev, seq in (plan.device_order or {}).items():
+        out = seqs[dev]
+        for m, v, ph in seq:
+            base = (m // C) * T
+            for t in groups.get((m % C, v, ph, dev), ()):
+                out.append(base + t)

@@ -1,0 +1,359 @@
+"""The task graph a plan induces: every node (operator task, cast, link hop, collective
+step) of one *pattern* of microbatches, its server, duration and dependencies, and the
+buffers it holds (what ``sim.memory`` counts).
+
+A pattern covers ``C = lcm(replicas of every stage)`` consecutive microbatches (the cycle
+after which replica assignment repeats); node types are defined per pattern and repeat
+unit after unit, so node id = ``unit * T + type`` and microbatch = ``unit * C + p[type]``.
+Servers are numbered devices first (0..D-1), then links (D..D+L-1). Node types are
+created in an order consistent with every dependency. The order each server runs its
+nodes in is the schedule's (``sim.schedule``), not this module's.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distplan.costs.compute import tp_shard_time_s
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+
+# node kinds
+K_F, K_B, K_CAST_F, K_CAST_B, K_XFER, K_COLL = range(6)
+KIND_NAMES = ("F", "B", "cast", "cast_grad", "xfer", "allreduce")
+TP_ALLREDUCE_KINDS = ("matmul", "head")
+
+
+@dataclass
+class Buffer:
+    """Bytes resident on ``device`` from ``alloc`` (node type; its start, or its delivery
+    when ``at_arrival``) until the last of ``frees`` (node types) has finished serving."""
+
+    device: int
+    nbytes: float
+    alloc: int
+    at_arrival: bool
+    frees: tuple[int, ...]
+    own: bool  # an operator's own output activation (the part plan_memory_bytes bounds)
+
+
+@dataclass
+class Program:
+    """The node types of one pattern (per-type lists), the collectives after the pipeline
+    (``x_`` lists), buffers and servers; ``offset`` and ``backpressure`` are the schedule's
+    (filled by ``sim.schedule``)."""
+
+    D: int
+    L: int
+    C: int
+    M: int
+    training: bool
+    schedule: str
+    # per node type
+    server: list[int] = field(default_factory=list)
+    dur: list[float] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    pat: list[int] = field(default_factory=list)
+    op: list[int] = field(default_factory=list)
+    edge: list[int] = field(default_factory=list)
+    nbytes: list[float] = field(default_factory=list)
+    preds: list[list[int]] = field(default_factory=list)
+    phase: list[int] = field(default_factory=list)
+    offset: list[int] = field(default_factory=list)
+    buffers: list[Buffer] = field(default_factory=list)
+    # (pattern, op, device index in the replica): (F node type, nodes that consume its output)
+    outputs: dict[tuple[int, int, int], tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    # (release type, target type, unit shift, depth): target(m + depth) waits for release(m)
+    backpressure: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # collective nodes after the pipeline (absolute, appended after the units)
+    x_server: list[int] = field(default_factory=list)
+    x_dur: list[float] = field(default_factory=list)
+    x_nbytes: list[float] = field(default_factory=list)
+    x_preds: list[list[int]] = field(default_factory=list)  # indices into the x_ lists
+    x_stage: list[int] = field(default_factory=list)
+    static_bytes: np.ndarray | None = None
+    server_latency: list[float] = field(default_factory=list)
+    link_bw: list[float] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)
+    static_links: bool = False
+
+    @property
+    def T(self) -> int:
+        return len(self.server)
+
+    def add(self, server: int, dur: float, kind: int, p: int, op: int, preds: list[int], phase: int,
+            edge: int = -1, nbytes: float = 0.0) -> int:
+        if not dur >= 0 or math.isinf(dur):
+            raise DistplanError(f"node {KIND_NAMES[kind]} of op {op} has duration {dur!r}; "
+                                "check that every op's precision runs on its device")
+        self.server.append(server)
+        self.dur.append(float(dur))
+        self.kind.append(kind)
+        self.pat.append(p)
+        self.op.append(op)
+        self.edge.append(edge)
+        self.nbytes.append(float(nbytes))
+        self.preds.append(list(preds))
+        self.phase.append(phase)
+        return len(self.server) - 1
+
+
+class _Builder:
+    def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool):
+        self.pb, self.plan = problem, plan
+        topo = problem.topology
+        self.topo = topo
+        self.D, self.L = topo.n_devices, len(topo.links)
+        C = math.lcm(*(s.replicas for s in plan.stages)) if plan.stages else 1
+        self.prog = Program(self.D, self.L, C, plan.microbatches, problem.training, plan.schedule,
+                            static_links=static_links)
+        self.qs = [problem.q_index(p) for p in plan.op_precision]
+        self.bw = [float(x) for x in problem.link_bw_bytes_per_s]
+        self.lat = [0.0 if ideal else float(x) for x in problem.link_latency_s]
+        V = problem.n_ops
+        self.in_edges: list[list[int]] = [[] for _ in range(V)]
+        self.out_edges: list[list[int]] = [[] for _ in range(V)]
+        for e, (u, v) in enumerate(problem.edges.tolist()):
+            self.in_edges[v].append(e)
+            self.out_edges[u].append(e)
+        self.edges = problem.edges.tolist()
+
+    # --- pieces ---------------------------------------------------------------
+    def chain(self, src: int, path: list[int], nbytes: float, p: int, phase: int, e: int, op: int):
+        """Link nodes carrying ``nbytes`` along the devices ``path`` (hop by hop, each hop
+        on its route). Returns (last node, first link node or None). Relay buffers are
+        recorded on intermediate devices."""
+        prog, topo = self.prog, self.topo
+        last, first = src, None
+        first_preds = src if isinstance(src, list) else [src]
+        pending_relay = None  # (device, arrival node) waiting for the next hop's first link
+        for a, b in zip(path, path[1:]):
+            route = topo.route(a, b)
+            if not route:
+                continue
+            for i, l in enumerate(route):
+                t = prog.add(self.D + l, nbytes / self.bw[l], K_XFER, p, op,
+                             first_preds if first is None else [last], phase, e, nbytes)
+                if first is None:
+                    first = t
+                if i == 0 and pending_relay is not None:
+                    dev, arr = pending_relay
+                    prog.buffers.append(Buffer(dev, nbytes, arr, True, (t,), False))
+                    pending_relay = None
+                last = t
+            pending_relay = (b, last)
+        return last, first
+
+    def ring(self, devs: list[int], own: list[int], nbytes: float, p: int, phase: int, op: int) -> list[int]:
+        """Ring all-reduce of ``nbytes`` over ``devs`` as pattern nodes: 2(n-1) steps, each
+        device sending nbytes/n to its successor once it holds its own data (``own[i]``
+        done) and the previous step's chunk. Returns, per device, the node after which
+        it holds the reduced data."""
+        n = len(devs)
+        chunk = nbytes / n
+        arrived = list(own)
+        for _ in range(2 * (n - 1)):
+            nxt = [0] * n
+            for i in range(n):
+                preds = [arrived[i]] if arrived[i] == own[i] else [arrived[i], own[i]]
+                last, _ = self.chain(preds, [devs[i], devs[(i + 1) % n]], chunk, p, phase, -1, op)
+                nxt[(i + 1) % n] = last
+            arrived = nxt
+        return arrived
+
+    # --- one microbatch pattern -----------------------------------------------
+    def pattern(self, p: int) -> None:
+        pb, plan, prog = self.pb, self.plan, self.prog
+        kinds = pb.device_kind
+        cast_share = 0.5 if pb.training else 1.0
+        where = [s.replica_devices(p) for s in plan.stages]
+        V = pb.n_ops
+        qs, bpe, elems = self.qs, pb.bytes_per_elem, pb.edge_elems
+        Fn: list[list[int]] = [[] for _ in range(V)]
+        out_at: list[list[int]] = [[] for _ in range(V)]
+        releases: list[list[list[int]]] = [[] for _ in range(V)]
+        for v in range(V):
+            k = plan.op_stage[v]
+            G = where[k]
+            tv = len(G)
+            releases[v] = [[] for _ in G]
+            fpreds: list[list[int]] = [[] for _ in G]
+            patch_buf: list[list[int]] = [[] for _ in G]  # buffers freed when F[v][j] ends
+            patch_rel: list[list[tuple[int, int]]] = [[] for _ in G]  # F[v][j] consumes u's output on ju
+            for e in self.in_edges[v]:
+                u = self.edges[e][0]
+                ku = plan.op_stage[u]
+                Gu = where[ku]
+                for j, d in enumerate(G):
+                    first = None
+                    if ku == k:
+                        ju, src = j, out_at[u][j]
+                    else:
+                        ju = j % len(Gu)
+                        path = [Gu[ju]] + [where[b][j % len(where[b])] for b in range(ku + 1, k + 1)]
+                        nb = float(elems[e] * bpe[qs[u]] / tv)
+                        src, first = self.chain(out_at[u][ju], path, nb, p, 0, e, v)
+                        if first is not None:
+                            releases[u][ju].append(first)
+                    cast = None
+                    if qs[u] != qs[v]:
+                        ct = tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * cast_share,
+                                            pb.cast_fixed_s[kinds[d]], tv)
+                        cast = prog.add(d, ct, K_CAST_F, p, v, [src], 0, e)
+                        prog.buffers.append(Buffer(d, float(elems[e] * bpe[qs[v]] / tv), cast, False, (), False))
+                        patch_buf[j].append(len(prog.buffers) - 1)
+                    if first is not None:
+                        prog.buffers.append(Buffer(d, nb, src, True, (cast,) if cast is not None else (), False))
+                        if cast is None:
+                            patch_buf[j].append(len(prog.buffers) - 1)
+                    elif cast is not None:
+                        releases[u][ju].append(cast)
+                    else:
+                        patch_rel[j].append((u, ju))
+                    fpreds[j].append(cast if cast is not None else src)
+            for j, d in enumerate(G):
+                f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tv),
+                             K_F, p, v, fpreds[j], 0)
+                Fn[v].append(f)
+                for bi in patch_buf[j]:
+                    prog.buffers[bi].frees = (f,)
+                for u, ju in patch_rel[j]:
+                    releases[u][ju].append(f)
+            if tv > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS:
+                out_at[v] = self.ring(list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
+            else:
+                out_at[v] = list(Fn[v])
+        own: dict[tuple[int, int], int] = {}
+        for v in range(V):
+            G = where[plan.op_stage[v]]
+            nb = float(pb.act_bytes[v, qs[v]])
+            # stream: what no other op reads (a fused op's inner tensors) dies with the op
+            inner = 0.0 if pb.training else nb - float(pb.send_bytes[v, qs[v]])
+            for j, d in enumerate(G):
+                rel = tuple(releases[v][j]) or (Fn[v][j],)
+                if inner > 0:
+                    prog.buffers.append(Buffer(d, inner, Fn[v][j], False, (Fn[v][j],), True))
+                prog.buffers.append(Buffer(d, nb - inner, Fn[v][j], False, rel, True))
+                own[(v, j)] = len(prog.buffers) - 1
+                prog.outputs[(p, v, j)] = (Fn[v][j], rel)
+        if pb.training:
+            Bn = self.backward(p, where, Fn)
+            for (v, j), bi in own.items():
+                prog.buffers[bi].frees = (Bn[v][j],)
+
+    def backward(self, p: int, where, Fn) -> list[list[int]]:
+        pb, plan, prog = self.pb, self.plan, self.prog
+        kinds = pb.device_kind
+        qs, bpe, elems = self.qs, pb.bytes_per_elem, pb.edge_elems
+        V = pb.n_ops
+        Bn: list[list[int]] = [[] for _ in range(V)]
+        grad_at: list[list[int]] = [[] for _ in range(V)]  # node after which v's input gradients exist
+        for v in reversed(range(V)):
+            k = plan.op_stage[v]
+            G = where[k]
+            tv = len(G)
+            bpreds: list[list[int]] = [[Fn[v][j]] for j in range(tv)]
+            patch_buf: list[list[int]] = [[] for _ in range(tv)]
+            for e in self.out_edges[v]:
+                w = self.edges[e][1]
+                kw = plan.op_stage[w]
+                Gw = where[kw]
+                for j, d in enumerate(G):
+                    jw = j % len(Gw)
+                    dw = Gw[jw]
+                    src = grad_at[w][jw]
+                    nb = float(elems[e] * bpe[qs[v]] / tv)
+                    if qs[v] != qs[w]:
+                        ct = tp_shard_time_s(pb.cast_time_s(e, qs[v], qs[w], int(kinds[dw])) * 0.5,
+                                            pb.cast_fixed_s[kinds[dw]], len(Gw))
+                        src = prog.add(dw, ct, K_CAST_B, p, w, [src], 1, e)
+                    first = None
+                    if kw != k:
+                        path = [dw] + [where[b][j % len(where[b])] for b in range(kw - 1, k - 1, -1)]
+                        last, first = self.chain(src, path, nb, p, 1, e, v)
+                    prog.buffers.append(Buffer(dw, nb, src, False, (first,) if first is not None else (), False))
+                    if first is None:
+                        patch_buf[j].append(len(prog.buffers) - 1)
+                        bpreds[j].append(src)
+                    else:
+                        prog.buffers.append(Buffer(d, nb, last, True, (), False))
+                        patch_buf[j].append(len(prog.buffers) - 1)
+                        bpreds[j].append(last)
+            for j, d in enumerate(G):
+                b = prog.add(d, tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tv),
+                             K_B, p, v, bpreds[j], 1)
+                Bn[v].append(b)
+                for bi in patch_buf[j]:
+                    prog.buffers[bi].frees = (b,)
+            nb_in = float(sum(elems[e] * bpe[qs[self.edges[e][0]]] for e in self.in_edges[v]))
+            if tv > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS and nb_in > 0:
+                grad_at[v] = self.ring(list(G), list(Bn[v]), nb_in, p, 1, v)
+            else:
+                grad_at[v] = list(Bn[v])
+        return Bn
+
+    # --- whole program ----------------------------------------------------------
+    def build(self) -> Program:
+        pb, plan, prog = self.pb, self.plan, self.prog
+        for p in range(prog.C):
+            self.pattern(p)
+        prog.server_latency = [0.0] * self.D + self.lat
+        prog.link_bw = list(self.bw)
+        prog.concurrency = [int(pb.topology.kind_of(d).concurrency) for d in range(self.D)] + [1] * self.L
+        stat = np.zeros(self.D)
+        for v, k in enumerate(plan.op_stage):
+            st = plan.stages[k]
+            o = pb.tied_owner[v]
+            tied = pb.tied_bytes[v, self.qs[v]] if o >= 0 and plan.op_stage[o] != k else 0.0
+            for d in st.devices:
+                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel
+        prog.static_bytes = stat
+        if pb.training:
+            self.allreduce()
+        return prog
+
+
+    def allreduce(self) -> None:
+        """Data-parallel gradient all-reduce per stage: ring over the replicas, after each
+        replica's last task, bytes = the stage's parameters at their precisions / tp."""
+        pb, plan, prog = self.pb, self.plan, self.prog
+        for k, st in enumerate(plan.stages):
+            r, tp = st.replicas, st.tensor_parallel
+            if r < 2:
+                continue
+            nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[self.qs[v]]
+                         for v in plan.ops_in_stage(k)) / tp
+            if nbytes <= 0:
+                continue
+            for j in range(tp):
+                devs = [st.devices[i * tp + j] for i in range(r)]
+                chunk = nbytes / r
+                arrived = [self._x_add(d, 0.0, 0.0, [], k) for d in devs]  # after d's last task
+                for _ in range(2 * (r - 1)):
+                    nxt = [0] * r
+                    for i in range(r):
+                        last = arrived[i]
+                        for l in self.topo.route(devs[i], devs[(i + 1) % r]):
+                            last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], k)
+                        nxt[(i + 1) % r] = last
+                    arrived = nxt
+
+    def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], stage: int) -> int:
+        """A collective node; one on a device is appended to that device's order, so it
+        starts after the device's last pipeline task."""
+        prog = self.prog
+        prog.x_server.append(server)
+        prog.x_dur.append(dur)
+        prog.x_nbytes.append(nbytes)
+        prog.x_preds.append(preds)
+        prog.x_stage.append(stage)
+        return len(prog.x_server) - 1
+
+
+def build_task_graph(problem: Problem, plan: Plan, ideal: bool = False, static_links: bool = False) -> Program:
+    """The node types, buffers and collectives of ``plan`` on ``problem`` (no schedule yet);
+    ``ideal``: links have no latency."""
+    return _Builder(problem, plan, ideal, static_links).build()
