@@ -111,3 +111,45 @@ def test_tied_head_that_fits_nowhere(capsys):
     it reads (37 MiB) fit a 64 MiB chiplet neither together nor apart."""
     rc, _, err = run(capsys, "--workload", "gpt2", "--quiet")
     _one_error_line(rc, err, "'head' reads the weights of 'embed'", "short by 21.89 MiB")
+
+
+def _exit(capsys, *argv):
+    """Flags argparse refuses: SystemExit(2) and one error line."""
+    with pytest.raises(SystemExit) as e:
+        solve.main(list(argv))
+    return e.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--sensitivity-weight", "--time-limit", "--gap", "--budget"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "abc"])
+def test_non_finite_numbers_are_refused_up_front(capsys, flag, value):
+    rc, err = _exit(capsys, flag, value)
+    _one_error_line(rc, err, flag)
+
+
+def test_nan_sensitivity_budget_is_one_line(capsys):
+    rc, _, err = run(capsys, "--sensitivity-budget", "nan", "--quiet")
+    _one_error_line(rc, err, "sensitivity budget", "'nan'")
+
+
+@pytest.mark.parametrize("flag,path,needle", [
+    ("--plan-out", "missing-folder/p.json", "does not exist"),
+    ("--plan-out", ".", "is a folder"),
+    ("--trace", "missing-folder/t.json", "does not exist"),
+    ("--report", "afile", "is a file"),
+])
+def test_output_paths_are_checked_before_the_solve(capsys, tmp_path, monkeypatch, flag, path, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    # a problem whose solve would take long: the check must come first
+    rc, out, err = run(capsys, "--workload", "bert-large", flag, path, "--quiet")
+    _one_error_line(rc, err, flag, needle)
+    assert out == ""
+
+
+def test_studies_refuse_an_unknown_workload(capsys, tmp_path):
+    from distplan.cli.studies import main
+
+    rc = main(["--workloads", "nope", "--topologies", "mcm2x2", "--out", str(tmp_path / "o"), "--quiet"])
+    _one_error_line(rc, capsys.readouterr().err, "unknown workload 'nope'")
+    assert not (tmp_path / "o" / "results.csv").exists()
