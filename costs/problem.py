@@ -16,7 +16,7 @@ from distplan.costs.memory import activation_bytes, graph_send_elems, static_byt
 from distplan.costs.sensitivity import sensitivity
 from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISION_NAMES, parse_precisions, precision
-from distplan.core.schedules import SCHEDULES, default_schedule
+from distplan.core.schedules import INFERENCE_SCHEDULES, SCHEDULES, TRAINING_SCHEDULES, default_schedule
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 
@@ -127,13 +127,19 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     if options.microbatches < 1:
         raise DistplanError(f"microbatches must be >= 1, got {options.microbatches}")
     training = graph.mode == "training"
+    if training and graph.bwd_flops == 0 and graph.fwd_flops > 0:
+        raise DistplanError(f"graph {graph.name!r} has no backward FLOPs (every bwd_flops is 0), so training would "
+                            "cost nothing for the backward pass; give bwd_flops per operator (about 2x fwd_flops "
+                            "for matrix products) or plan it for inference")
     schedule = options.schedule or default_schedule(training)
     if schedule not in SCHEDULES:
         raise DistplanError(f"unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
-    if not training and schedule != "stream":
-        raise DistplanError(f"schedule {schedule!r} needs a training graph; inference uses 'stream'")
-    if training and schedule == "stream":
-        raise DistplanError("training graphs need schedule 'gpipe' or '1f1b', not 'stream'")
+    if not training and schedule not in INFERENCE_SCHEDULES:
+        raise DistplanError(f"schedule {schedule!r} needs a training graph; inference uses "
+                            f"{' or '.join(map(repr, INFERENCE_SCHEDULES))}")
+    if training and schedule not in TRAINING_SCHEDULES:
+        raise DistplanError(f"training graphs need schedule {' or '.join(map(repr, TRAINING_SCHEDULES))}, "
+                            f"not {schedule!r}")
     kind_names = tuple(sorted({d.kind for d in topology.devices}))
     kinds = [topology.kinds[k] for k in kind_names]
     supported = np.array([[k.supports(p) for k in kinds] for p in precs], dtype=bool)

@@ -28,16 +28,37 @@ installed wheel has them inside this package (``pyproject.toml`` maps them).
 """
 from __future__ import annotations
 
+import importlib.util as _ilu
+import sys as _sys
 from pathlib import Path as _Path
 
 from distplan.core.errors import DistplanError, InternalError
 
-# A source checkout keeps model/, sim/, costs/ ... beside this folder; let them import
-# as distplan.model, distplan.sim ... (an installed wheel has them inside the package).
-_ROOT = _Path(__file__).resolve().parent.parent
-if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "model" / "__init__.py").is_file() \
-        and not (_Path(__file__).resolve().parent / "model").is_dir():
-    __path__.append(str(_ROOT))  # noqa: F821 (a package's __path__)
+#: the project's top-level folders that install as distplan.<name> (pyproject's package-dir)
+MAPPED_FOLDERS = ("model", "sim", "costs", "workloads", "topologies", "baselines", "studies")
+
+
+class _CheckoutFinder:
+    """In a source checkout, find ``distplan.model`` ... in the top-level folders beside
+    this package (an installed wheel has them inside it). Only the mapped names."""
+
+    root = _Path(__file__).resolve().parent.parent
+
+    @classmethod
+    def find_spec(cls, fullname: str, path=None, target=None):
+        head, _, part = fullname.partition(".")
+        if head != "distplan" or part not in MAPPED_FOLDERS:
+            return None
+        folder = cls.root / part
+        if (_Path(__file__).resolve().parent / part).is_dir() or not (folder / "__init__.py").is_file():
+            return None
+        return _ilu.spec_from_file_location(fullname, folder / "__init__.py",
+                                            submodule_search_locations=[str(folder)])
+
+
+if (_CheckoutFinder.root / "pyproject.toml").is_file() and not any(
+        isinstance(f, type) and f.__name__ == "_CheckoutFinder" for f in _sys.meta_path):
+    _sys.meta_path.insert(0, _CheckoutFinder)
 
 _API = ("problem", "solve", "simulate", "check", "compare", "from_module", "load_plan", "save_plan",
         "ProblemOptions", "SolveOptions", "SolveReport", "RankedPlan", "SimOptions", "SimResult",

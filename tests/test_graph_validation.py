@@ -74,3 +74,66 @@ def test_cyclic_file(tmp_path):
 def test_topology_errors(links, kind, match):
     with pytest.raises(DistplanError, match=match):
         Topology("t", {"chip": CHIP}, (Device("a", kind), Device("b", "chip")), links)
+
+
+# --- issue 13: graph files whose tensors disagree with their producers, and other bad files
+
+def _doc(**op_extra):
+    return {"format": "distplan-graph", "version": 1, "name": "g",
+            "ops": [{"name": "a", "kind": "matmul", "fwd_flops": 1e9, **op_extra},
+                    {"name": "b", "kind": "add", "fwd_flops": 1e6}],
+            "tensors": [{"src": "a", "dst": "b", "elems": 100_000_000}]}
+
+
+def test_omitted_out_elems_is_the_widest_tensor_it_sends():
+    from distplan.workloads.io import graph_from_dict
+    g = graph_from_dict(_doc())
+    assert g.ops[0].out_elems == 100_000_000 and g.ops[1].out_elems == 0
+
+
+@pytest.mark.parametrize("out", [0, 10, 99_999_999])
+def test_a_tensor_larger_than_its_producer_is_refused(out):
+    from distplan.workloads.io import graph_from_dict
+    with pytest.raises(DistplanError, match=r"operator 'a' writes out_elems .* but a tensor it sends has 100000000"):
+        graph_from_dict(_doc(out_elems=out))
+
+
+def test_huge_numbers_are_short_in_messages():
+    from distplan.workloads.io import graph_from_dict
+    d = _doc()
+    d["tensors"][0]["elems"] = 10**300
+    with pytest.raises(DistplanError) as e:
+        graph_from_dict(d)
+    assert "1.00000e+300" in str(e.value) and len(str(e.value)) < 200
+
+
+@pytest.mark.parametrize("name", [None, "", 3, ["x"]])
+def test_graph_name_must_be_a_string(name):
+    from distplan.workloads.io import graph_from_dict
+    d = _doc()
+    d["name"] = name
+    with pytest.raises(DistplanError, match="'name' must be a non-empty string"):
+        graph_from_dict(d)
+
+
+def test_training_a_graph_without_backward_flops_is_refused():
+    from distplan.costs.problem import build_problem
+    from distplan.topologies.presets import get_topology
+    from distplan.workloads.io import graph_from_dict
+    g = graph_from_dict(_doc(out_elems=100_000_000)).with_mode("training")
+    with pytest.raises(DistplanError, match="no backward FLOPs"):
+        build_problem(g, get_topology("dgx-a100"))
+
+
+@pytest.mark.parametrize("content", ["dir", b"\xff\xfe\x00bad", "[" * 100000])
+def test_unreadable_graph_files_are_one_error(tmp_path, content):
+    from distplan.workloads.io import load_graph
+    path = tmp_path / "g.json"
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(DistplanError, match="graph file"):
+        load_graph(path)

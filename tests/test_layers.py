@@ -70,3 +70,12 @@ def test_a_forbidden_import_breaks_the_contract(tmp_path):
     r = lint(tmp_path)
     assert r.returncode != 0
     assert "BROKEN" in r.stdout and "distplan.costs.evaluate -> distplan.api" in r.stdout, r.stdout
+
+
+def test_the_checkout_finder_maps_exactly_the_installed_folders():
+    import distplan
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {k.split(".", 1)[1] for k in cfg["package-dir"]} == set(distplan.MAPPED_FOLDERS)
+    assert all(v == k.split(".", 1)[1] for k, v in cfg["package-dir"].items())
+    with pytest.raises(ImportError):
+        __import__("distplan.tests")   # only the mapped folders join the namespace

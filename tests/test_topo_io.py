@@ -15,7 +15,7 @@ from strategies import topologies as random_topologies
 from distplan.topologies.io import load_topology, save_topology, topology_from_dict, topology_to_dict
 from distplan.topologies.presets import get_topology
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
-from distplan.distplan.core.units import GIB, GIGA, MIB, MICRO, NANO, TERA, from_si, number_text, to_si
+from distplan.core.units import GIB, GIGA, MIB, MICRO, NANO, TERA, from_si, number_text, to_si
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "topologies" / "small-mesh.yaml"
 PRESETS = ["mcm4x4", "mcm2x3", "ring5", "dgx-a100", "dgx-h100", "a100x16", "h100x8",

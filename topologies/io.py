@@ -34,7 +34,7 @@ from pathlib import Path
 from distplan.core.errors import DistplanError
 from distplan.topologies.textformat import Flow, read_document, write_document
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
-from distplan.distplan.core.units import (GIB, GIGA, MIB, MICRO, NANO, ONE, TERA, shortest, to_si)
+from distplan.core.units import (GIB, GIGA, MIB, MICRO, NANO, ONE, TERA, shortest, to_si)
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "name", "description", "routing", "kinds", "switches", "devices", "links")

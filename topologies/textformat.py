@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from distplan.core.errors import DistplanError
-from distplan.distplan.core.units import number_text
+from distplan.core.units import number_text
 
 FLOAT_TAG = "tag:yaml.org,2002:float"
 INT_TAG = "tag:yaml.org,2002:int"

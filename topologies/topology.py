@@ -206,6 +206,14 @@ def _validate(t: Topology) -> None:
             )
         if t.routing == "xy" and d.pos is None:
             raise DistplanError(f"{where}: XY routing needs pos=(row, col) on device {d.name!r}")
+    if t.routing == "xy":
+        at: dict[tuple, str] = {}
+        for d in t.devices:
+            pos = tuple(d.pos)
+            if pos in at:
+                raise DistplanError(f"{where}: devices {at[pos]!r} and {d.name!r} share mesh position {list(pos)}; "
+                                    "XY routing needs one device per position")
+            at[pos] = d.name
     for s in t.switches:
         if s in names:
             raise DistplanError(f"{where}: duplicate node name {s!r}")
@@ -215,6 +223,9 @@ def _validate(t: Topology) -> None:
         for end in (l.src, l.dst):
             if end not in names:
                 raise DistplanError(f"{where}: link {l.src}->{l.dst} names unknown node {end!r}")
+        if l.src == l.dst:
+            raise DistplanError(f"{where}: link {l.src}->{l.dst} connects {l.src!r} to itself; "
+                                "a link joins two different nodes")
         if (l.src, l.dst) in seen:
             raise DistplanError(f"{where}: duplicate link {l.src}->{l.dst}")
         seen.add((l.src, l.dst))

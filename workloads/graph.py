@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from distplan.core.errors import DistplanError
+from distplan.core.units import brief
 
 #: Operator kinds the zoo and importers produce; anything else is allowed but costed as "other".
 OP_KINDS = (
@@ -123,9 +124,11 @@ class Graph:
 
 def _check_number(value: float, what: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise DistplanError(f"{what} must be a number, got {value!r}")
+        raise DistplanError(f"{what} must be a number, got {brief(value)}")
+    if isinstance(value, int) and value >= 2**63:
+        raise DistplanError(f"{what} is {brief(value)}, beyond any real graph (at most 2**63 - 1)")
     if math.isnan(value) or math.isinf(value) or value < 0:
-        raise DistplanError(f"{what} must be finite and >= 0, got {value!r}")
+        raise DistplanError(f"{what} must be finite and >= 0, got {brief(value)}")
 
 
 def _validate(g: Graph) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from distplan.core.errors import DistplanError
+from distplan.core.units import brief
 from distplan.workloads.graph import Graph, Operator, Tensor
 
 FORMAT = "distplan-graph"
@@ -53,14 +54,31 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         raise DistplanError(
             f"{source}: format {d['format']!r} v{d['version']} unsupported; expected {FORMAT} v{VERSION}"
         )
-    ops = []
-    for i, od in enumerate(d["ops"]):
-        _strict(od, _OP_KEYS, {"name", "kind", "fwd_flops"}, f"{source}: ops[{i}]")
-        ops.append(Operator(**od))
+    if not isinstance(d["name"], str) or not d["name"].strip():
+        raise DistplanError(f"{source}: 'name' must be a non-empty string, got {brief(d['name'])}")
+    if not isinstance(d["ops"], list) or not isinstance(d["tensors"], list):
+        raise DistplanError(f"{source}: 'ops' and 'tensors' must be lists")
     tensors = []
     for i, td in enumerate(d["tensors"]):
         _strict(td, _T_KEYS, _T_KEYS, f"{source}: tensors[{i}]")
         tensors.append(Tensor(**td))
+    widest: dict[Any, Any] = {}
+    for t in tensors:
+        if isinstance(t.elems, (int, float)) and not isinstance(t.elems, bool):
+            widest[t.src] = max(widest.get(t.src, 0), t.elems)
+    ops = []
+    for i, od in enumerate(d["ops"]):
+        _strict(od, _OP_KEYS, {"name", "kind", "fwd_flops"}, f"{source}: ops[{i}]")
+        od = dict(od)
+        name = od["name"] if isinstance(od["name"], str) else None
+        if "out_elems" not in od:
+            # a tensor is (part of) its producer's output: an omitted out_elems is the widest
+            od["out_elems"] = widest.get(name, 0)
+        elif isinstance(od["out_elems"], (int, float)) and widest.get(name, 0) > od["out_elems"]:
+            raise DistplanError(f"{source}: operator {name!r} writes out_elems {brief(od['out_elems'])} but a tensor "
+                                f"it sends has {brief(widest[name])} elements; a tensor is (part of) its producer's "
+                                "output: raise out_elems or shrink the tensor")
+        ops.append(Operator(**od))
     return Graph(
         name=d["name"], ops=tuple(ops), tensors=tuple(tensors), mode=d.get("mode", "inference"),
         batch_size=d.get("batch_size", 1), seq_len=d.get("seq_len"),
@@ -72,11 +90,20 @@ def save_graph(g: Graph, path: str | Path) -> None:
 
 
 def load_graph(path: str | Path) -> Graph:
+    """Read a graph JSON file; every problem with the file is one DistplanError naming it."""
     p = Path(path)
     try:
-        d = json.loads(p.read_text())
+        d = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DistplanError(f"graph file {str(p)!r} not found") from None
+    except IsADirectoryError:
+        raise DistplanError(f"graph file {str(p)!r} is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise DistplanError(f"graph file {str(p)!r} is not UTF-8 text (is it a graph JSON file?)") from None
+    except OSError as e:
+        raise DistplanError(f"graph file {str(p)!r} cannot be read: {e.strerror or e}") from None
+    except RecursionError:
+        raise DistplanError(f"graph file {str(p)!r} is nested too deeply to be a graph") from None
     except json.JSONDecodeError as e:
         raise DistplanError(f"graph file {str(p)!r} is not valid JSON: {e}") from None
     except TypeError as e:

@@ -101,6 +101,13 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
     return d
 
 
+def _whole(x: Any, what: str) -> int:
+    """An index written in a plan file: a whole number (``2`` or ``2.0``), nothing else."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or (isinstance(x, float) and not x.is_integer()):
+        raise DistplanError(f"{what} must be a whole number, got {x!r}"[:200])
+    return int(x)
+
+
 def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
     """Inverse of :func:`plan_to_dict`; every name must exist in ``problem``."""
     if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("version") not in READ_VERSIONS:
@@ -120,7 +127,7 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
             order = {topo.device_index(dev): tuple((int(m), g.index(v), str(ph)) for m, v, ph in seq)
                      for dev, seq in d["device_order"].items()}
         return Plan(
-            op_stage=tuple(int(d["ops"][op.name]["stage"]) for op in g.ops),
+            op_stage=tuple(_whole(d["ops"][op.name]["stage"], f"{source}: stage of op {op.name!r}") for op in g.ops),
             op_precision=tuple(str(d["ops"][op.name]["precision"]) for op in g.ops),
             stages=stages, microbatches=int(d["microbatches"]), schedule=str(d["schedule"]),
             device_order=order, predicted=dict(d.get("predicted", {})),

@@ -65,3 +65,21 @@ def shortest(x: float, options: list[tuple[str, Decimal]]) -> tuple[str, Decimal
             best = (key, v)
     assert best is not None
     return best
+
+
+def brief(x: object, max_chars: int = 60) -> str:
+    """A value as it should appear in an error message: numbers short (``1e+300``, not
+    301 digits), anything else its repr, cut to ``max_chars``."""
+    if isinstance(x, bool) or x is None:
+        return repr(x)
+    if isinstance(x, int):
+        if abs(x) < 10**15:
+            return str(x)
+        digits = str(abs(x))
+        return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
+    if isinstance(x, float):
+        return format(x, ".6g") if math.isfinite(x) else repr(x)
+    if isinstance(x, Decimal):
+        return format(x, ".6g")
+    text = repr(x)
+    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
