@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from distplan.core.precision import precision
+from distplan.core.schedules import PLAN_SCHEDULES
 from distplan.workloads.graph import graph_send_elems, send_elems  # noqa: F401  (re-exported)
 
 OPTIMIZER_BYTES_PER_PARAM = 12
@@ -54,10 +55,10 @@ def inflight_microbatches(schedule: str, stage: int, n_stages: int, microbatches
     """
     if schedule == "stream":
         return min(2, microbatches)
-    if schedule == "gpipe":
+    if schedule == "1f1b":
+        return min(microbatches, n_stages - stage)
+    if schedule in PLAN_SCHEDULES:  # gpipe, explicit
         return microbatches
-    if schedule in ("1f1b", "explicit"):
-        return min(microbatches, n_stages - stage) if schedule == "1f1b" else microbatches
     raise ValueError(f"unknown schedule {schedule!r}")
 
 

@@ -29,6 +29,13 @@ from distplan.core.plan import Plan
 from distplan.sim.taskgraph import K_B, K_CAST_B, K_CAST_F, K_F, Program
 
 
+def repeats(schedule: str) -> bool:
+    """Whether the static order repeats round after round for any number of microbatches
+    (so a longer run reaches the steady state): not for 'gpipe' (every forward first) nor
+    'explicit' (the plan's own order covers its microbatches only)."""
+    return schedule != "gpipe" and schedule != "explicit"
+
+
 def assign_schedule(prog: Program, plan: Plan, ideal: bool) -> None:
     """Fill ``prog.offset`` (rounds) and, for ``stream``, ``prog.backpressure``."""
     if prog.training and prog.schedule == "1f1b" and not ideal:

@@ -5,12 +5,14 @@ import numpy as np
 
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
+from distplan.core.schedules import INFERENCE_SCHEDULES, TRAINING_SCHEDULES
 from distplan.core.plan import Plan
 from distplan.sim.execute import expand, run
 from distplan.sim.memory import peak_memory
 from distplan.sim.options import SimOptions
 from distplan.sim.period import steady_period
 from distplan.sim.program import build_program
+from distplan.sim.schedule import repeats
 from distplan.sim.taskgraph import K_B, K_F, K_XFER, KIND_NAMES
 from distplan.sim.result import SimResult
 
@@ -29,10 +31,12 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) ->
 def _validate(problem: Problem, plan: Plan) -> None:
     if len(plan.op_stage) != problem.n_ops:
         raise DistplanError(f"plan covers {len(plan.op_stage)} ops but the graph has {problem.n_ops}")
-    if plan.schedule == "stream" and problem.training:
-        raise DistplanError("schedule 'stream' is for inference; use 'gpipe' or '1f1b' for a training graph")
-    if plan.schedule in ("gpipe", "1f1b") and not problem.training:
-        raise DistplanError(f"schedule {plan.schedule!r} needs a training graph; use 'stream' for inference")
+    if plan.schedule in INFERENCE_SCHEDULES and problem.training:
+        raise DistplanError(f"schedule {plan.schedule!r} is for inference; use {_either(TRAINING_SCHEDULES)} "
+                            "for a training graph")
+    if plan.schedule in TRAINING_SCHEDULES and not problem.training:
+        raise DistplanError(f"schedule {plan.schedule!r} needs a training graph; use "
+                            f"{_either(INFERENCE_SCHEDULES)} for inference")
     if plan.schedule == "explicit" and plan.device_order is None:
         raise DistplanError("schedule 'explicit' needs a device_order")
     if plan.microbatches < 1:
@@ -51,6 +55,10 @@ def _validate(problem: Problem, plan: Plan) -> None:
             raise DistplanError(f"stage {k}: device index {bad[0]} outside 0..{problem.n_devices - 1}")
 
 
+def _either(names: tuple[str, ...]) -> str:
+    return " or ".join(repr(n) for n in names)
+
+
 def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> SimResult:
     D, L = prog.D, prog.L
     T, U, units = net.T, net.U, net.units
@@ -66,7 +74,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
     M = prog.M
     done = _completions(prog, net, fin)
     period, steady = _period(plan, prog, done, makespan, opts.link_model)
-    if not steady and plan.schedule in ("stream", "1f1b"):
+    if not steady and repeats(plan.schedule):
         period, steady = _period_from_longer_run(plan, prog, opts, period)
     if not period > 0:
         period = makespan / M if makespan > 0 else 0.0
