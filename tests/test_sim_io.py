@@ -205,3 +205,12 @@ def test_unreadable_plan_files_are_one_line(tmp_path, content):
     out = _cli(path)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error:")
+
+
+@pytest.mark.parametrize("stage", [1.5, "1", True, None])
+def test_a_stage_that_is_not_a_whole_number_is_named(tmp_path, stage):
+    doc = json.loads(_zoo_plan(tmp_path).read_text())
+    doc["ops"][next(iter(doc["ops"]))]["stage"] = stage
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    out = _cli(tmp_path / "bad.json")
+    assert out.returncode == 2 and "must be a whole number" in out.stderr and "flows" not in out.stderr

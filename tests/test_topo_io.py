@@ -253,3 +253,17 @@ def test_json_numbers_keep_what_the_user_wrote(tmp_path):
     assert k.peak_flops_per_s["fp16"] == 2.7e11 and k.launch_overhead_s == 1.1e-7
     assert k.mem_capacity_bytes == 3e8
     assert k.mem_bw_bytes_per_s == 7e8 and t.name == "one" and t.links == ()
+
+
+def test_xy_routing_refuses_two_devices_at_one_position():
+    k = DeviceKind("c", {"fp16": 1e12}, 1e9, 1e11)
+    devs = (Device("a", "c", pos=(0, 0)), Device("b", "c", pos=(0, 0)))
+    links = (Link("a", "b", 1e9), Link("b", "a", 1e9))
+    with pytest.raises(DistplanError, match=r"'a' and 'b' share mesh position \[0, 0\]"):
+        Topology("t", {"c": k}, devs, links, routing="xy")
+
+
+def test_a_self_link_is_named_as_such():
+    k = DeviceKind("c", {"fp16": 1e12}, 1e9, 1e11)
+    with pytest.raises(DistplanError, match="connects 'a' to itself"):
+        Topology("t", {"c": k}, (Device("a", "c"),), (Link("a", "a", 1e9),))
