@@ -139,3 +139,6 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `python solve.py --list | head`
+        sys.stderr.close()
+        return 0
