@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.core.errors import DistplanError
-from distplan.model.budget import budget_from_fraction, budget_plans_and_bound, front_choice
+from distplan.model.budget import budget_from_fraction, budget_plans_and_bound
+from distplan.model.knapsack import front_choice
 from distplan.model.downsets import enumerate_downsets, relaxation_bound
 from distplan.costs.check import check_plan
 
@@ -96,7 +97,7 @@ def test_budget_from_fraction_is_share_of_all_lowest_precision_sensitivity(reque
 @example([[(0.0, -1.0, 0.0)]], 0.0, 4.026027980360169e-132)          # ... and a tiny need not met
 def test_joint_choice_matches_brute_force(opts, nt, nm):
     import itertools
-    from distplan.model.budget import joint_choice
+    from distplan.model.knapsack import joint_choice
     by_op = {v: [(dt, dm, ds, 1) for dt, dm, ds in o] for v, o in enumerate(opts)}
     best = math.inf
     for pick in itertools.product(*[range(-1, len(o)) for o in opts]):
