@@ -105,3 +105,44 @@ def test_import_distplan_core_is_light():
             "print(any(m.startswith(('pyomo', 'highspy', 'distplan.model')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def _overflowing():
+    """a -> b -> c on three chips of 5 MB: the checker's bound is 4 MB per device, but
+    b's device also holds a's 2 MB tensor while it arrives: 6 MB in simulation."""
+    from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+    from distplan.workloads.graph import Graph, Operator, Tensor
+    E = 10**6
+    k = DeviceKind("c", {"fp16": 1e12}, mem_capacity_bytes=5e6, mem_bw_bytes_per_s=1e12, efficiency=1.0)
+    topo = Topology("t3", {"c": k}, tuple(Device(f"d{i}", "c") for i in range(3)),
+                    (Link("d0", "d1", 1e9), Link("d1", "d0", 1e9), Link("d1", "d2", 1e9), Link("d2", "d1", 1e9)))
+    g = Graph("g", (Operator("a", "matmul", 1e6, 0, 0, E, 0), Operator("b", "matmul", 1e9, 0, 0, E, 0),
+                    Operator("c", "add", 1e6, 0, 0, 10, 0)), (Tensor("a", "b", E), Tensor("b", "c", E)))
+    p = distplan.problem(g, topo, precisions="fp16", microbatches=16)
+    return p, Plan((0, 1, 2), ("fp16",) * 3, (Stage((0,)), Stage((1,)), Stage((2,))), 16, "stream")
+
+
+def test_a_plan_overflowing_in_simulation_is_not_ranked():
+    p, plan = _overflowing()
+    distplan.check(p, plan)  # the analytic bound fits ...
+    ranked, dropped = distplan.api.rank_plans(p, [plan])
+    assert ranked == () and len(dropped) == 1
+    assert "device d1 peaks at 5.72 MiB in the realistic simulation" in dropped[0][1]
+
+
+def test_replay_of_an_overflowing_plan_says_so(tmp_path):
+    p, plan = _overflowing()
+    distplan.save_plan(plan, p, tmp_path / "p.json")
+    out = subprocess.run([sys.executable, "-m", "distplan.sim", str(tmp_path / "p.json")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "period" in out.stdout
+    assert out.stderr.startswith("error: the plan does not fit: device d1 peaks at 5.72 MiB")
+
+
+def test_a_coarse_plan_is_rechecked_against_the_budget_on_the_fine_graph(tiny, report):
+    plan = report.best.plan
+    s = plan.predicted["sensitivity"]
+    ranked, dropped = distplan.api.rank_plans(tiny, [plan], sensitivity_budget=s * 0.99)
+    assert ranked == () and "exceeds the budget" in dropped[0][1]
+    ranked, dropped = distplan.api.rank_plans(tiny, [plan], sensitivity_budget=s)
+    assert len(ranked) == 1 and dropped == ()

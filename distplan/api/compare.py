@@ -2,7 +2,7 @@
 
 Every method gets the same budget; the MILP (``model.solve`` with ``time_limit_s`` =
 budget) returns its top-K plans, which are checked and replayed in the realistic
-simulator (``distplan.api.run.rank_plans``); every baseline scores its candidates with that
+simulator (``distplan.api.pipeline.solve``, coarsening large graphs as the CLI does); every baseline scores its candidates with that
 same simulator and the same feasibility checker. The table shows, per method, the best
 plan's simulated throughput, its ratio to the MILP plan, wall seconds and candidates
 evaluated, and, as the ceiling, the throughput the MILP's proven bound allows

@@ -10,7 +10,7 @@ from distplan.api.report import RankedPlan, SolveReport
 from distplan.core.errors import DistplanError, InternalError
 from distplan.core.plan import Plan
 from distplan.costs.check import InfeasiblePlan, check_plan
-from distplan.costs.evaluate import plan_cost
+from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.model import SolveOptions, SolveResult
 from distplan.model import solve as milp_solve
@@ -66,29 +66,64 @@ def _milp_plans(problem: Problem, options: SolveOptions) -> tuple[SolveResult, l
     return solved, plans, coarse.n_ops
 
 
-def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False) -> tuple[RankedPlan, ...]:
-    """Check and simulate every plan (realistic and ideal), best simulated throughput first.
+def simulated_overflow(problem: Problem, sim: SimResult) -> str | None:
+    """The first device whose *simulated* peak (in-flight buffers included) exceeds its
+    memory, as a message; None when every device fits."""
+    for d, (peak, cap) in enumerate(zip(sim.peak_memory_bytes, problem.device_mem_bytes)):
+        if peak > cap * (1 + 1e-9):
+            name = problem.topology.devices[d].name
+            return (f"device {name} peaks at {peak / 2**20:.2f} MiB in the realistic simulation "
+                    f"(buffers in flight included), over its {cap / 2**20:.2f} MiB")
+    return None
+
+
+def budget_excess(problem: Problem, plan: Plan, budget: float | None) -> str | None:
+    """A message when ``plan``'s sensitivity on ``problem`` (the graph the user gave)
+    exceeds ``budget``; None when it holds or there is no budget."""
+    if budget is None:
+        return None
+    s = plan_sensitivity(problem, plan)
+    if s > budget * (1 + 1e-9) + 1e-12:
+        return f"sensitivity {s:.6g} exceeds the budget {budget:.6g} on the original graph"
+    return None
+
+
+def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensitivity_budget: float | None = None,
+               ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...]]:
+    """Check and simulate every plan (realistic and ideal); keep those that fit memory
+    in the realistic simulation and meet the sensitivity budget, best simulated
+    throughput first. Returns (ranked, dropped with the reason).
 
     A plan the planner returns that the independent checker rejects is an InternalError:
     the MILP and the checker disagree, which is a bug, never the user's input."""
-    rows = []
+    rows, dropped = [], []
     for plan in plans:
         try:
             check_plan(problem, plan)
         except InfeasiblePlan as e:
             raise InternalError(f"the planner returned a plan the checker rejects: {e}") from e
-        real = sim_run(problem, plan, SimOptions(trace=trace))
+        why = budget_excess(problem, plan, sensitivity_budget)
+        if why is None:
+            real = sim_run(problem, plan, SimOptions(trace=trace))
+            why = simulated_overflow(problem, real)
+        if why is not None:
+            dropped.append((plan, why))
+            continue
         ideal = sim_run(problem, plan, SimOptions(ideal=True))
         rows.append((plan, real, ideal))
     rows.sort(key=lambda r: (-r[1].throughput_per_s, r[1].makespan_s))
-    return tuple(RankedPlan(i + 1, p.with_predicted(sim_period_s=real.period_s, throughput_per_s=real.throughput_per_s),
-                            float(p.predicted.get("milp_period_s", float("nan"))), ideal.period_s, real)
-                 for i, (p, real, ideal) in enumerate(rows))
+    ranked = tuple(RankedPlan(i + 1, p.with_predicted(sim_period_s=real.period_s,
+                                                       throughput_per_s=real.throughput_per_s),
+                              float(p.predicted.get("milp_period_s", float("nan"))), ideal.period_s, real)
+                   for i, (p, real, ideal) in enumerate(rows))
+    return ranked, tuple(dropped)
 
 
 def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool = False) -> SolveReport:
     """Plan ``problem``: the MILP's top-K plans, each checked and simulated, ranked by
-    simulated throughput, with the solver's status, proven bound and gap.
+    simulated throughput, with the solver's status, proven bound and gap. A plan whose
+    realistic simulation overflows a device's memory, or (after coarsening) breaks the
+    sensitivity budget on the original graph, is dropped and the report says why.
 
     ``trace=True`` keeps each simulation's events (for ``SolveReport.write_trace`` and
     the report plots). Raises DistplanError when no plan exists."""
@@ -96,6 +131,10 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
     solved, plans, coarse_ops = _milp_plans(problem, options)
     if not plans:
         raise DistplanError(f"the solver returned no plan (status {solved.status})")
-    ranked = rank_plans(problem, plans, trace=trace)
+    ranked, dropped = rank_plans(problem, plans, trace=trace, sensitivity_budget=options.sensitivity_budget)
+    if not ranked:
+        raise DistplanError(f"none of the {len(plans)} plans the solver found is usable: {dropped[0][1]}"
+                            + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")
+                            + "; give the devices more memory, or fewer microbatches in flight")
     return SolveReport(problem=problem, solver=solved, plans=ranked, coarse_ops=coarse_ops,
-                       options=dataclasses.replace(options, progress=None))
+                       options=dataclasses.replace(options, progress=None), dropped=dropped)

@@ -82,13 +82,16 @@ class SolveReport:
 
     ``solver``: status, objective, proven bound and gap (``model.SolveResult``; for a
     coarsened solve they are the coarse problem's). ``coarse_ops``: the coarse op count,
-    None when the graph was solved as it is."""
+    None when the graph was solved as it is. ``dropped``: plans the solver returned that
+    were not ranked (simulated memory overflow, or a budget broken on the original
+    graph), each with the reason."""
 
     problem: Problem
     solver: SolveResult
     plans: tuple[RankedPlan, ...]
     coarse_ops: int | None = None
     options: SolveOptions | None = None
+    dropped: tuple[tuple[Plan, str], ...] = ()
 
     @property
     def best(self) -> RankedPlan:
@@ -119,6 +122,7 @@ class SolveReport:
                 "peak_memory_bytes": float(max(r.sim.peak_memory_bytes)),
                 "plan": plan_to_dict(r.plan, p),
             } for r in self.plans],
+            "dropped": [{"reason": why, "plan": plan_to_dict(plan, p)} for plan, why in self.dropped],
         })
 
     def table(self) -> str:
@@ -146,6 +150,8 @@ class SolveReport:
             lines.append(f"note: solved on a {self.coarse_ops}-op coarsening of the {p.n_ops}-op graph; the bound "
                          "and gap above are for the coarse problem, periods are for the expanded plans on the "
                          "original graph")
+        for _, why in self.dropped:
+            lines.append(f"note: a plan the solver returned was dropped: {why}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -15,6 +15,7 @@ from distplan.api.resolve import resolve_topology, resolve_workload
 from distplan.cli.args import Parser, check_output_file
 from distplan.core.errors import DistplanError
 from distplan.core.plan import plan_from_dict, read_plan_json
+from distplan.api.pipeline import simulated_overflow
 from distplan.costs.check import check_plan
 from distplan.costs.plan_file import problem_from_document
 from distplan.sim import SimOptions, simulate
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.trace:
             write_chrome_trace(res, problem, args.trace)
             print(f"trace written to {args.trace}")
+        over = simulated_overflow(problem, res)
+        if over is not None:
+            raise DistplanError(f"the plan does not fit: {over}")
     except DistplanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
