@@ -23,7 +23,6 @@ Symbolic dimensions must be fixed with ``input_shapes={'input': (1, 128)}``.
 """
 from __future__ import annotations
 
-import math
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -32,16 +31,14 @@ from typing import Any
 
 from distplan.core.errors import DistplanError
 from distplan.workloads import op_costs as oc
-from distplan.workloads.graph import MODES, Graph, Operator, Tensor
+from distplan.workloads.graph import Graph, Operator
+from distplan.workloads.import_common import (HEAD_TAIL, UnknownOperatorWarning, Walk, build_graph, check_mode,
+                                              family_table)
 
-
-class UnknownOperatorWarning(UserWarning):
-    """An operator type the importer has no cost rule for (imported with a pessimistic cost)."""
-
+__all__ = ["import_onnx", "UnknownOperatorWarning"]
 
 # --- operator families ------------------------------------------------------------------
-_FAMILY: dict[str, str] = {}
-for _fam, _names in {
+_FAMILY: dict[str, str] = family_table({
     "add": "Add Sum",
     "arith": "Sub Mul Div Neg Abs Reciprocal Floor Ceil Round Sqrt Pow Max Min Mean Clip Where "
              "Sign Mod PRelu LeakyRelu ThresholdedRelu BitShift",
@@ -63,9 +60,7 @@ for _fam, _names in {
     "reduce": "ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare "
               "ReduceLogSum ReduceLogSumExp ArgMax ArgMin GlobalAveragePool GlobalMaxPool CumSum TopK",
     "pool": "MaxPool AveragePool LpPool",
-}.items():
-    for _n in _names.split():
-        _FAMILY[_n] = _fam
+})
 _MATMUL = {"MatMul", "MatMulInteger", "Gemm", "Conv", "ConvTranspose", "ConvInteger",
            "Attention", "MultiHeadAttention", "Einsum", "Gather"}
 
@@ -137,18 +132,13 @@ def _fix_inputs(onnx: Any, model: Any, input_shapes: dict[str, tuple[int, ...]] 
 
 
 @dataclass
-class _State:
-    """What the walk over the nodes has learned so far."""
+class _State(Walk):
+    """The walk's state (values are tensor names, parameters initializer names) and what
+    shape inference says of each tensor."""
 
-    shape: dict[str, tuple[int, ...] | None]
-    elem_type: dict[str, int]
-    producer: dict[str, int] = field(default_factory=dict)        # tensor -> op index
-    origin: dict[str, frozenset[str]] = field(default_factory=dict)  # constant -> parameter inits
-    params: dict[str, int] = field(default_factory=dict)          # parameter init -> elems
-    claimed: dict[str, str] = field(default_factory=dict)         # parameter init -> op that owns it
-    family: list[str] = field(default_factory=list)               # per op
-    op_inputs: list[list[str]] = field(default_factory=list)      # per op, non-empty inputs
-    guessed: list[str] = field(default_factory=list)
+    shape: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
+    elem_type: dict[str, int] = field(default_factory=dict)
+    guessed: list[str] = field(default_factory=list)  # tensors whose shape was guessed
 
 
 def _sorted_nodes(nodes: list[Any], available: set[str]) -> list[Any]:
@@ -181,8 +171,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     the values read from the first input.
     """
     onnx = _require_onnx()
-    if mode not in MODES:
-        raise DistplanError(f"mode {mode!r} unknown; use one of {MODES}")
+    check_mode(mode)
     model, default_name = _load(onnx, path_or_model)
     model = _fix_inputs(onnx, model, input_shapes)
     try:
@@ -190,7 +179,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     except Exception as e:
         raise DistplanError(f"ONNX shape inference failed on model {default_name!r}: {e}") from None
     g = model.graph
-    st = _State(shape={}, elem_type={})
+    st = _State()
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         st.shape[vi.name] = _dims(vi.type)
         st.elem_type[vi.name] = vi.type.tensor_type.elem_type
@@ -200,7 +189,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         st.shape[init.name] = tuple(int(d) for d in init.dims)
         st.elem_type[init.name] = init.data_type
         if init.data_type in float_types and len(init.dims) >= 1:
-            st.params[init.name] = oc.numel(init.dims)
+            st.param_elems[init.name] = oc.numel(init.dims)
             st.origin[init.name] = frozenset({init.name})
         else:
             st.origin[init.name] = frozenset()
@@ -210,7 +199,6 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     ops: list[Operator] = []
     edges: dict[tuple[int, int], int] = defaultdict(int)
     names: set[str] = set()
-    unknown: dict[str, list[str]] = defaultdict(list)
     for i, node in enumerate(_sorted_nodes(list(g.node), set(graph_inputs) | set(st.origin))):
         ins = [x for x in node.input if x]
         if node.op_type == "Constant" or all(x in st.origin for x in ins):
@@ -221,16 +209,9 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
             continue
         v = len(ops)
         op_name = _unique(node.name or f"{node.op_type}_{i}", names)
-        param = 0
-        tied: dict[str, int] = defaultdict(int)   # owner op -> elems of its parameters read here
-        for x in dict.fromkeys(ins):
-            for p in sorted(st.origin.get(x, ())):
-                if p in st.params and p not in st.claimed:
-                    st.claimed[p] = op_name
-                    param += st.params[p]
-                elif p in st.params and st.claimed[p] != op_name:
-                    tied[st.claimed[p]] += st.params[p]
-        op, family = _cost(node, op_name, ins, param, st, unknown)
+        param, tied = st.claim([p for x in dict.fromkeys(ins) for p in sorted(st.origin.get(x, ()))
+                                if p in st.param_elems], op_name)
+        op, family = _cost(node, op_name, ins, param, st)
         op = oc.tie_operator(op, tied)
         ops.append(op)
         st.family.append(family)
@@ -243,21 +224,15 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
                 st.producer[y] = v
     if not ops:
         raise DistplanError(f"ONNX model {default_name!r} has no operator that depends on an input")
-    for op_type, where in unknown.items():
-        warnings.warn(
-            f"ONNX import: {len(where)} operator(s) of unknown type {op_type!r} (first: {where[0]!r}) "
-            f"imported with a pessimistic cost of {oc.UNKNOWN_FLOPS_PER_ELEM} FLOPs per touched element",
-            UnknownOperatorWarning, stacklevel=2)
+    st.warn_unknown("ONNX import", "operator(s)", "type", stacklevel=2)
     if st.guessed:
         warnings.warn(
             f"ONNX import: shape inference gave no static shape for {len(st.guessed)} tensor(s) "
             f"(first: {st.guessed[0]!r}); their sizes were taken from the node's largest input",
             UnknownOperatorWarning, stacklevel=2)
     ops = _label_heads(ops, st, outputs)
-    tensors = tuple(Tensor(ops[u].name, ops[w].name, int(n)) for (u, w), n in edges.items())
     b, s = _batch_and_seq(graph_inputs, st, onnx)
-    return Graph(name=name or default_name, ops=tuple(ops), tensors=tensors, mode=mode,
-                 batch_size=batch_size or b, seq_len=seq_len if seq_len is not None else s)
+    return build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s)
 
 
 def _unique(base: str, names: set[str]) -> str:
@@ -305,8 +280,7 @@ def _shape(x: str, st: _State) -> tuple[int, ...]:
     return s
 
 
-def _cost(node: Any, name: str, ins: list[str], param: int, st: _State,
-          unknown: dict[str, list[str]]) -> tuple[Operator, str]:
+def _cost(node: Any, name: str, ins: list[str], param: int, st: _State) -> tuple[Operator, str]:
     """The Operator for one node and its family (see module docstring)."""
     outs = [y for y in node.output if y]
     for y in outs:
@@ -322,20 +296,16 @@ def _cost(node: Any, name: str, ins: list[str], param: int, st: _State,
             return _matmul_like(node, name, ins, param, st, in_elems, out_elems)
         fam = _FAMILY.get(t)
         if fam is not None:
+            fwd = None
             if fam == "reduce":
                 fwd = sum(in_elems[:1])
             elif fam == "pool":
                 fwd = out_elems * oc.numel(_attr(node, "kernel_shape", []))
-            else:
-                fwd = oc.FLOPS_PER_ELEM[fam] * out_elems
-            kind = "view" if fam == "view" else oc.FAMILY_KIND[fam]
-            return oc.make_operator(name, kind, fwd, param, in_elems, out_elems), fam
+            return oc.family_operator(name, fam, param, in_elems, out_elems, fwd), fam
     except _NeedShape:
         pass
-    unknown[t if not node.domain else f"{node.domain}.{t}"].append(name)
-    touched = sum(in_elems) + out_elems
-    return oc.make_operator(name, "other", oc.UNKNOWN_FLOPS_PER_ELEM * touched, param, in_elems,
-                            out_elems), "other"
+    st.unknown[t if not node.domain else f"{node.domain}.{t}"].append(name)
+    return oc.unknown_operator(name, param, in_elems, out_elems), "other"
 
 
 def _is_param_input(x: str, st: _State) -> bool:
@@ -348,7 +318,7 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
     mk = oc.make_operator
     if t in ("MatMul", "MatMulInteger"):
         k = _shape(ins[0], st)[-1]
-        kind = "matmul" if any(_is_param_input(x, st) for x in ins[:2]) else _attn_kind(ins[:2], st)
+        kind = "matmul" if any(_is_param_input(x, st) for x in ins[:2]) else st.attn_kind(ins[:2])
         return mk(name, kind, oc.matmul_flops(out_elems, k), param, in_elems, out_elems), "matmul"
     if t == "Gemm":
         a = _shape(ins[0], st)
@@ -376,42 +346,13 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
     raise _NeedShape(t)
 
 
-_MOVES = frozenset({"move", "view"})
-_HEAD_TAIL = frozenset({"move", "view", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
-
-
-def _through_moves(x: str, st: _State, limit: int = 8, through: frozenset[str] = _MOVES) -> int | None:
-    """The op that produced ``x``, looking back through up to ``limit`` ops of the families
-    ``through`` (each followed along its first op-produced input)."""
-    for _ in range(limit):
-        v = st.producer.get(x)
-        if v is None or st.family[v] not in through:
-            return v
-        x = next((y for y in st.op_inputs[v] if y in st.producer), "")
-    return None
-
-
-def _attn_kind(ins: list[str], st: _State) -> str:
-    """Activation x activation product: the context product if an operand comes from a
-    softmax (possibly through data movement), else the score product."""
-    for x in ins:
-        v = _through_moves(x, st)
-        if v is not None and st.family[v] == "softmax":
-            return "attn_context"
-    return "attn_score"
-
-
 def _einsum_flops(node: Any, ins: list[str], st: _State) -> int:
     eq = _attr(node, "equation", b"")
     eq = eq.decode() if isinstance(eq, bytes) else eq
-    lhs = eq.replace(" ", "").split("->")[0]
-    if "." in lhs:
-        raise _NeedShape("einsum with ellipsis")
-    sizes: dict[str, int] = {}
-    for term, x in zip(lhs.split(","), ins):
-        for c, d in zip(term, _shape(x, st)):
-            sizes[c] = max(sizes.get(c, 1), d)
-    return 2 * math.prod(sizes.values())
+    try:
+        return oc.einsum_flops(eq, (_shape(x, st) for x in ins))
+    except ValueError:  # an ellipsis: costed as an unknown operator
+        raise _NeedShape("einsum with ellipsis") from None
 
 
 def _attention_flops(node: Any, ins: list[str], st: _State) -> int:
@@ -437,7 +378,7 @@ def _label_heads(ops: list[Operator], st: _State, outputs: set[str]) -> list[Ope
     and activations alone is the model's head (kind 'head')."""
     out = list(ops)
     for y in sorted(outputs):
-        v = _through_moves(y, st, through=_HEAD_TAIL)
+        v = st.producer_through(y, through=HEAD_TAIL)
         if v is not None and out[v].kind == "matmul" and any(_is_param_input(x, st) for x in st.op_inputs[v]):
             out[v] = replace(out[v], kind="head")
     return out

@@ -104,6 +104,35 @@ def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, qk_dim: int
     return 2 * scores * qk_dim + SOFTMAX_FLOPS_PER_ELEM * scores + 2 * scores * v_dim
 
 
+def family_operator(name: str, family: str, param_elems: int, in_elems: Iterable[int], out_elems: int,
+                    fwd_flops: int | None = None) -> Operator:
+    """An operator of an element-wise, normalisation, data-movement, reduction or pooling
+    ``family``; ``fwd_flops`` defaults to ``FLOPS_PER_ELEM[family]`` per output element."""
+    fwd = FLOPS_PER_ELEM[family] * out_elems if fwd_flops is None else fwd_flops
+    kind = "view" if family == "view" else FAMILY_KIND[family]
+    return make_operator(name, kind, fwd, param_elems, in_elems, out_elems)
+
+
+def unknown_operator(name: str, param_elems: int, in_elems: Sequence[int], out_elems: int) -> Operator:
+    """An operator without a cost rule: ``UNKNOWN_FLOPS_PER_ELEM`` per touched element, kind 'other'."""
+    touched = sum(in_elems) + out_elems
+    return make_operator(name, "other", UNKNOWN_FLOPS_PER_ELEM * touched, param_elems, in_elems, out_elems)
+
+
+def einsum_flops(equation: str, shapes: Iterable[Sequence[int]]) -> int:
+    """``2 x`` the product of every index's size (a multiply-add per point of the joint index
+    space); ``shapes`` are the operands' (read lazily, one per input term). Raises
+    ValueError for an equation with an ellipsis."""
+    lhs = equation.replace(" ", "").split("->")[0]
+    if "." in lhs:
+        raise ValueError(f"einsum equation {equation!r} has an ellipsis")
+    sizes: dict[str, int] = {}
+    for term, shape in zip(lhs.split(","), shapes):
+        for c, d in zip(term, shape):
+            sizes[c] = max(sizes.get(c, 1), d)
+    return 2 * math.prod(sizes.values())
+
+
 def tie_operator(op: Operator, tied: dict[str, int]) -> Operator:
     """``op`` reading parameters other operators own (owner name -> elements): tied to the
     owner it reads most from (the memory model holds one owner's weights per operator)."""

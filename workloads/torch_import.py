@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -27,12 +26,11 @@ from typing import Any
 
 from distplan.core.errors import DistplanError
 from distplan.workloads import op_costs as oc
-from distplan.workloads.graph import MODES, Graph, Operator, Tensor
-from distplan.workloads.onnx_import import UnknownOperatorWarning
+from distplan.workloads.graph import Graph, Operator
+from distplan.workloads.import_common import HEAD_TAIL, Walk, build_graph, check_mode, family_table
 
 # function / method names (lower case) -> family
-_FN_FAMILY: dict[str, str] = {}
-for _fam, _names in {
+_FN_FAMILY: dict[str, str] = family_table({
     "add": "add iadd add_ radd",
     "arith": "sub isub rsub mul imul rmul truediv itruediv rtruediv div floordiv neg pow sqrt rsqrt abs "
              "maximum minimum clamp clip where masked_fill masked_fill_ reciprocal mod square addcmul "
@@ -53,9 +51,7 @@ for _fam, _names in {
             "index_select gather tril triu zeros_like ones_like full_like new_zeros new_ones flip roll pad",
     "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min",
     "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d",
-}.items():
-    for _n in _names.split():
-        _FN_FAMILY[_n] = _fam
+})
 
 # torch.nn module class names -> family (the matmul family is costed per type below)
 _MOD_FAMILY: dict[str, str] = {
@@ -110,8 +106,7 @@ def import_module(module: Any, example_inputs: Any, mode: str = "inference", nam
     torch = _require_torch()
     from torch.fx.passes.shape_prop import ShapeProp  # noqa: PLC0415
 
-    if mode not in MODES:
-        raise DistplanError(f"mode {mode!r} unknown; use one of {MODES}")
+    check_mode(mode)
     if not isinstance(module, torch.nn.Module):
         raise DistplanError(f"import_module needs a torch.nn.Module, got {type(module).__name__}")
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -134,18 +129,12 @@ def import_module(module: Any, example_inputs: Any, mode: str = "inference", nam
     return _build(gm, torch, inputs, mode, label)
 
 
-class _Walk:
-    """State of the walk over the traced nodes."""
+class _Walk(Walk):
+    """The walk's state (values are fx nodes, parameters their ``id``) and the traced module."""
 
     def __init__(self, gm: Any, torch: Any) -> None:
+        super().__init__()
         self.gm, self.torch = gm, torch
-        self.producer: dict[Any, int] = {}           # fx node -> op index
-        self.origin: dict[Any, frozenset[int]] = {}  # constant node -> parameter ids
-        self.param_numel: dict[int, int] = {}
-        self.claimed: dict[int, str] = {}   # parameter id -> op that owns it
-        self.family: list[str] = []
-        self.op_inputs: list[list[Any]] = []
-        self.unknown: dict[str, list[str]] = defaultdict(list)
 
     def elems(self, node: Any) -> int:
         return sum(oc.numel(s) for s in _shapes(node.meta.get("tensor_meta")))
@@ -161,20 +150,8 @@ class _Walk:
         for p in tensors:
             if isinstance(p, self.torch.nn.Parameter):
                 out.add(id(p))
-                self.param_numel[id(p)] = int(p.numel())
+                self.param_elems[id(p)] = int(p.numel())
         return frozenset(out)
-
-    def claim(self, ids: frozenset[int], name: str) -> tuple[int, dict[str, int]]:
-        """(elements of the parameters ``name`` is first to read, {owner op: elements} of
-        the ones an earlier op owns: tied weights)."""
-        n, tied = 0, defaultdict(int)
-        for i in sorted(ids):
-            if i not in self.claimed:
-                self.claimed[i] = name
-                n += self.param_numel[i]
-            elif self.claimed[i] != name:
-                tied[self.claimed[i]] += self.param_numel[i]
-        return n, dict(tied)
 
 
 def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
@@ -197,7 +174,7 @@ def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
         param_ids = frozenset().union(*(w.origin.get(d, frozenset()) for d in deps))
         if node.op == "call_module":
             param_ids |= w.params_of(list(gm.get_submodule(node.target).parameters()))
-        param, tied = w.claim(param_ids, node.name)
+        param, tied = w.claim(sorted(param_ids), node.name)
         op, fam = _cost(node, w, deps, param)
         op = oc.tie_operator(op, tied)
         ops.append(op)
@@ -210,20 +187,15 @@ def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
         w.producer[node] = v
     if not ops:
         raise DistplanError(f"module {label!r} traced to no tensor operation")
-    for kind, where in w.unknown.items():
-        warnings.warn(
-            f"torch import: {len(where)} node(s) of unknown operation {kind!r} (first: {where[0]!r}) "
-            f"imported with a pessimistic cost of {oc.UNKNOWN_FLOPS_PER_ELEM} FLOPs per touched element",
-            UnknownOperatorWarning, stacklevel=3)
+    w.warn_unknown("torch import", "node(s)", "operation", stacklevel=3)
     ops = _label_heads(gm, w, ops)
-    tensors = tuple(Tensor(ops[u].name, ops[v].name, int(n)) for (u, v), n in edges.items())
     first = inputs[0] if inputs else None
     b, s = 1, None
     if isinstance(first, torch.Tensor) and first.dim() >= 1:
         b = int(first.shape[0])
         if first.dim() == 2 and not first.is_floating_point():
             s = int(first.shape[1])
-    return Graph(name=label, ops=tuple(ops), tensors=tensors, mode=mode, batch_size=b, seq_len=s)
+    return build_graph(label, ops, edges, mode, b, s)
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:
@@ -233,27 +205,13 @@ def _fetch_attr(gm: Any, target: str) -> Any:
     return obj
 
 
-_MOVES = frozenset({"move", "view"})
-_HEAD_TAIL = frozenset({"move", "view", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
-
-
-def _through_moves(node: Any, w: _Walk, limit: int = 8, through: frozenset[str] = _MOVES) -> int | None:
-    """The op that produced ``node``, looking back through ops of the families ``through``."""
-    for _ in range(limit):
-        v = w.producer.get(node)
-        if v is None or w.family[v] not in through:
-            return v
-        node = next((d for d in w.op_inputs[v] if d in w.producer), None)
-    return None
-
-
 def _label_heads(gm: Any, w: _Walk, ops: list[Operator]) -> list[Operator]:
     out = list(ops)
     for node in gm.graph.nodes:
         if node.op != "output":
             continue
         for d in node.all_input_nodes:
-            v = _through_moves(d, w, through=_HEAD_TAIL)
+            v = w.producer_through(d, through=HEAD_TAIL)
             if v is not None and out[v].kind == "matmul" and w.family[v] == "matmul_w":
                 out[v] = replace(out[v], kind="head")
     return out
@@ -322,15 +280,14 @@ def _family_op(node: Any, fam: str, name: str, param: int, in_elems: list[int], 
         ks = k if isinstance(k, (tuple, list)) else (k,) * dims
         fwd = out * math.prod(int(x) for x in ks)
     else:
-        fwd = oc.FLOPS_PER_ELEM[fam] * out
-    return oc.make_operator(name, "view" if fam == "view" else oc.FAMILY_KIND[fam], fwd, param, in_elems, out)
+        fwd = None
+    return oc.family_operator(name, fam, param, in_elems, out, fwd)
 
 
 def _unknown(node: Any, what: str, w: _Walk, name: str, param: int, in_elems: list[int],
              out: int) -> tuple[Operator, str]:
     w.unknown[what].append(name)
-    fwd = oc.UNKNOWN_FLOPS_PER_ELEM * (sum(in_elems) + out)
-    return oc.make_operator(name, "other", fwd, param, in_elems, out), "other"
+    return oc.unknown_operator(name, param, in_elems, out), "other"
 
 
 def _matmul(node: Any, t: str, w: _Walk, deps: list[Any], name: str, param: int, in_elems: list[int],
@@ -346,32 +303,20 @@ def _matmul(node: Any, t: str, w: _Walk, deps: list[Any], name: str, param: int,
         a, bias = node.args[0], False
     k = w.shape(a)[-1]
     has_weight = any(d in w.origin for d in deps)
-    if has_weight:
-        kind = "matmul"
-    else:
-        kind = "attn_score"
-        for d in deps:
-            v = _through_moves(d, w)
-            if v is not None and w.family[v] == "softmax":
-                kind = "attn_context"
+    kind = "matmul" if has_weight else w.attn_kind(deps)
     return oc.make_operator(name, kind, oc.matmul_flops(out, k, bias), param, in_elems, out), \
         ("matmul_w" if has_weight else "matmul")
 
 
 def _einsum_flops(node: Any, w: _Walk) -> int:
-    eq = str(node.args[0]).replace(" ", "")
     operands = node.args[1:]
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = operands[0]
-    lhs = eq.split("->")[0]
-    if "." in lhs:
+    try:
+        return oc.einsum_flops(str(node.args[0]), (w.shape(x) for x in operands))
+    except ValueError:
         raise DistplanError(f"einsum node {node.name!r}: equations with '...' are not supported; "
-                            "spell out the indices")
-    sizes: dict[str, int] = {}
-    for term, x in zip(lhs.split(","), operands):
-        for c, d in zip(term, w.shape(x)):
-            sizes[c] = max(sizes.get(c, 1), d)
-    return 2 * math.prod(sizes.values())
+                            "spell out the indices") from None
 
 
 def _mha_flops(node: Any, mod: Any, w: _Walk) -> int:
