@@ -75,6 +75,14 @@ def _figure(width_in: float, height_in: float):
     return Figure(figsize=(w, h), layout="constrained")
 
 
+def _suptitle(fig, text: str, fontsize: float = 11) -> None:
+    """The figure title, wrapped to the figure's width (a character ~0.55 x fontsize pt)."""
+    import textwrap
+
+    width = max(30, int(fig.get_size_inches()[0] * 72 / (0.55 * fontsize)))
+    fig.suptitle(textwrap.fill(text, width, break_on_hyphens=False, break_long_words=False), fontsize=fontsize)
+
+
 def _save(fig, path: str | Path, dpi: int = 110):
     fig.savefig(path, dpi=dpi)
     return fig
@@ -235,7 +243,7 @@ def plot_placement(problem: Problem, plan: Plan, path: str | Path, *, title: str
         handles.append(Patch(color=colours[0], label="coloured by stage (colour bar)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
               fontsize=7, title="stages", title_fontsize=8, frameon=False)
-    fig.suptitle(title or problem_title(problem, "stage placement"), fontsize=11)
+    _suptitle(fig, title or problem_title(problem, "stage placement"))
     ax.set_title(f"{len(used)} of {K} stages hold ops, {lanes(plan)} lane(s), "
                  f"{int((stage_of >= 0).sum())}/{D} devices used; {precision_mix(plan)}\n"
                  f"layout: {grid.how}", fontsize=8)
@@ -492,7 +500,7 @@ def plot_timeline(trace_path: str | Path, path: str | Path, *, title: str | None
     if title is None:
         title = problem_title(problem, "simulated schedule") if problem is not None \
             else f"simulated schedule ({Path(trace_path).name})"
-    fig.suptitle(title, fontsize=11)
+    _suptitle(fig, title)
     sub = f"{len(dev_tracks)} device and {len(link_tracks)} link tracks, {len(spans)} events"
     if shaded:
         sub += "; lighter shade: every other microbatch on a track"
