@@ -35,7 +35,9 @@ class BaselineResult:
     ``rejected`` the candidates the feasibility gate turned away before scoring,
     ``implausible`` the scored candidates discarded because their score exceeded the
     physical ceiling (see :class:`Tracker`), and ``history`` (seconds, best throughput)
-    each time the best improved.
+    each time the best improved. ``stopped_by``: what ended the search: "candidates"
+    (the deterministic budget: a seeded search then reproduces exactly), "time" (the
+    wall clock: not reproducible run to run), or "exhausted" (no new plan to try).
     """
 
     method: str
@@ -46,6 +48,7 @@ class BaselineResult:
     rejected: int = 0
     implausible: int = 0
     history: tuple[tuple[float, float], ...] = field(default=(), compare=False)
+    stopped_by: str = field(default="", compare=False)
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -56,8 +59,10 @@ def plan_key(plan: Plan) -> tuple:
 class Tracker:
     """Deadline, feasibility gate, scoring with a cache, and best-so-far of one search.
 
-    ``max_candidates`` (optional) ends the search after that many scored plans: with a
-    generous budget this makes a seeded search deterministic.
+    ``max_candidates`` (optional) ends the search after that many scored plans, and
+    then the search's schedule (SA's temperature) follows the candidate count, not the
+    clock: a seeded search is deterministic unless the wall-clock budget, kept as a
+    safety cap, ends it first (``stopped_by`` says which).
     """
 
     def __init__(self, problem: Problem, method: str, budget_s: float, scorer: Scorer | None = None,
@@ -92,11 +97,18 @@ class Tracker:
         return time.perf_counter() - self.t0
 
     def fraction(self) -> float:
-        """Share of the budget used (time or candidates, whichever is further along)."""
-        f = self.elapsed_s() / self.budget_s
+        """Share of the budget used: candidates scored when a candidate budget is set
+        (deterministic), else wall-clock time."""
         if self.max_candidates:
-            f = max(f, self.candidates / self.max_candidates)
-        return min(1.0, f)
+            return min(1.0, self.candidates / self.max_candidates)
+        return min(1.0, self.elapsed_s() / self.budget_s)
+
+    def stopped_by(self) -> str:
+        if self.max_candidates is not None and self.candidates >= self.max_candidates:
+            return "candidates"
+        if time.perf_counter() >= self.deadline:
+            return "time"
+        return "exhausted"
 
     def expired(self) -> bool:
         if self._stale >= self.STALE_LIMIT:
@@ -149,4 +161,4 @@ class Tracker:
     def result(self) -> BaselineResult:
         return BaselineResult(self.method, self.best_plan, self.best if self.best_plan else 0.0,
                               self.elapsed_s(), self.candidates, self.rejected, self.implausible,
-                              tuple(self.history))
+                              tuple(self.history), self.stopped_by())

@@ -26,7 +26,7 @@ _RUN_LOCK = threading.Lock()
 
 def _base(spec: RunSpec) -> dict[str, Any]:
     return dict(zip(("workload", "topology", "precisions", "mode", "batch_size", "seq_len", "seed",
-                     "time_limit_s"), spec.key()))
+                     "time_limit_s", "candidate_budget"), spec.key()))
 
 
 def build(spec: RunSpec):
@@ -51,7 +51,8 @@ def _run(spec: RunSpec) -> list[dict[str, Any]]:
         problem = build(spec)
         opts = SolveOptions(time_limit_s=spec.time_limit_s, seed=spec.seed, threads=spec.threads,
                             top_k=spec.top_k, rel_gap=spec.rel_gap)
-        c = compare(problem, spec.methods, spec.time_limit_s, seed=spec.seed, solve_options=opts)
+        c = compare(problem, spec.methods, spec.time_limit_s, seed=spec.seed, solve_options=opts,
+                    candidates=spec.candidate_budget)
     except DistplanError as e:
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
         return [{**base, "method": m, "status": "error", "error": str(e), "finished_at": now}

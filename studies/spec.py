@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from distplan.core.errors import DistplanError
 
 DEFAULT_METHODS = ("random", "sa", "dp", "grid")
-KEY_FIELDS = ("workload", "topology", "precisions", "mode", "batch_size", "seq_len", "seed", "time_limit_s")
+KEY_FIELDS = ("workload", "topology", "precisions", "mode", "batch_size", "seq_len", "seed", "time_limit_s",
+              "candidate_budget")
 
 
 def fmt_limit(x: float) -> str:
@@ -36,13 +37,15 @@ class RunSpec:
     threads: int = 1
     top_k: int = 1
     rel_gap: float = 0.01
+    candidate_budget: int | None = None  # deterministic baseline budget (plans scored); None: the clock
 
     def key(self) -> tuple[str, ...]:
         """The run's identity as CSV text (what resume matches on)."""
         return (self.workload, self.topology, self.precisions, self.mode,
                 "" if self.batch_size is None else str(self.batch_size),
                 "" if self.seq_len is None else str(self.seq_len),
-                str(self.seed), fmt_limit(self.time_limit_s))
+                str(self.seed), fmt_limit(self.time_limit_s),
+                "" if self.candidate_budget is None else str(self.candidate_budget))
 
     def label(self) -> str:
         return (f"{self.workload}/{self.topology} [{self.precisions}] seed {self.seed} "

@@ -22,7 +22,7 @@ FIELDS = (*KEY_FIELDS, "method", "status", "objective_s", "bound_s", "gap", "sec
 
 
 def row_key(row: dict[str, str]) -> tuple[str, ...]:
-    return tuple(row[f] for f in KEY_FIELDS)
+    return tuple(row.get(f, "") for f in KEY_FIELDS)  # CSVs older than a key field read it as unset
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:

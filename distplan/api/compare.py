@@ -56,6 +56,7 @@ class Comparison:
     problem: Problem
     budget_s: float
     rows: tuple[MethodRow, ...]  # the MILP first
+    candidates: int | None = None  # the deterministic budget per baseline, if one was set
 
     @property
     def milp(self) -> MethodRow:
@@ -105,20 +106,24 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
 
 
 def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
-               sensitivity_budget: float | None = None, scorer=None) -> MethodRow:
+               sensitivity_budget: float | None = None, scorer=None, candidates: int | None = None) -> MethodRow:
     """One baseline as a table row."""
-    r = run_baseline(method, problem, budget_s, seed, scorer=scorer, sensitivity_budget=sensitivity_budget)
+    r = run_baseline(method, problem, budget_s, seed, scorer=scorer, sensitivity_budget=sensitivity_budget,
+                     max_candidates=candidates)
     found = r.plan is not None
     period = problem.graph.batch_size / r.throughput_per_s if found and r.throughput_per_s > 0 else math.nan
     return MethodRow(method, r.throughput_per_s, r.seconds, r.candidates, "found" if found else "none",
-                     objective_s=period, rejected=r.rejected, implausible=r.implausible, plan=r.plan)
+                     objective_s=period, rejected=r.rejected, implausible=r.implausible, plan=r.plan,
+                     extra={"stopped_by": r.stopped_by})
 
 
 def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "dp", "grid"), budget_s: float = 60.0,
             seed: int = 0, solve_options: SolveOptions | None = None, sensitivity_budget: float | None = None,
-            progress: Callable[[str], None] | None = None) -> Comparison:
+            progress: Callable[[str], None] | None = None, candidates: int | None = None) -> Comparison:
     """Run the MILP (time limit = ``budget_s``) and each baseline (budget ``budget_s``), one
-    after the other so that none competes with another for the cores."""
+    after the other so that none competes with another for the cores. ``candidates``:
+    a deterministic budget, every baseline scores that many plans (``budget_s`` stays a
+    safety cap); with the same ``seed`` every method then reproduces exactly."""
     if not budget_s > 0:
         raise DistplanError(f"--budget must be > 0 seconds, got {budget_s}")
     methods = parse_methods(methods if isinstance(methods, str) else ",".join(methods))
@@ -130,10 +135,10 @@ def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "d
     say(f"compare: milp {rows[0].throughput_per_s:.6g} samples/s ({rows[0].status}, {rows[0].seconds:.1f} s)")
     for m in methods:
         say(f"compare: {m} with a {budget_s:g} s budget ...")
-        rows.append(run_method(problem, m, budget_s, seed, opts.sensitivity_budget))
+        rows.append(run_method(problem, m, budget_s, seed, opts.sensitivity_budget, candidates=candidates))
         r = rows[-1]
         say(f"compare: {m} {r.throughput_per_s:.6g} samples/s after {r.candidates} candidates ({r.seconds:.1f} s)")
-    return Comparison(problem, budget_s, tuple(rows))
+    return Comparison(problem, budget_s, tuple(rows), candidates)
 
 
 def plan_shape(plan: Plan | None) -> str:
@@ -170,6 +175,8 @@ def format_comparison(c: Comparison) -> str:
             note = f"{r.status}, gap {_num(100 * r.gap, '.2f')} %, top-{r.candidates} simulated; {plan_shape(r.plan)}"
         else:
             note = "no feasible plan found" if r.plan is None else f"{plan_shape(r.plan)}; {r.rejected} infeasible"
+            if r.extra.get("stopped_by") == "time" and c.candidates is not None:
+                note += f"; cut by the {c.budget_s:g} s safety cap before {c.candidates} candidates: not reproducible"
             if r.implausible:
                 note += f", {r.implausible} discarded (simulated throughput above the physical ceiling)"
         lines.append(f"{r.method:<8} {r.throughput_per_s:>11.5g} {_num(c.ratio(r), '.3f'):>8} {r.seconds:>7.1f} "

@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     c = ap.add_argument_group("baselines")
     c.add_argument("--compare", default=None, help="baselines to run at equal budget: random,sa,dp,grid")
     c.add_argument("--budget", type=finite_float, default=None, help="wall-clock seconds per method for --compare")
+    c.add_argument("--candidates", type=int, default=None,
+                   help="deterministic budget: each baseline scores this many plans (--budget is then only a "
+                        "safety cap); with --seed every method reproduces exactly")
     return ap.parse_args(argv)
 
 
@@ -83,7 +86,7 @@ def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
     opts = solve_options(args, problem)
     progress = None if args.quiet else _say
     c = api.compare(problem, args.compare, budget, seed=args.seed, solve_options=opts,
-                    sensitivity_budget=opts.sensitivity_budget, progress=progress)
+                    sensitivity_budget=opts.sensitivity_budget, progress=progress, candidates=args.candidates)
     print(json.dumps(c.to_json(), indent=1, default=float) if args.json else c.table())
     return 0
 

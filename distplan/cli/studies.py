@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--microbatches", type=int, default=16)
+    ap.add_argument("--candidates", type=int, default=None,
+                    help="deterministic baseline budget: plans each baseline scores (the time limit is then a "
+                         "safety cap); with --seeds every run reproduces exactly")
     ap.add_argument("--top-k", type=int, default=1, help="MILP plans simulated per run")
     ap.add_argument("--gap", type=finite_float, default=0.01, help="MILP relative gap to stop at")
     ap.add_argument("--threads", type=int, default=1, help="HiGHS threads per run (baselines use one core)")
@@ -81,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             specs = expand(_list(args.workloads), _list(args.topologies), args.precisions, seeds, limits,
                            mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len,
                            microbatches=args.microbatches, methods=tuple(parse_methods(args.methods)),
-                           threads=args.threads, top_k=args.top_k, rel_gap=args.gap)
+                           threads=args.threads, top_k=args.top_k, rel_gap=args.gap,
+                           candidate_budget=args.candidates)
             workers = args.workers or max(1, (os.cpu_count() or 1) // args.threads)
             rep = run_sweep(specs, csv_path, scheduler=args.scheduler, workers=workers, progress=say)
             print(f"study: {rep.ran} runs done, {rep.skipped} skipped (already in the CSV), "
