@@ -150,70 +150,71 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
         f_next = [-1] * ns
         f_busy = [0.0] * ns
         f_bw = [0.0] * D + list(prog.link_bw)
-    done_q: list[int] = []  # nodes finished by the heap, to propagate
+    done_q: list[int] = []  # finished nodes (multi-slot servers, the heap) whose successors await them
     now = 0.0
     while True:
-        while stack:
-            s = stack.pop()
-            seq = seqs[s]
-            i = pos[s]
-            n = len(seq)
-            ls = lat[s]
-            if s in slots:
-                sl = slots[s]
-                last_start = free[s]
-                while i < n:
-                    j = seq[i]
-                    if pending[j]:
-                        waiting[s] = j
-                        break
-                    st = ready[j]
-                    k0 = min(range(len(sl)), key=sl.__getitem__)
-                    if st < sl[k0]:
-                        st = sl[k0]
-                    if st < last_start:
-                        st = last_start
-                    last_start = st
-                    en = st + dur[j]
-                    sl[k0] = en
-                    beg[j] = st
-                    fin[j] = en
-                    i += 1
-                    done_q.append(j)
-                pos[s] = i
-                free[s] = last_start
-                # propagate below through done_q
-            else:
-                f = free[s]
-                while i < n:
-                    j = seq[i]
-                    if pending[j]:
-                        waiting[s] = j
-                        break
-                    st = ready[j]
-                    if st < f:
-                        st = f
-                    f = st + dur[j]
-                    beg[j] = st
-                    e = f + ls
-                    fin[j] = e
-                    i += 1
-                    for d in succ[j]:
-                        k = j + d
-                        if ready[k] < e:
-                            ready[k] = e
-                        c = pending[k] - 1
-                        pending[k] = c
-                        if not c:
-                            s2 = srv[k]
-                            if waiting[s2] == k:
-                                waiting[s2] = -1
-                                stack.append(s2)
-                            elif dyn[s2]:
-                                push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
-                                cnt += 1
-                pos[s] = i
-                free[s] = f
+        while stack or done_q:
+            if stack:
+                s = stack.pop()
+                seq = seqs[s]
+                i = pos[s]
+                n = len(seq)
+                ls = lat[s]
+                if s in slots:
+                    sl = slots[s]
+                    last_start = free[s]
+                    while i < n:
+                        j = seq[i]
+                        if pending[j]:
+                            waiting[s] = j
+                            break
+                        st = ready[j]
+                        k0 = min(range(len(sl)), key=sl.__getitem__)
+                        if st < sl[k0]:
+                            st = sl[k0]
+                        if st < last_start:
+                            st = last_start
+                        last_start = st
+                        en = st + dur[j]
+                        sl[k0] = en
+                        beg[j] = st
+                        fin[j] = en
+                        i += 1
+                        done_q.append(j)
+                    pos[s] = i
+                    free[s] = last_start
+                    # propagate below through done_q
+                else:
+                    f = free[s]
+                    while i < n:
+                        j = seq[i]
+                        if pending[j]:
+                            waiting[s] = j
+                            break
+                        st = ready[j]
+                        if st < f:
+                            st = f
+                        f = st + dur[j]
+                        beg[j] = st
+                        e = f + ls
+                        fin[j] = e
+                        i += 1
+                        for d in succ[j]:
+                            k = j + d
+                            if ready[k] < e:
+                                ready[k] = e
+                            c = pending[k] - 1
+                            pending[k] = c
+                            if not c:
+                                s2 = srv[k]
+                                if waiting[s2] == k:
+                                    waiting[s2] = -1
+                                    stack.append(s2)
+                                elif dyn[s2]:
+                                    push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
+                                    cnt += 1
+                    pos[s] = i
+                    free[s] = f
             while done_q:
                 j = done_q.pop()
                 e = fin[j]
@@ -235,7 +236,7 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
             break
         t, prio, sq, j = pop(heap)
         if t < now:
-            raise RuntimeError(f"event at {t!r} popped after {now!r}: the event order is broken")
+            raise InternalError(f"event at {t!r} popped after {now!r}: the event order is broken")
         now = t
         if not fair:
             s = srv[j]
@@ -271,25 +272,6 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
                 done_q.append(k)
             f_next[s] = -1
             cnt = _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw)
-        if done_q:
-            # propagate heap completions through the static machinery
-            while done_q:
-                j = done_q.pop()
-                e = fin[j]
-                for d in succ[j]:
-                    k = j + d
-                    if ready[k] < e:
-                        ready[k] = e
-                    c = pending[k] - 1
-                    pending[k] = c
-                    if not c:
-                        s2 = srv[k]
-                        if waiting[s2] == k:
-                            waiting[s2] = -1
-                            stack.append(s2)
-                        elif dyn[s2]:
-                            push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
-                            cnt += 1
     beg_a = np.array(beg)
     done = int(np.count_nonzero(beg_a >= 0.0))
     if done != net.n_valid:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distplan.core.errors import InternalError
 from distplan.core.plan import Plan
 from distplan.sim.taskgraph import K_B, K_CAST_B, K_CAST_F, K_F, Program
 
@@ -121,7 +122,7 @@ def same_round_per_device(prog: Program, plan: Plan, o: list[int]) -> None:
                     o[t], changed = top, True
         if not changed:
             return
-    raise AssertionError("stream rounds did not settle")   # stages only send forward
+    raise InternalError("stream rounds did not settle")   # stages only send forward
 
 
 def stream_backpressure(prog: Program, plan: Plan) -> list[tuple[int, int, int, int]]:
