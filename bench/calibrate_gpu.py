@@ -4,7 +4,7 @@ Times transformer-shaped matmuls at every precision the GPU runs (fp32, tf32, bf
 fp16, fp8 via torch._scaled_mm, int8 via torch._int_mm), memory-bound operators
 (softmax, layernorm, gelu) and an empty kernel launch, then compares each with
 ``costs.compute.roofline_time_s`` for an H100/H200-class device kind built from the
-public peak figures in REFERENCE.md. Prints a table and writes JSON with the measured
+public peak figures in docs/HARDWARE.md. Prints a table and writes JSON with the measured
 seconds, the prediction and their ratio, and the achieved fraction of peak per
 precision (the value the presets' ``efficiency`` approximates).
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from distplan.costs.compute import roofline_time_s  # noqa: E402
 from distplan.topologies.topology import DeviceKind  # noqa: E402
 
-# H100 SXM dense peaks (REFERENCE.md), FLOP/s; H200 has the same compute, more memory bw.
+# H100 SXM dense peaks (docs/HARDWARE.md), FLOP/s; H200 has the same compute, more memory bw.
 H100_PEAK = {"fp32": 67e12, "tf32": 495e12, "bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "int8": 1979e12}
 SHAPES = [  # (M = batch*seq, K, N): BERT-base/large, GPT-2 projections and FFNs; and a large square
     (128, 768, 2304), (128, 768, 3072), (128, 3072, 768), (1024, 768, 2304), (1024, 768, 3072),

@@ -8,7 +8,7 @@ before it. Without weights or data we use a proxy built from the same parts:
               * (1 + after(v) / n)                      forward propagation
               * (1 + before(v) / n  if training else 1)  backward propagation
 
-where u(q) is the unit round-off of q (REFERENCE.md), top is the highest-fidelity
+where u(q) is the unit round-off of q (docs/HARDWARE.md), top is the highest-fidelity
 precision allowed, after/before count the operators downstream/upstream of v, and n
 is the operator count. Normalised so fp16 instead of fp32 on a mid-depth matmul
 scores about 1; the op's highest allowed precision scores exactly 0.

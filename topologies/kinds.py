@@ -1,6 +1,6 @@
 """Device kinds and link figures the presets are built from, each with its source.
 
-Every number comes from /work/shared/REFERENCE.md (vendor data sheets and papers) unless
+Every number comes from docs/HARDWARE.md (vendor data sheets and papers) unless
 it is marked ASSUMPTION, in which case the reason is given next to it. Peaks are dense
 (no sparsity). int8 rates are TOPS, counted here as FLOP/s (one MAC = 2 ops either way).
 
@@ -99,7 +99,7 @@ H100 = DeviceKind(
 )
 
 # --- links: bandwidth per direction, latency per hop ---------------------------------
-#: Simba-class network-on-package link (REFERENCE.md, *unconfirmed*).
+#: Simba-class network-on-package link (docs/HARDWARE.md, *unconfirmed*).
 NOP_BW_BYTES_PER_S = 100 * GIGA
 NOP_LATENCY_S = 20e-9
 #: NVLink totals are both directions together: A100 600 GB/s, H100 900 GB/s.
@@ -113,7 +113,7 @@ IB_NDR_PORT_BW_BYTES_PER_S = 400e9 / 8
 IB_PORTS_PER_NODE = 8
 #: ASSUMPTION: 1 us per hop to and from the fabric switch (NIC + switch traversal).
 IB_LATENCY_S = 1e-6
-#: PCIe gen3 x16 per direction (REFERENCE.md); ASSUMPTION 1 us per hop.
+#: PCIe gen3 x16 per direction (docs/HARDWARE.md); ASSUMPTION 1 us per hop.
 PCIE3_BW_BYTES_PER_S = 15.75 * GIGA
 PCIE_LATENCY_S = 1e-6
 #: ASSUMPTION: the two hosts of the mixed fleet share a 100 Gb/s network (EDR-class),

@@ -1,4 +1,4 @@
-"""Numeric precisions: names, storage sizes and unit round-off (REFERENCE.md)."""
+"""Numeric precisions: names, storage sizes and unit round-off (docs/HARDWARE.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
