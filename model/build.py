@@ -24,6 +24,10 @@ lane_i[b+1] uses l of bytes_b / (r bw_l). This is costs.evaluate.plan_cost's ave
 the replica cycle, term by term. Constraints whose expression holds no variable are
 checked when built and skipped (a violated one makes the model infeasible).
 
+Beyond the formulation: ``period_relax`` (T >= a proven bound), ``nogood`` (cuts that
+forbid plans already found) and the user's own constraints (``extra_constraints``, like
+PyPSA's ``extra_functionality``), added last by :func:`add_extra_constraints`.
+
 Times are in model units (seconds x ``m.tscale``, see :func:`time_scale`) and memory
 rows in units of the device's capacity. The throughput objective minimises the period ``T`` >= every device load and every link
 load; the latency objective minimises costs.evaluate.plan_latency_s. Both may add
@@ -33,24 +37,35 @@ costs.evaluate.plan_cost(...).period_s (resp. plan_latency_s) of the extracted p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyomo.environ as pyo
 
 from distplan.costs.memory import activation_factors
 from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything the model depends on besides the Problem."""
+    """Everything the model depends on besides the Problem.
+
+    ``period_lb_s``: a proven lower bound on every plan's period (throughput objective;
+    0: none), added as the cut ``period_relax``. ``excluded``: plans the no-good cuts
+    ``nogood`` forbid. ``extra_constraints``: the user's ``f(m, problem, spec)``, called
+    after distplan's own families (:func:`add_extra_constraints`)."""
 
     path: tuple[int, ...]
     objective: str = "throughput"
     sensitivity_budget: float | None = None
     sensitivity_weight: float = 0.0
     lanes: tuple[tuple[int, ...], ...] | None = None   # None: one lane, ``path``
+    period_lb_s: float = 0.0
+    excluded: tuple[Plan, ...] = field(default=(), compare=False)
+    extra_constraints: Callable[..., None] | None = field(default=None, compare=False)
 
     def all_lanes(self) -> tuple[tuple[int, ...], ...]:
         lanes = self.lanes or (tuple(self.path),)
@@ -151,20 +166,20 @@ def add_variables(m, problem: Problem, spec: ModelSpec) -> None:
 
 
 # --------------------------------------------------------------------------- constraints
-def add_stage_order(m, problem: Problem) -> None:
+def add_stage_order(m, problem: Problem, spec: ModelSpec) -> None:
     """y[v,k] <= y[v,k-1]: the cumulative indicators of one op are non-increasing."""
     m.stage_order = pyo.Constraint(
         m.OPS, m.CUTS, rule=lambda m, v, k: m.y[v, k] <= m.y[v, k - 1] if k >= 2 else pyo.Constraint.Skip)
 
 
-def add_edge_order(m, problem: Problem) -> None:
+def add_edge_order(m, problem: Problem, spec: ModelSpec) -> None:
     """y[u,k] <= y[v,k] for every tensor u -> v: a tensor never flows to an earlier stage."""
     m.edge_order = pyo.Constraint(
         m.ALL_EDGES, m.CUTS,
         rule=lambda m, e, k: m.y[int(problem.edges[e][0]), k] <= m.y[int(problem.edges[e][1]), k])
 
 
-def add_assignment(m, problem: Problem) -> None:
+def add_assignment(m, problem: Problem, spec: ModelSpec) -> None:
     """sum_q z[v,k,q] = y(v,k) - y(v,k+1); sum_k z[v,k,q] = prec[v,q]; sum_q prec[v,q] = 1."""
     by_vk: dict[tuple[int, int], list] = {}
     by_vq: dict[tuple[int, int], list] = {}
@@ -179,7 +194,7 @@ def add_assignment(m, problem: Problem) -> None:
     m.one_prec = pyo.Constraint(m.OPS, rule=lambda m, v: sum(m.prec[v, q] for q in m.PRECS) == 1)
 
 
-def add_crossings(m, problem: Problem) -> None:
+def add_crossings(m, problem: Problem, spec: ModelSpec) -> None:
     """xc[e,b] >= y(v,b+1) - y(u,b+1); xq[e,b,q] >= y(v,b+1) - y(u,b+1) + prec[u,q] - 1."""
     def cross(m, e, b):
         u, v = (int(x) for x in problem.edges[e])
@@ -197,7 +212,7 @@ def add_crossings(m, problem: Problem) -> None:
     m.boundary_bytes = pyo.Expression(m.BOUNDS, rule=nbytes)
 
 
-def add_casts(m, problem: Problem) -> None:
+def add_casts(m, problem: Problem, spec: ModelSpec) -> None:
     """cast[e,a,b,k] >= z[dst,k,b] + prec[src,a] - 1: tensor e cast from a to b on stage k."""
     m.cast_need = pyo.Constraint(
         m.CASTS, rule=lambda m, e, a, b, k: m.cast[e, a, b, k]
@@ -256,50 +271,23 @@ def mem_unit_bytes(m, problem: Problem, k: int) -> float:
     return float(min(problem.device_mem_bytes[lane[k]] for lane in m.lanes))
 
 
-def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
-    """Resident bytes of stage k's device <= its capacity.
-
-    n(k) in-flight microbatches (costs.memory.inflight_microbatches). An inference stream
-    holds every activation once plus (n - 1) x the sent bytes of ops with a consumer on a
-    later stage (costs.memory.activation_factors; ``_sent_on_stage``). For 1F1B n depends
-    on the used stage count S: the n=1 row always holds, and for s = k+2..min(K, k+M)
-    static + min(M, s-k) act <= cap + (min(M, s-k) - 1) cap (1 - w[s-1]).
-    """
-    M, sched, K = problem.microbatches, problem.schedule, m.K
+def _stage_rows(m, problem: Problem) -> tuple[dict[int, float], dict[int, list], dict[int, list]]:
+    """Per stage k: its memory unit (mem_unit_bytes) and the static and activation terms
+    of its ops' cells, in that unit."""
     cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
-    stat: dict[int, list] = {k: [] for k in m.STAGES}   # rows in units of the device's capacity
+    stat: dict[int, list] = {k: [] for k in m.STAGES}
     act: dict[int, list] = {k: [] for k in m.STAGES}
     for (v, k, q) in m.CELLS:
         stat[k].append(float(problem.static_bytes[v, q] / cap0[k]) * m.z[v, k, q])
         act[k].append(float(problem.act_bytes[v, q] / cap0[k]) * m.z[v, k, q])
-    _add_tied(m, problem, cap0, stat)
-    cap = {k: 1.0 for k in m.STAGES}
-    if sched == "1f1b":
-        sinks = [v for v in range(problem.n_ops) if v not in set(int(u) for u in problem.edges[:, 0])]
-        m.used_stage = pyo.Constraint(
-            sinks, m.CUTS, rule=lambda m, v, k: m.w[k] >= m.y[v, k])
-        idx = [(k, s) for k in range(K) for s in range(k + 1, min(K, k + M) + 1)]
-        m.MEMROWS = pyo.Set(initialize=idx, dimen=2)
-
-        def rule(m, k, s):
-            n = min(M, s - k)
-            lhs = sum(stat[k]) + n * sum(act[k])
-            if s == k + 1:
-                return _checked(lhs <= cap[k])
-            return _checked(lhs <= cap[k] + (n - 1) * cap[k] * (1 - m.w[s - 1]))
-        m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
-    else:
-        f_of = {k: activation_factors(sched, k, K, M) for k in m.STAGES}
-        sent = _sent_on_stage(m, problem, cap0, [k for k in m.STAGES if f_of[k][1] > 0])
-        m.mem_cap = pyo.Constraint(
-            m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + f_of[k][0] * sum(act[k])
-                                                 + f_of[k][1] * sum(sent.get(k, [])) <= cap[k]))
+    return cap0, stat, act
 
 
-def _add_tied(m, problem: Problem, cap0: dict, stat: dict) -> None:
-    """Tied weights: ``tied[v,k]`` >= sum_q tb[v,q] z[v,k,q] - tb_max[v] (y(o,k) - y(o,k+1)),
-    the bytes op v on stage k holds of its owner o's parameters when o is elsewhere (in
-    units of the stage's capacity); added to stage k's static row."""
+def add_tied_copies(m, problem: Problem, spec: ModelSpec) -> None:
+    """Tied weights: ``tied[v,k]`` >= sum_q tb[v,q] z[v,k,q] - tb_max[v] (y(o,k) - y(o,k+1))
+    (``tied_need``), the bytes op v on stage k holds of its owner o's parameters when o is
+    elsewhere (in units of the stage's capacity); add_memory adds it to stage k's row."""
+    cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
     idx = [(v, k) for v in range(problem.n_ops) if problem.tied_owner[v] >= 0 and problem.tied_bytes[v].max() > 0
            for k in m.STAGES]
     m.TIED = pyo.Set(initialize=idx, dimen=2)
@@ -316,15 +304,26 @@ def _add_tied(m, problem: Problem, cap0: dict, stat: dict) -> None:
         top = float(problem.tied_bytes[v].max() / cap0[k])
         return m.tied[v, k] >= mine - top * (y_of(m, o, k) - y_of(m, o, k + 1))
     m.tied_need = pyo.Constraint(m.TIED, rule=rule)
-    for (v, k) in idx:
-        stat[k].append(m.tied[v, k])
 
 
-def _sent_on_stage(m, problem: Problem, cap0: dict, stages: list[int]) -> dict[int, list]:
+def add_used_stages(m, problem: Problem, spec: ModelSpec) -> None:
+    """1F1B: w[k] >= y[v,k] for every sink v (``used_stage``): stage k or a later one is used."""
+    sinks = [v for v in range(problem.n_ops) if v not in set(int(u) for u in problem.edges[:, 0])]
+    m.used_stage = pyo.Constraint(sinks, m.CUTS, rule=lambda m, v, k: m.w[k] >= m.y[v, k])
+
+
+def sent_stages(m, problem: Problem) -> list[int]:
+    """Stages whose memory holds extra copies of sent bytes (costs.memory.activation_factors)."""
+    return [k for k in m.STAGES if activation_factors(problem.schedule, k, m.K, problem.microbatches)[1] > 0]
+
+
+def add_sent_copies(m, problem: Problem, spec: ModelSpec) -> None:
     """Stream memory: ``sent[v,k]`` >= sum_q send[v,q] z[v,k,q] - send_max[v] (1 - y(c,k+1))
-    for every consumer c of v: the bytes v on stage k keeps for a later stage (in units of
-    the stage's capacity; 0 unless some consumer sits on a later stage). Returns stage ->
-    the variables to add to its memory row."""
+    for every consumer c of v (``sent_need``): the bytes v on stage k keeps for a later
+    stage (in units of the stage's capacity; 0 unless some consumer sits on a later
+    stage); add_memory adds it to stage k's row."""
+    cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
+    stages = sent_stages(m, problem)
     cons: dict[int, set[int]] = {}
     for u, v in problem.sending_edges():
         cons.setdefault(int(u), set()).add(int(v))
@@ -342,10 +341,41 @@ def _sent_on_stage(m, problem: Problem, cap0: dict, stages: list[int]) -> dict[i
         top = max(a for a, _ in terms)
         return m.sent[v, k] >= sum(a * z for a, z in terms) - top * (1 - y_of(m, c, k + 1))
     m.sent_need = pyo.Constraint(m.SENT_ROWS, rule=rule)
-    out: dict[int, list] = {}
-    for (v, k) in by_vk:
-        out.setdefault(k, []).append(m.sent[v, k])
-    return out
+
+
+def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
+    """Resident bytes of stage k's device <= its capacity (``mem_cap``, in units of it).
+
+    n(k) in-flight microbatches (costs.memory.inflight_microbatches). An inference stream
+    holds every activation once plus (n - 1) x the sent bytes of ops with a consumer on a
+    later stage (costs.memory.activation_factors; ``sent``, add_sent_copies). For 1F1B n
+    depends on the used stage count S: the n=1 row always holds, and for s =
+    k+2..min(K, k+M) static + min(M, s-k) act <= 1 + (min(M, s-k) - 1) (1 - w[s-1])
+    (``w``, add_used_stages). Tied copies (``tied``, add_tied_copies) count as static.
+    """
+    M, sched, K = problem.microbatches, problem.schedule, m.K
+    _, stat, act = _stage_rows(m, problem)
+    for (v, k) in m.TIED:
+        stat[k].append(m.tied[v, k])
+    if sched == "1f1b":
+        idx = [(k, s) for k in range(K) for s in range(k + 1, min(K, k + M) + 1)]
+        m.MEMROWS = pyo.Set(initialize=idx, dimen=2)
+
+        def rule(m, k, s):
+            n = min(M, s - k)
+            lhs = sum(stat[k]) + n * sum(act[k])
+            if s == k + 1:
+                return _checked(lhs <= 1.0)
+            return _checked(lhs <= 1.0 + (n - 1.0) * (1 - m.w[s - 1]))
+        m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
+    else:
+        f_of = {k: activation_factors(sched, k, K, M) for k in m.STAGES}
+        sent: dict[int, list] = {}
+        for (v, k) in m.SENT:
+            sent.setdefault(k, []).append(m.sent[v, k])
+        m.mem_cap = pyo.Constraint(
+            m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + f_of[k][0] * sum(act[k])
+                                                 + f_of[k][1] * sum(sent.get(k, [])) <= 1.0))
 
 
 def add_sensitivity(m, problem: Problem, spec: ModelSpec) -> None:
@@ -402,12 +432,112 @@ def add_latency(m, problem: Problem, spec: ModelSpec) -> None:
 
 
 def add_objective(m, problem: Problem, spec: ModelSpec) -> None:
+    """min ``obj`` = T (throughput) or latency, + tscale x sensitivity_weight x sensitivity."""
     main = m.T if spec.objective == "throughput" else m.latency
     m.obj = pyo.Objective(expr=main + m.tscale * spec.sensitivity_weight * m.sensitivity, sense=pyo.minimize)
 
 
+def add_period_bound(m, problem: Problem, spec: ModelSpec) -> None:
+    """T >= tscale x period_lb_s x (1 - 1e-9) (``period_relax``): a period bound proven
+    without the MILP (model.downsets.relaxation_bound, model.budget) as a cut; throughput
+    objective and a positive finite bound only (the objective is >= T)."""
+    lb = spec.period_lb_s
+    if spec.objective == "throughput" and lb > 0 and math.isfinite(lb):
+        m.period_relax = pyo.Constraint(expr=m.T >= m.tscale * lb * (1 - 1e-9))
+
+
+def add_nogood(m, problem: Problem, spec: ModelSpec) -> None:
+    """No-good cuts (``nogood``, a ConstraintList :func:`add_nogood_cut` extends), one per
+    plan P of ``spec.excluded``: sum over P's 1-bits of (1 - x) + sum over its 0-bits of
+    x >= 1, over the binaries y and prec -- the plan's symmetry-free projection
+    (model.extract.projection) must differ from P's."""
+    m.nogood = pyo.ConstraintList()
+    for plan in spec.excluded:
+        add_nogood_cut(m, problem, plan)
+
+
+def add_nogood_cut(m, problem: Problem, plan: Plan):
+    """Append the no-good cut of ``plan`` to ``m.nogood`` (:func:`add_nogood`); returns the
+    new constraint, or None when the model has no binaries (the plan is the only one)."""
+    terms = []
+    for v in range(problem.n_ops):
+        for k in m.CUTS:
+            terms.append((1 - m.y[v, k]) if plan.op_stage[v] >= k else m.y[v, k])
+        qv = problem.q_index(plan.op_precision[v])
+        for q in m.PRECS:
+            if len(problem.precisions) > 1:
+                terms.append((1 - m.prec[v, q]) if q == qv else m.prec[v, q])
+    if not terms:
+        return None
+    return m.nogood.add(sum(terms) >= 1)
+
+
+def add_extra_constraints(m, problem: Problem, spec: ModelSpec) -> None:
+    """The user's constraints: ``spec.extra_constraints(m, problem, spec)`` (PyPSA's
+    ``extra_functionality``), called after every distplan family on every model built.
+
+    It may add constraints (any name not taken), variables, and tighter bounds or fixings
+    over distplan's components (m.y, m.prec, m.z, m.T, m.stage_load, m.boundary_bytes,
+    ...; module docstring; index sets m.OPS, m.STAGES, m.CUTS, m.PRECS). Restrictions
+    only: removing or deactivating one of distplan's constraints, changing the objective,
+    or widening a variable's bounds or domain raises DistplanError, because every bound
+    distplan proves without the MILP (heuristic relaxation, budget knapsacks) is a
+    minimum over a superset of the constrained plans -- valid only while the hook
+    restricts. What it added is recorded for model.admission: ``m.user_rows`` (its active
+    constraints), ``m.user_bounds`` ((var, lb, ub) of the variables it bounded or fixed)
+    and ``m.user_vars`` (variables it declared)."""
+    m.user_rows, m.user_bounds, m.user_vars = (), (), ()
+    f = spec.extra_constraints
+    if f is None:
+        return
+    rows0 = list(m.component_data_objects(pyo.Constraint, active=True))
+    vars0 = {id(v): (v, _var_state(v)) for v in m.component_data_objects(pyo.Var)}
+    obj0 = (m.obj.expr, m.obj.sense)
+    f(m, problem, spec)
+    name = getattr(f, "__name__", repr(f))
+    rows = list(m.component_data_objects(pyo.Constraint, active=True))
+    kept = {id(c) for c in rows}
+    lost = [c.name for c in rows0 if id(c) not in kept]
+    if lost:
+        raise DistplanError(f"extra_constraints {name} removed or deactivated distplan's constraint {lost[0]!r}"
+                            f"{f' and {len(lost) - 1} more' if len(lost) > 1 else ''}; it may only add "
+                            "restrictions (add a constraint of your own instead)")
+    objs = list(m.component_data_objects(pyo.Objective, active=True))
+    obj = getattr(m, "obj", None)
+    if len(objs) != 1 or objs[0] is not obj or obj.expr is not obj0[0] or obj.sense != obj0[1]:
+        raise DistplanError(f"extra_constraints {name} changed the objective; it may only add restrictions "
+                            "(distplan reports and bounds its own objective)")
+    old = {id(c) for c in rows0}
+    bounds, new_vars = [], []
+    for v in m.component_data_objects(pyo.Var):
+        if id(v) not in vars0:
+            new_vars.append(v)
+            continue
+        st0, st = vars0[id(v)][1], _var_state(v)
+        if st == st0:
+            continue
+        if st[0] < st0[0] or st[1] > st0[1] or (st0[2] and not st[2]):
+            raise DistplanError(f"extra_constraints {name} relaxed variable {v.name} (bounds [{st0[0]}, {st0[1]}]"
+                                f"{' integer' if st0[2] else ''} -> [{st[0]}, {st[1]}]{' integer' if st[2] else ''}); "
+                                "it may only add restrictions")
+        bounds.append((v, st[0], st[1]))
+    m.user_rows = tuple(c for c in rows if id(c) not in old)
+    m.user_bounds = tuple(bounds)
+    m.user_vars = tuple(new_vars)
+
+
+def _var_state(v) -> tuple[float, float, bool]:
+    """(lower, upper, integral) of a variable, a fixed one at its value."""
+    if v.fixed:
+        x = float(v.value) if v.value is not None else math.nan
+        return x, x, v.is_integer()
+    lo, hi = v.lb, v.ub
+    return (-math.inf if lo is None else float(lo)), (math.inf if hi is None else float(hi)), v.is_integer()
+
+
 def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
-    """Variables, then constraints, then the objective."""
+    """Sets and variables, then the constraint families, the objective, the cuts
+    (period bound, no-goods) and last the user's constraints (add_extra_constraints)."""
     m = pyo.ConcreteModel(name="distplan")
     m.path = tuple(spec.path)
     m.lanes = spec.all_lanes()
@@ -415,13 +545,18 @@ def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
     add_sets(m, problem, spec)
     m.tscale = time_scale(problem, m)
     add_variables(m, problem, spec)
-    add_stage_order(m, problem)
-    add_edge_order(m, problem)
-    add_assignment(m, problem)
-    add_crossings(m, problem)
-    add_casts(m, problem)
+    add_stage_order(m, problem, spec)
+    add_edge_order(m, problem, spec)
+    add_assignment(m, problem, spec)
+    add_crossings(m, problem, spec)
+    add_casts(m, problem, spec)
     add_stage_load(m, problem, spec)
     add_link_load(m, problem, spec)
+    add_tied_copies(m, problem, spec)
+    if problem.schedule == "1f1b":
+        add_used_stages(m, problem, spec)
+    else:
+        add_sent_copies(m, problem, spec)
     add_memory(m, problem, spec)
     add_sensitivity(m, problem, spec)
     if spec.objective == "throughput":
@@ -429,4 +564,7 @@ def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
     else:
         add_latency(m, problem, spec)
     add_objective(m, problem, spec)
+    add_nogood(m, problem, spec)
+    add_period_bound(m, problem, spec)
+    add_extra_constraints(m, problem, spec)
     return m

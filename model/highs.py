@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import highspy
 import numpy as np
@@ -16,6 +17,18 @@ _STATUS = {
     "kUnboundedOrInfeasible": "infeasible", "kInterrupt": "interrupted", "kUnbounded": "unbounded",
     "kSolutionLimit": "solution_limit", "kIterationLimit": "iteration_limit",
 }
+
+
+@dataclass(frozen=True)
+class HighsOutcome:
+    """One HiGHS run: model status, objective and dual bound in seconds (model units /
+    tscale), wall seconds, and the column values of its solution (None: no solution)."""
+
+    status: str
+    objective_s: float
+    bound_s: float
+    seconds: float
+    values: np.ndarray | None
 
 
 class HighsRun:
@@ -80,7 +93,7 @@ class HighsRun:
     def add_constraint(self, con) -> None:
         self.opt.add_constraints([con])
 
-    def run(self, time_limit_s: float, rel_gap: float) -> dict:
+    def run(self, time_limit_s: float, rel_gap: float) -> HighsOutcome:
         h = self.h
         h.setOptionValue("time_limit", float(max(time_limit_s, 0.1)))
         h.setOptionValue("mip_rel_gap", float(rel_gap))
@@ -98,8 +111,7 @@ class HighsRun:
         if name == "optimal" and not math.isfinite(bound):
             bound = obj
         scale = float(self.m.tscale)
-        return {"status": name, "objective": obj / scale, "bound": bound / scale, "seconds": secs,
-                "values": np.array(sol.col_value) if has else None}
+        return HighsOutcome(name, obj / scale, bound / scale, secs, np.array(sol.col_value) if has else None)
 
     def value_fn(self, values: np.ndarray):
         col = self.col
