@@ -1,0 +1,84 @@
+"""Admitting plans found outside the MILP when the user added constraints.
+
+The heuristic, downset-DP and budget-chain plans (model.heuristic, model.downsets,
+model.budget) and the top-K phase's local moves (model.heuristic.neighbours) never see
+the user's ``SolveOptions.extra_constraints`` (model.build.add_extra_constraints). With
+a hook set, such a plan serves as an incumbent, a warm start or a returned plan only if
+it satisfies the MILP of its layout: written onto a model of that layout
+(model.extract.assign_plan), every constraint and bound the hook added holds, to
+``rel_tol``. distplan's own families need no check: they hold for every plan that
+costs.check.plan_violations accepts (tests/test_model_milp.py), and every outside plan
+has passed it. A hook that declares variables of its own makes outside plans
+uncheckable (their values are unknown): then none is admitted and only the MILP's own
+solutions remain. Without a hook every plan is admitted and no model is built.
+"""
+from __future__ import annotations
+
+import math
+
+import pyomo.environ as pyo
+
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan
+from distplan.model.build import ModelSpec, build_model
+from distplan.model.extract import assign_plan, projection
+from distplan.model.options import SolveOptions
+
+Lanes = tuple[tuple[int, ...], ...]
+
+
+def layout_spec(options: SolveOptions, lanes: Lanes, period_lb_s: float = 0.0) -> ModelSpec:
+    """The ModelSpec of a layout (lane 0 is the path; one lane: no ``lanes``)."""
+    return ModelSpec(path=tuple(lanes[0]), objective=options.objective,
+                     sensitivity_budget=options.sensitivity_budget, sensitivity_weight=options.sensitivity_weight,
+                     lanes=tuple(lanes) if len(lanes) > 1 else None, period_lb_s=period_lb_s,
+                     extra_constraints=options.extra_constraints)
+
+
+def _within(x: float | None, lo: float | None, hi: float | None, rel_tol: float) -> bool:
+    if x is None or not math.isfinite(x):
+        return False
+    if lo is not None and x < lo - rel_tol * max(1.0, abs(lo)):
+        return False
+    return hi is None or x <= hi + rel_tol * max(1.0, abs(hi))
+
+
+def satisfies_user_constraints(m, problem: Problem, plan: Plan, rel_tol: float = 1e-6) -> bool:
+    """Whether ``plan`` (stage positions on ``m.path``) meets every constraint and bound
+    the user's hook added to ``m`` (module docstring); overwrites m's variable values."""
+    if not (m.user_rows or m.user_bounds or m.user_vars):
+        return True
+    if m.user_vars or (plan.op_stage and max(plan.op_stage) >= m.K):
+        return False
+    assign_plan(m, problem, plan)
+    for v, lo, hi in m.user_bounds:
+        if not _within(v.value, lo, hi, rel_tol):
+            return False
+    for c in m.user_rows:
+        if not _within(pyo.value(c.body, exception=False), pyo.value(c.lower), pyo.value(c.upper), rel_tol):
+            return False
+    return True
+
+
+class PlanGate:
+    """Admits plans from outside the MILP (module docstring): every plan without a user
+    hook; with one, the plans that satisfy a model of their layout, built once per layout
+    and kept (as are the verdicts)."""
+
+    def __init__(self, problem: Problem, options: SolveOptions):
+        self.problem, self.options = problem, options
+        self.active = options.extra_constraints is not None
+        self._models: dict[Lanes, object] = {}
+        self._verdicts: dict[tuple, bool] = {}
+
+    def admits(self, lanes: Lanes, plan: Plan) -> bool:
+        """Whether ``plan``, a plan on the layout ``lanes``, may be used."""
+        if not self.active:
+            return True
+        lanes = tuple(tuple(lane) for lane in lanes)
+        key = (lanes, projection(plan))
+        if key not in self._verdicts:
+            if lanes not in self._models:
+                self._models[lanes] = build_model(self.problem, layout_spec(self.options, lanes))
+            self._verdicts[key] = satisfies_user_constraints(self._models[lanes], self.problem, plan)
+        return self._verdicts[key]

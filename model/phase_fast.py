@@ -1,0 +1,169 @@
+"""Phase 1 of a solve: per replication factor r, a lane layout, heuristic plans and a
+proven period bound, all without the MILP.
+
+Each layout (model.inputs.layouts_to_explore) is judged on its single-lane surrogate
+(model.lanes): the topological-order DP (model.heuristic) and, for the throughput
+objective, the exact downset DP per precision candidate (model.downsets) give plans,
+lifted to every lane and re-scored exactly; the downset relaxation gives the bound.
+Layouts with equal surrogates (``surrogate_key``) are evaluated once. Per r the layout
+with the best heuristic (then the higher bound) is kept. With user constraints
+(SolveOptions.extra_constraints) the kept layouts' plans are then filtered by
+model.admission; the choice between layouts of one r stays the heuristic's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from distplan.costs.check import plan_violations
+from distplan.costs.problem import Problem
+from distplan.core.plan import Plan
+from distplan.model.admission import PlanGate
+from distplan.model.downsets import enumerate_downsets, fixed_precision_plan, relaxation_bound
+from distplan.model.extract import make_plan
+from distplan.model.heuristic import heuristic_plan, precision_candidates, score
+from distplan.model.inputs import Lanes, layouts_to_explore
+from distplan.model.lanes import lane_problem, lift_plan
+from distplan.model.options import SolveOptions
+from distplan.model.progress import Log, fmt
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (replication factor, lane layout) and what is known of it without the MILP:
+    ``bound_s``, a proven period bound on the layout (via its surrogate; inf: no plan
+    fits), and ``scored``, the plans found outside the MILP (on all lanes) with their
+    exact scores (model.heuristic.score), in the order found."""
+
+    r: int
+    name: str
+    lanes: Lanes
+    bound_s: float
+    scored: tuple[tuple[Plan, float], ...] = ()
+
+    @property
+    def best(self) -> tuple[Plan, float] | None:
+        """The first best-scored plan."""
+        out = None
+        for x in self.scored:
+            if out is None or x[1] < out[1]:
+                out = x
+        return out
+
+    @property
+    def score(self) -> float:
+        b = self.best
+        return b[1] if b is not None else math.inf
+
+    @property
+    def plans(self) -> tuple[Plan, ...]:
+        return tuple(p for p, _ in self.scored)
+
+
+@dataclass(frozen=True, eq=False)
+class FastPhase:
+    """The kept layout of each r (in the order of the r's), and the downsets of the graph
+    (model.downsets.enumerate_downsets; None: too many) the later phases reuse."""
+
+    candidates: tuple[Candidate, ...]
+    downsets: np.ndarray | None
+
+
+def with_plans(problem: Problem, options: SolveOptions, c: Candidate, singles: list[Plan],
+               admits: Callable[[Lanes, Plan], bool] | None = None) -> Candidate:
+    """``c`` with single-lane surrogate plans lifted onto its lanes, checked, scored
+    exactly and appended (only those ``admits`` accepts, when given)."""
+    added = []
+    for x in singles:
+        plan = lift_plan(x, c.lanes) if c.r > 1 else x
+        if c.r > 1 and plan_violations(problem, plan):
+            continue
+        if admits is not None and not admits(c.lanes, plan):
+            continue
+        added.append((plan, score(problem, plan, options.objective, options.sensitivity_weight)))
+    return dataclasses.replace(c, scored=c.scored + tuple(added))
+
+
+def downset_plans(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budget: float | None,
+                  weight: float) -> tuple[Plan, float] | None:
+    """Exact best stage assignment for each candidate precision vector (downset DP)."""
+    best = None
+    for prec in precision_candidates(problem, path, budget):
+        if budget is not None and math.fsum(problem.sensitivity[v, q] for v, q in enumerate(prec)) > budget:
+            continue
+        stage = fixed_precision_plan(problem, path, mat, prec)
+        if stage is None:
+            continue
+        plan = make_plan(problem, path, stage, prec)
+        if plan_violations(problem, plan):
+            continue
+        s = score(problem, plan, "throughput", weight)
+        if best is None or s < best[1]:
+            best = (plan, s)
+    return best
+
+
+def surrogate_key(problem: Problem, r: int, lanes: Lanes) -> tuple:
+    """What the single-lane surrogate of a layout depends on (model.lanes): r and lane 0's
+    device kinds, memories, and per boundary the route's links' bandwidths, plus how
+    often lane 0's boundaries reuse a link. Layouts with equal keys get equal surrogate
+    heuristics and bounds, so only the first is evaluated."""
+    topo, p = problem.topology, lanes[0]
+    routes = [topo.route(a, b) for a, b in zip(p, p[1:])]
+    if problem.training:
+        routes = [list(x) + list(topo.route(b, a)) for x, (a, b) in zip(routes, zip(p, p[1:]))]
+    used = [l for x in routes for l in x]
+    return (r, tuple(int(problem.device_kind[d]) for d in p), tuple(float(problem.device_mem_bytes[d]) for d in p),
+            tuple(tuple(sorted(float(problem.link_bw_bytes_per_s[l]) for l in x)) for x in routes),
+            len(used) - len(set(used)))
+
+
+def evaluate_layout(problem: Problem, options: SolveOptions, r: int, name: str, lanes: Lanes,
+                    mat: np.ndarray | None) -> Candidate:
+    """Heuristic plans and the proven bound of one layout, via its single-lane surrogate."""
+    budget, weight, obj = options.sensitivity_budget, options.sensitivity_weight, options.objective
+    sp = lane_problem(problem, r)
+    p = lanes[0]
+    singles = []
+    h = heuristic_plan(sp, p, obj, budget, weight)
+    if h is not None:
+        singles.append(h[0])
+    if mat is not None and obj == "throughput":
+        d = downset_plans(sp, p, mat, budget, weight)
+        if d is not None:
+            singles.append(d[0])
+    lb = relaxation_bound(sp, p, mat) if mat is not None and obj == "throughput" else 0.0
+    return with_plans(problem, options, Candidate(r, name, lanes, lb), singles)
+
+
+def admitted(problem: Problem, options: SolveOptions, gate: PlanGate, c: Candidate) -> Candidate:
+    """``c`` with only the plans ``gate`` admits (all of them without user constraints)."""
+    if not gate.active:
+        return c
+    return dataclasses.replace(c, scored=tuple(x for x in c.scored if gate.admits(c.lanes, x[0])))
+
+
+def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, say: Log) -> FastPhase:
+    """Phase 1 (module docstring)."""
+    D = problem.n_devices
+    layouts = layouts_to_explore(problem, options)
+    mat = enumerate_downsets(problem)
+    per_r: dict[int, Candidate] = {}
+    keys: set[tuple] = set()
+    for r, name, lanes in layouts:
+        K = min(options.n_stages or D // r, D // r)
+        lanes = tuple(tuple(lane[:K]) for lane in lanes)
+        key = surrogate_key(problem, r, lanes)
+        if key in keys:
+            continue   # same surrogate as an evaluated layout: same heuristics and bound
+        keys.add(key)
+        c = evaluate_layout(problem, options, r, name, lanes, mat)
+        say(f"path {name} (r={r}, {K} stages): heuristic objective {fmt(c.score)}, relaxation bound {fmt(c.bound_s)}")
+        old = per_r.get(r)
+        if old is None or (c.score, -c.bound_s) < (old.score, -old.bound_s):
+            per_r[r] = c
+    return FastPhase(tuple(admitted(problem, options, gate, c) for c in per_r.values()), mat)

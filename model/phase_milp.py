@@ -1,0 +1,187 @@
+"""Phase 3 of a solve: the MILP (model.build) of the promising layouts, solved by HiGHS.
+
+Layouts go best heuristic first. Each is built with its proven bound as a cut, warm-started
+from its best plan, and skipped entirely (status optimal, no HiGHS) when that plan is
+already within the gap of the bound; a later layout is not solved when its bound cannot
+beat the best plan found by more than the gap, or when no time is left (its bound
+stands). The result's bound is the least over every r of its proven bound.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import pyomo.environ as pyo
+
+from distplan.costs.check import plan_violations
+from distplan.costs.problem import Problem
+from distplan.core.errors import DistplanError, InternalError
+from distplan.core.plan import Plan
+from distplan.model.admission import PlanGate, layout_spec
+from distplan.model.build import build_model
+from distplan.model.extract import assign_plan, plan_from_values
+from distplan.model.heuristic import score
+from distplan.model.highs import HighsOutcome, HighsRun
+from distplan.model.inputs import MIB
+from distplan.model.options import SolveOptions
+from distplan.model.phase_fast import Candidate
+from distplan.model.progress import Clock, Log, fmt
+
+
+@dataclass(frozen=True, eq=False)
+class LayoutSolve:
+    """The MILP of one layout after HiGHS: its best plan (the MILP's or, if better, the
+    warm start) with score ``objective_s``, HiGHS's status and bound (at least the
+    candidate's), HiGHS's own objective, and the model and HiGHS instance (the top-K
+    phase goes on with them)."""
+
+    candidate: Candidate
+    model: pyo.ConcreteModel
+    run: HighsRun
+    status: str
+    bound_s: float
+    best: Plan | None
+    objective_s: float
+    solver_objective_s: float
+    build_s: float
+
+
+@dataclass(frozen=True)
+class RBound:
+    """What is proven for one replication factor: its bound and the status behind it."""
+
+    r: int
+    bound_s: float
+    status: str
+
+
+@dataclass(frozen=True, eq=False)
+class MilpPhase:
+    """The layouts solved (in solve order), one RBound per r, the winner (best objective,
+    then fewer replicas), and over every r the bound (capped by the winner's objective)
+    and status (the first that is not optimal)."""
+
+    solves: tuple[LayoutSolve, ...]
+    bounds: tuple[RBound, ...]
+    winner: LayoutSolve
+    bound_s: float
+    status: str
+
+    def solve_of(self, r: int) -> LayoutSolve | None:
+        return next((s for s in self.solves if s.candidate.r == r), None)
+
+
+def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, time_s: float, say: Log) -> LayoutSolve:
+    """Build the MILP of one layout (with its bound as a cut), warm-start it with c's best
+    plan and run HiGHS for ``time_s`` seconds."""
+    weight = options.sensitivity_weight
+    tb = time.perf_counter()
+    m = build_model(problem, layout_spec(options, c.lanes, c.bound_s))
+    run = HighsRun(m, threads=options.threads, seed=options.seed, verbose=options.verbose,
+                   progress=options.progress)
+    build_s = time.perf_counter() - tb
+    say(f"model {c.name} (r={c.r}): {run.n_binaries} binaries, {run.n_constraints} constraints, "
+        f"built in {build_s:.1f}s")
+    run.h.setOptionValue("mip_improving_solution_save", True)
+    lb, heur = c.bound_s, c.best
+    if heur is not None:
+        assign_plan(m, problem, heur[0])
+        run.set_start()
+    hs = heur[1] if heur is not None else math.inf
+    if options.objective == "throughput" and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
+        # the warm start is already within the gap of a proven bound: nothing for HiGHS to do
+        out = HighsOutcome("optimal", hs, lb, 0.0, None)
+        say(f"warm start {fmt(hs)} is within {options.rel_gap:.1%} of the proven bound {fmt(lb)}; HiGHS skipped")
+    else:
+        out = run.run(time_s, options.rel_gap)
+    status, bound = out.status, out.bound_s
+    if options.objective == "throughput" and (not math.isfinite(bound) or bound < lb):
+        bound = lb   # T >= lb is a valid cut, and the objective is >= T
+    best = None
+    if out.values is not None:
+        best = plan_from_values(m, problem, run.value_fn(out.values))
+    if heur is not None and (best is None or score(problem, heur[0], options.objective, weight)
+                             < score(problem, best, options.objective, weight) - 1e-15):
+        best = heur[0]
+    obj = score(problem, best, options.objective, weight) if best is not None else math.inf
+    if status == "optimal" and bound > obj:
+        bound = obj
+    if status == "infeasible" and best is None:
+        bound = math.inf
+    say(f"r={c.r} {c.name}: objective {fmt(obj)} bound {fmt(bound)} status {status} ({out.seconds:.1f}s)")
+    return LayoutSolve(c, m, run, status, bound, best, obj, out.objective_s, build_s)
+
+
+def viable(problem: Problem, candidates: tuple[Candidate, ...]) -> list[Candidate]:
+    """The candidates some plan fits, best heuristic first; DistplanError if none."""
+    order = sorted(candidates, key=lambda c: (c.score, -c.bound_s, c.r))
+    if all(math.isinf(c.bound_s) for c in order):
+        raise DistplanError(f"no plan fits the devices' memory on path {order[0].name} even with every op at its "
+                            "smallest precision; allow lower precisions, fewer in-flight microbatches or more devices")
+    return [c for c in order if not math.isinf(c.bound_s)]
+
+
+def _no_plan(problem: Problem, options: SolveOptions, c: Candidate, status: str) -> DistplanError:
+    """The error when no layout's MILP found a plan."""
+    if status == "infeasible":
+        cap = sum(problem.device_mem_bytes[d] for d in c.lanes[0])
+        need = math.fsum(problem.static_bytes[v].min() for v in range(problem.n_ops))
+        budget = options.sensitivity_budget
+        return DistplanError(
+            f"no plan satisfies the constraints on path {c.name}: memory (parameters need at least "
+            f"{need / MIB:.2f} MiB against {cap / MIB:.2f} MiB on {len(c.lanes[0])} devices)"
+            + (f" and the sensitivity budget {budget:.6g}" if budget is not None else "")
+            + (" and the extra_constraints" if options.extra_constraints is not None else "")
+            + "; allow lower precisions, more stages or a larger budget")
+    return DistplanError(f"no plan found within the time limit of {options.time_limit_s:g} s "
+                         f"(HiGHS status {status}); raise the time limit")
+
+
+def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidates: tuple[Candidate, ...],
+               clock: Clock, say: Log) -> MilpPhase:
+    """Phase 3 (module docstring)."""
+    order = viable(problem, candidates)
+    share = 1.0 if options.top_k == 1 else 0.8
+    solves: list[LayoutSolve] = []
+    bounds: dict[int, RBound] = {}
+    best_obj = min(c.score for c in order)
+
+    def settled(c: Candidate) -> bool:   # c's proven bound is within the gap of the best plan
+        return math.isfinite(best_obj) and best_obj > 0 and (best_obj - c.bound_s) / best_obj <= options.rel_gap
+    others = [c for c in order[1:] if not settled(c)]
+    for i, c in enumerate(order):
+        if i > 0 and settled(c):
+            bounds[c.r] = RBound(c.r, c.bound_s, "optimal")
+            say(f"r={c.r}: its bound {fmt(c.bound_s)} cannot beat the best {fmt(best_obj)} by more than "
+                f"{options.rel_gap:.1%}; not solved")
+            continue
+        if i > 0 and clock.left_s() * share < 1.0:
+            bounds[c.r] = RBound(c.r, c.bound_s, "time_limit")
+            say(f"r={c.r}: no time left to solve; its proven bound {fmt(c.bound_s)} stands")
+            continue
+        n_left = len(order) - i
+        t_i = clock.left_s() * share / n_left if i > 0 else clock.left_s() * share * (0.6 if others else 1.0)
+        s = solve_layout(problem, options, c, max(t_i, 0.1), say)
+        solves.append(s)
+        bounds[c.r] = RBound(c.r, s.bound_s, s.status)
+        best_obj = min(best_obj, s.objective_s)
+    for c in candidates:
+        if c.r not in bounds:
+            bounds[c.r] = RBound(c.r, c.bound_s, "infeasible" if math.isinf(c.bound_s) else "optimal")
+    found = [s for s in solves if s.best is not None]
+    if not found:
+        first = next((s for s in solves if s.candidate.r == order[0].r), None)
+        raise _no_plan(problem, options, order[0], first.status if first else "time_limit")
+    win = min(found, key=lambda s: (s.objective_s, s.candidate.r))
+    bad = plan_violations(problem, win.best)
+    if bad:  # never trust a solver alone
+        raise InternalError("the MILP returned an infeasible plan: " + "; ".join(bad))
+    if not gate.admits(win.candidate.lanes, win.best):
+        raise InternalError("the best plan breaks the extra_constraints it was solved under")
+    bound = min(b.bound_s for b in bounds.values())
+    status = next((b.status for b in bounds.values() if math.isfinite(b.bound_s) and b.status != "optimal"), "optimal")
+    bound = min(bound, win.objective_s)
+    say(f"best: r={win.candidate.r} {win.candidate.name}, objective {fmt(win.objective_s)}, bound over r in "
+        f"{sorted(bounds)} {fmt(bound)}, status {status}")
+    return MilpPhase(tuple(solves), tuple(bounds.values()), win, bound, status)
