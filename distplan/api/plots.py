@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from distplan.api.report import lanes, precision_mix
 from distplan.core.plan import Plan
 from distplan.costs.problem import Problem
 
@@ -59,6 +58,20 @@ EVENT_CLASSES: tuple[tuple[str, str, str], ...] = (
     ("allreduce", "gradient all-reduce", "tab:red"),
     ("other", "other", "tab:gray"),
 )
+
+
+def _lanes(plan: Plan) -> int:
+    """Replicas of the pipeline (as api.report.lanes; not imported: report imports this
+    module, and sibling modules stay acyclic)."""
+    return max((s.replicas for s in plan.stages), default=1)
+
+
+def _precision_mix(plan: Plan) -> str:
+    """``int8:120 fp16:26``: op count per precision, most used first."""
+    counts: dict[str, int] = {}
+    for p in plan.op_precision:
+        counts[p] = counts.get(p, 0) + 1
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def problem_title(problem: Problem, what: str) -> str:
@@ -244,8 +257,8 @@ def plot_placement(problem: Problem, plan: Plan, path: str | Path, *, title: str
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
               fontsize=7, title="stages", title_fontsize=8, frameon=False)
     _suptitle(fig, title or problem_title(problem, "stage placement"))
-    ax.set_title(f"{len(used)} of {K} stages hold ops, {lanes(plan)} lane(s), "
-                 f"{int((stage_of >= 0).sum())}/{D} devices used; {precision_mix(plan)}\n"
+    ax.set_title(f"{len(used)} of {K} stages hold ops, {_lanes(plan)} lane(s), "
+                 f"{int((stage_of >= 0).sum())}/{D} devices used; {_precision_mix(plan)}\n"
                  f"layout: {grid.how}", fontsize=8)
     return _save(fig, path)
 
@@ -405,7 +418,7 @@ def plot_timeline(trace_path: str | Path, path: str | Path, *, title: str | None
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
-    from distplan.sim.trace import PID_DEVICES, PID_LINKS
+    from distplan.sim.trace import PID_DEVICES
 
     names, spans = read_trace(trace_path)
     by_track: dict[tuple[int, int], list[dict[str, Any]]] = {}
