@@ -199,6 +199,7 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
                         e = f + ls
                         fin[j] = e
                         i += 1
+                        # the drain below, inlined for speed: successors learn of j at once
                         for d in succ[j]:
                             k = j + d
                             if ready[k] < e:
