@@ -43,12 +43,15 @@ def _within(x: float | None, lo: float | None, hi: float | None, rel_tol: float)
     return hi is None or x <= hi + rel_tol * max(1.0, abs(hi))
 
 
-def satisfies_user_constraints(m, problem: Problem, plan: Plan, rel_tol: float = 1e-6) -> bool:
+def satisfies_user_constraints(m, problem: Problem, plan: Plan, rel_tol: float = 1e-6) -> bool | None:
     """Whether ``plan`` (stage positions on ``m.path``) meets every constraint and bound
-    the user's hook added to ``m`` (module docstring); overwrites m's variable values."""
+    the user's hook added to ``m`` (module docstring); None when that cannot be told (the
+    hook declared variables of its own). Overwrites m's variable values."""
     if not (m.user_rows or m.user_bounds or m.user_vars):
         return True
-    if m.user_vars or (plan.op_stage and max(plan.op_stage) >= m.K):
+    if m.user_vars:
+        return None
+    if plan.op_stage and max(plan.op_stage) >= m.K:
         return False
     assign_plan(m, problem, plan)
     for v, lo, hi in m.user_bounds:
@@ -69,10 +72,10 @@ class PlanGate:
         self.problem, self.options = problem, options
         self.active = options.extra_constraints is not None
         self._models: dict[Lanes, object] = {}
-        self._verdicts: dict[tuple, bool] = {}
+        self._verdicts: dict[tuple, bool | None] = {}
 
-    def admits(self, lanes: Lanes, plan: Plan) -> bool:
-        """Whether ``plan``, a plan on the layout ``lanes``, may be used."""
+    def verdict(self, lanes: Lanes, plan: Plan) -> bool | None:
+        """satisfies_user_constraints of ``plan`` on the layout ``lanes`` (True without a hook)."""
         if not self.active:
             return True
         lanes = tuple(tuple(lane) for lane in lanes)
@@ -82,3 +85,12 @@ class PlanGate:
                 self._models[lanes] = build_model(self.problem, layout_spec(self.options, lanes))
             self._verdicts[key] = satisfies_user_constraints(self._models[lanes], self.problem, plan)
         return self._verdicts[key]
+
+    def admits(self, lanes: Lanes, plan: Plan) -> bool:
+        """Whether ``plan``, found outside the MILP on the layout ``lanes``, may be used."""
+        return self.verdict(lanes, plan) is True
+
+    def contradicts(self, lanes: Lanes, plan: Plan) -> bool:
+        """Whether ``plan`` surely breaks the user's constraints (a check on the MILP's own
+        solutions: HiGHS enforced them, up to its tolerances)."""
+        return self.verdict(lanes, plan) is False

@@ -27,9 +27,14 @@ class SolveOptions:
     ``coarsen_ops`` (read by ``distplan.solve``, not by ``model.solve``): solve on the
     graph coarsened to this many operators and expand the plans back; None: 150 when
     the graph has more than 300 operators, 0: never.
-    ``extra_constraints``: user constraints, called as ``f(m, problem, spec)`` on every
-    Pyomo model after distplan's own families are added (PyPSA's
-    ``extra_functionality``); see ``model.build.build_model``.
+    ``extra_constraints``: user constraints, ``f(m, problem, spec)`` (PyPSA's
+    ``extra_functionality``), called on every Pyomo model built, after distplan's own
+    families (model.build.add_extra_constraints): ``m`` the model (variables m.y, m.prec,
+    m.z, m.T, ...), ``spec`` its model.build.ModelSpec (path, lanes, objective). It may
+    only restrict (add constraints, variables, tighter bounds or fixings). The heuristic,
+    DP and budget phases ignore it: their bounds remain valid lower bounds (a restriction
+    cannot lower the optimum) but weaker, so the bound reported is in effect the MILP's
+    own, and their plans are used only where they satisfy the MILP (model.admission).
     """
 
     objective: str = "throughput"
@@ -81,8 +86,9 @@ class SolveResult:
     ``predicted['milp_period_s']`` (and ``milp_latency_s``, ``sensitivity``).
     ``replicas``/``lanes``/``path_name``: the winning layout (``path`` = its lane 0).
     ``bound_s`` is valid over every replication factor explored: the least of their
-    proven bounds; ``explored`` has one row per factor (layout, heuristic, bound, status,
-    whether its MILP was solved, best objective).
+    proven bounds (with ``extra_constraints``: for the constrained plans too); ``explored``
+    has one row per factor (model.planner.Explored as a dict: replicas, layout,
+    heuristic_s, bound_s, status, solved, objective_s).
     """
 
     status: str

@@ -32,7 +32,7 @@ from distplan.model.progress import Clock, Log, fmt
 @dataclass(frozen=True, eq=False)
 class LayoutSolve:
     """The MILP of one layout after HiGHS: its best plan (the MILP's or, if better, the
-    warm start) with score ``objective_s``, HiGHS's status and bound (at least the
+    warm start, which model.admission let in) with score ``objective_s``, HiGHS's status and bound (at least the
     candidate's), HiGHS's own objective, and the model and HiGHS instance (the top-K
     phase goes on with them)."""
 
@@ -42,6 +42,7 @@ class LayoutSolve:
     status: str
     bound_s: float
     best: Plan | None
+    best_from_milp: bool      # best is HiGHS's solution (else the warm start, or None)
     objective_s: float
     solver_objective_s: float
     build_s: float
@@ -98,19 +99,19 @@ def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, time_s: 
     status, bound = out.status, out.bound_s
     if options.objective == "throughput" and (not math.isfinite(bound) or bound < lb):
         bound = lb   # T >= lb is a valid cut, and the objective is >= T
-    best = None
+    best, from_milp = None, False
     if out.values is not None:
-        best = plan_from_values(m, problem, run.value_fn(out.values))
+        best, from_milp = plan_from_values(m, problem, run.value_fn(out.values)), True
     if heur is not None and (best is None or score(problem, heur[0], options.objective, weight)
                              < score(problem, best, options.objective, weight) - 1e-15):
-        best = heur[0]
+        best, from_milp = heur[0], False
     obj = score(problem, best, options.objective, weight) if best is not None else math.inf
     if status == "optimal" and bound > obj:
         bound = obj
     if status == "infeasible" and best is None:
         bound = math.inf
     say(f"r={c.r} {c.name}: objective {fmt(obj)} bound {fmt(bound)} status {status} ({out.seconds:.1f}s)")
-    return LayoutSolve(c, m, run, status, bound, best, obj, out.objective_s, build_s)
+    return LayoutSolve(c, m, run, status, bound, best, from_milp, obj, out.objective_s, build_s)
 
 
 def viable(problem: Problem, candidates: tuple[Candidate, ...]) -> list[Candidate]:
@@ -177,8 +178,8 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     bad = plan_violations(problem, win.best)
     if bad:  # never trust a solver alone
         raise InternalError("the MILP returned an infeasible plan: " + "; ".join(bad))
-    if not gate.admits(win.candidate.lanes, win.best):
-        raise InternalError("the best plan breaks the extra_constraints it was solved under")
+    if win.best_from_milp and gate.contradicts(win.candidate.lanes, win.best):
+        raise InternalError("the MILP returned a plan that breaks the extra_constraints it was solved under")
     bound = min(b.bound_s for b in bounds.values())
     status = next((b.status for b in bounds.values() if math.isfinite(b.bound_s) and b.status != "optimal"), "optimal")
     bound = min(bound, win.objective_s)

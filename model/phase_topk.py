@@ -6,7 +6,8 @@ solved layouts' bests, one-move neighbours of the winner) supplies the next plan
 whenever its score is within the gap of the bound valid for every plan; otherwise the
 winner's MILP is re-solved with no-good cuts (model.build.add_nogood_cut) on the plans
 found so far, warm-started from the pool. Plans from other layouts fill what is left.
-Every pool plan passes costs.check and the budget, and model.admission's gate.
+Every pool plan passes costs.check and the budget, and, unless it is a solution of the
+winner's MILP (where HiGHS enforced them), model.admission's gate.
 """
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     budget, weight = options.sensitivity_budget, options.sensitivity_weight
     plans = [annotate(problem, best, options, win.solver_objective_s)]
     seen = {projection(best)}
-    pool = [plan_from_values(m, problem, run.value_fn(x)) for x in _saved_solutions(run)] + \
-        ([c.best[0]] if c.best else []) + [p for x in candidates for p in x.plans] + \
+    saved = [plan_from_values(m, problem, run.value_fn(x)) for x in _saved_solutions(run)]
+    from_milp = {projection(p) for p in saved}   # HiGHS enforced the user's constraints on these
+    pool = saved + ([c.best[0]] if c.best else []) + [p for x in candidates for p in x.plans] + \
         [s.best for s in milp.solves if s.best is not None]
     if options.top_k > 1:
         pool += neighbours(problem, best, path, lanes)
@@ -84,7 +86,7 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
         if projection(p) in seen or plan_violations(problem, p) or (
                 budget is not None and plan_sensitivity(problem, p) > budget * (1 + 1e-12)):
             return False
-        if not gate.active:
+        if not gate.active or (mine(p) and projection(p) in from_milp):
             return True
         where = lanes_of(p)
         return where is not None and gate.admits(where, p)
@@ -125,6 +127,7 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
                 say(f"no further distinct plan exists after {len(plans)}")
             break
         p = plan_from_values(m, problem, run.value_fn(out.values))
+        from_milp.add(projection(p))
         if not ok(p):
             break
         seen.add(projection(p))

@@ -8,7 +8,7 @@ import math
 
 import pyomo.environ as pyo
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from distplan.costs.evaluate import plan_cost
@@ -100,9 +100,7 @@ def test_objective_is_plan_cost_for_replicated_plans(problem, data):
     stage = sorted(data.draw(st.lists(st.integers(0, K - 1), min_size=V, max_size=V)))
     prec = data.draw(st.lists(st.integers(0, Q - 1), min_size=V, max_size=V))
     plan = make_plan(problem, lanes[0], stage, prec, lanes=lanes)
-    if plan_violations(problem, plan):
-        event("infeasible plan")
-        return
+    assume(not plan_violations(problem, plan))
     event(f"r={r}")
     m = build_model(problem, ModelSpec(path=lanes[0], lanes=lanes))
     assign_plan(m, problem, plan)
@@ -121,8 +119,7 @@ def test_objective_is_plan_cost_for_replicated_plans(problem, data):
 @SETTINGS
 @given(inference())
 def test_each_layout_optimum_equals_brute_force(problem):
-    if not small(problem):
-        return
+    assume(small(problem))
     for r, name, lanes in all_layouts(problem):
         want = layout_optimum(problem, lanes)
         opts = SolveOptions(top_k=1, rel_gap=0.0, time_limit_s=30, path=name)
@@ -143,14 +140,14 @@ def test_each_layout_optimum_equals_brute_force(problem):
 def test_default_solve_explores_every_replication_factor(problem):
     """The default solve's optimum is the best, over r, of the brute-force optimum of the
     layout it explored for r; no plan on any layout beats... its bound."""
-    if not small(problem):
-        return
+    assume(small(problem))
     best = {name: layout_optimum(problem, lanes) for _, name, lanes in all_layouts(problem)}
-    try:
-        res = solve(problem, SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=30))
-    except DistplanError:
-        assert all(math.isinf(v) for v in best.values())
+    opts = SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=30)
+    if all(math.isinf(v) for v in best.values()):   # no layout holds a plan: the solve must say so
+        with pytest.raises(DistplanError):
+            solve(problem, opts)
         return
+    res = solve(problem, opts)
     assert {e["replicas"] for e in res.explored} == set(divisors(problem.n_devices))
     want = min(best[e["layout"]] for e in res.explored)
     event(f"winner r={res.replicas}")
@@ -198,12 +195,14 @@ sim = pytest.importorskip("distplan.sim.simulate")
 def _sim_matches(pb, replicas):
     from distplan.sim.options import SimOptions
     pb = build_problem(pb.graph, pb.topology, ProblemOptions(precisions=pb.precisions, microbatches=24))
-    if pb.n_devices % replicas:
+    assume(pb.n_devices % replicas == 0)
+    opts = SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=20, replicas=replicas)
+    if not any(next(layout_plans(pb, lanes), None) is not None for _, lanes in lane_layouts(pb.topology, replicas)):
+        event("no plan")   # no layout of r lanes holds a plan: the solve must say so
+        with pytest.raises(DistplanError):
+            solve(pb, opts)
         return
-    try:
-        res = solve(pb, SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=20, replicas=replicas))
-    except DistplanError:
-        return
+    res = solve(pb, opts)
     for p in res.plans:
         assert p.stages[0].replicas == replicas
         s = sim.simulate(pb, p, SimOptions(ideal=True))

@@ -12,7 +12,7 @@ import math
 
 import pyomo.environ as pyo
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
@@ -89,6 +89,11 @@ def brute_force(problem, path, objective="throughput", budget=None, weight=0.0):
     return best
 
 
+def has_plan(problem, path) -> bool:
+    """Some plan along ``path`` passes costs.check (stops at the first)."""
+    return next(all_plans(problem, path), None) is not None
+
+
 def first_path(problem):
     return device_paths(problem.topology)[0]
 
@@ -115,10 +120,7 @@ def _check_optimum(problem, objective="throughput", budget=None, weight=0.0):
         with pytest.raises(DistplanError):
             solve(problem, opts)
         return
-    try:
-        r = solve(problem, opts)
-    except DistplanError as e:
-        pytest.fail(f"MILP raised {e} but brute force found {want}")
+    r = solve(problem, opts)   # brute force found a plan: an error here fails the test
     assert r.status == "optimal"
     assert r.objective_s == pytest.approx(want, rel=1e-6, abs=1e-15)
     plan = r.plans[0]
@@ -137,29 +139,26 @@ def test_stream_memory_optimum_equals_brute_force(problem):
 @SLOW_OK
 @given(instances())
 def test_throughput_optimum_equals_brute_force(problem):
-    if not small(problem):
-        return
+    assume(small(problem))
     _check_optimum(problem)
 
 
 @SLOW_OK
 @given(instances(max_ops=5))
 def test_latency_optimum_equals_brute_force(problem):
-    if not small(problem):
-        return
+    assume(small(problem))
     _check_optimum(problem, objective="latency")
 
 
 @SLOW_OK
 @given(instances(max_ops=5), st.floats(0.0, 1.0), st.floats(0.0, 1e-4))
 def test_sensitivity_budget_and_weight_equal_brute_force(problem, frac, weight):
-    if not small(problem):
-        return
+    assume(small(problem))
     top = sum(problem.sensitivity[v].max() for v in range(problem.n_ops))
     _check_optimum(problem, budget=frac * top, weight=weight)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.one_of(instances(), instances(mode="inference", max_out=1_500_000, max_edge=4 * 10**5)), st.data())
 def test_objective_is_exactly_plan_cost_at_every_integral_point(problem, data):
     """assign_plan writes a plan onto the model: T equals plan_cost's period, latency equals
@@ -172,8 +171,7 @@ def test_objective_is_exactly_plan_cost_at_every_integral_point(problem, data):
     plan = make_plan(problem, path, stage, prec)
     bad = plan_violations(problem, plan)
     over_memory = bool(bad) and all("MiB but holds" in b for b in bad)
-    if bad and not over_memory:
-        return
+    assume(not bad or over_memory)   # other violations break rows the identity does not cover
     event("over memory" if over_memory else "feasible")
     for objective in ("throughput", "latency"):
         m = build_model(problem, ModelSpec(path=path, objective=objective))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 
 from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.costs.problem import ProblemOptions, build_problem
@@ -16,7 +16,7 @@ from distplan.costs.check import check_plan
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
 
-from test_model_milp import instances
+from test_model_milp import has_plan, instances
 
 CHIP = DeviceKind("chip", {"fp16": 1e12, "int8": 2e12}, mem_capacity_bytes=1e6,
                   mem_bw_bytes_per_s=1e11, efficiency=1.0, launch_overhead_s=1e-6)
@@ -126,10 +126,14 @@ def test_simulated_ideal_period_equals_milp_objective(pb):
     from distplan.sim.options import SimOptions
     pb = build_problem(pb.graph, pb.topology, ProblemOptions(
         precisions=pb.precisions, microbatches=24, schedule="1f1b" if pb.training else "stream"))
-    try:
-        r = solve(pb, SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=20, path=device_paths(pb.topology)[0][0]))
-    except DistplanError:
+    name, path = device_paths(pb.topology)[0]
+    opts = SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=20, path=name)
+    if not has_plan(pb, path):   # no plan fits along the path: the solve must say so
+        event("no plan")
+        with pytest.raises(DistplanError):
+            solve(pb, opts)
         return
+    r = solve(pb, opts)
     best = r.plans[0].predicted
     assert r.objective_s == pytest.approx(best["milp_period_s"], rel=1e-6)
     if "solver_objective" in best:  # absent when the warm start was certified and HiGHS skipped
