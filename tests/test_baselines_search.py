@@ -18,7 +18,7 @@ from distplan.costs.evaluate import plan_cost
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.check import check_plan, plan_violations
-from strategies import graphs, topologies
+from distplan.testing.strategies import graphs, topologies
 
 FAST = dict(scorer=analytic_throughput, max_candidates=300)
 

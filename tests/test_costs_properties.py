@@ -11,7 +11,7 @@ from distplan.costs import ProblemOptions, build_problem
 from distplan.costs.comm import transfer_time_s
 from distplan.costs.compute import roofline_time_s
 from distplan.core.precision import PRECISION_NAMES, precision
-from strategies import device_kinds, graphs, topologies
+from distplan.testing.strategies import device_kinds, graphs, topologies
 
 
 def _options(topo, data):

@@ -17,7 +17,7 @@ from distplan.core.plan import Plan, Stage
 from distplan.sim import SimOptions, simulate
 from distplan.sim.program import TP_ALLREDUCE_KINDS, build_program
 from distplan.sim.simulate import work_per_microbatch
-from sim_strategies import problem_and_plan
+from distplan.testing.strategies import problem_and_plan
 from test_sim_exact import close, run, topo_line
 from distplan.workloads.graph import Graph, Operator
 

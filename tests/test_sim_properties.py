@@ -12,7 +12,7 @@ from distplan.costs.comm import transfer_time_s
 from distplan.costs.evaluate import plan_cost, plan_memory_bytes
 from distplan.costs.problem import ProblemOptions, build_problem
 from distplan.sim import SimOptions, simulate
-from sim_strategies import problem_and_plan
+from distplan.testing.strategies import problem_and_plan
 from distplan.topologies.topology import Topology
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

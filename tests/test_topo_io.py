@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISION_NAMES
-from strategies import topologies as random_topologies
+from distplan.testing.strategies import topologies as random_topologies
 from distplan.topologies.io import load_topology, save_topology, topology_from_dict, topology_to_dict
 from distplan.topologies.presets import get_topology
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
