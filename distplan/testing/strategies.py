@@ -130,12 +130,17 @@ def topology(n_min: int = 1, n_max: int = 4, latency: bool = True) -> st.SearchS
 def problems(draw, max_ops: int = 6, max_devices: int = 4, mode: str | st.SearchStrategy[str] = "inference",
              schedule: str | None = None, microbatches: int | st.SearchStrategy[int] = st.integers(1, 64),
              kinds: dict[str, DeviceKind] | None = None, latency: bool = True) -> Problem:
-    """A Problem: a :func:`dag`, a connected topology of ``kinds`` (default the generous
-    KIND_A/KIND_B, so memory never binds) and a non-empty subset of the precisions the
-    kinds run. ``schedule`` None: 'stream' for inference, '1f1b' or 'gpipe' for training."""
+    """A Problem: a :func:`dag` whose tensors are clipped to their producer's output (so
+    the graph saves and loads with ``distplan.workloads.io``), a connected topology of
+    ``kinds`` (default the generous KIND_A/KIND_B, so memory never binds) and a non-empty
+    subset of the precisions the kinds run. ``schedule`` None: 'stream' for inference,
+    '1f1b' or 'gpipe' for training."""
     if not isinstance(mode, str):
         mode = draw(mode)
     g = draw(dag(max_ops, mode))
+    out = {op.name: op.out_elems for op in g.ops}
+    g = Graph(g.name, g.ops, tuple(Tensor(t.src, t.dst, min(t.elems, out[t.src])) for t in g.tensors),
+              mode=g.mode, batch_size=g.batch_size)
     kinds = kinds or GENEROUS_KINDS
     topo = draw(topologies(max_devices=max_devices, kinds=kinds, bw_range=(1e8, 1e11), latency=latency,
                            max_extra_links=2, name="t"))
