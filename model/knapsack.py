@@ -72,6 +72,8 @@ def lp_min_sensitivity(steps: Steps, in_segment: np.ndarray, need_s: float) -> f
     """LP relaxation of the knapsack over the steps whose op is ``in_segment`` (a mask per
     step): steps by slope, the last one fractionally; a lower bound on the least added
     sensitivity saving ``need_s``; inf if even all steps save less."""
+    if need_s <= 0:
+        return 0.0
     cs, cz = np.cumsum(steps.dt * in_segment), np.cumsum(steps.ds * in_segment)
     r = int(np.searchsorted(cs, need_s))
     if r >= len(cs):

@@ -110,3 +110,26 @@ def test_joint_choice_matches_brute_force(opts, nt, nm):
     r = joint_choice(by_op, nt, nm, max_states=10**6)
     assert r is not None
     assert r[0] == pytest.approx(best, abs=1e-9) if math.isfinite(best) else r[0] == math.inf
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.floats(0.0, 5.0), st.floats(0.01, 2.0)), min_size=1, max_size=3),
+                min_size=1, max_size=5), st.floats(0.0, 4.0))
+def test_lp_over_hull_steps_bounds_the_exact_knapsack(points, need):
+    """model.knapsack, pure: the LP relaxation over each op's convex-hull steps never
+    exceeds the exact least added sensitivity (front_choice) that saves ``need`` s."""
+    import numpy as np
+    from distplan.model.knapsack import hull_steps, lp_min_sensitivity
+    pts = [sorted((s, t, q) for q, (s, t) in enumerate(op)) for op in points]
+    steps = hull_steps(pts)
+    opts = {}
+    for v, op in enumerate(pts):
+        s0, t0, _ = op[0]
+        assert steps.base_sens[v] == s0 and steps.base_time[v] == t0
+        opts[v] = [(t0 - t, s - s0, q) for s, t, q in op[1:] if t < t0]
+    ch = front_choice(opts, need)
+    lp = lp_min_sensitivity(steps, np.ones(len(steps.op), dtype=bool), need)
+    if ch is None:   # even every op at its fastest saves too little: so do all hull steps
+        assert lp == math.inf
+    else:
+        assert lp <= sum(opts[v][k][1] for v, k in ch.items()) + 1e-9

@@ -2,8 +2,6 @@
 period reproducing the MILP objective."""
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
