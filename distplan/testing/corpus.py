@@ -74,7 +74,7 @@ class CorpusInstance:
     plan_doc: Mapping[str, Any]
     source: Mapping[str, Any]
     path: Path | None = None
-    _cache: dict = field(default_factory=dict, repr=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def problem(self) -> Problem:
         """The costed Problem (built once per instance object)."""
