@@ -58,7 +58,7 @@ def satisfies_user_constraints(m, problem: Problem, plan: Plan, rel_tol: float =
         if not _within(v.value, lo, hi, rel_tol):
             return False
     for c in m.user_rows:
-        if not _within(pyo.value(c.body, exception=False), pyo.value(c.lower), pyo.value(c.upper), rel_tol):
+        if not _within(pyo.value(c.body, exception=False), c.lb, c.ub, rel_tol):
             return False
     return True
 
