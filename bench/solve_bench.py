@@ -77,7 +77,19 @@ def main() -> None:
             f"{r.seconds - r.build_seconds:.1f}", f"{total:.1f}", f"{r.objective_s:.6g}", f"{r.bound_s:.6g}",
             f"{r.gap:.2%}" if math.isfinite(r.gap) else "inf", r.status, r.replicas, r.path_name, len(r.plans),
             " ".join(f"r{e['replicas']}:{e['objective_s']:.4g}/{e['bound_s']:.4g}{'*' if e['solved'] else ''}"
-                     for e in r.explored))), flush=True)
+                     for e in _best_per_r(r.explored)))), flush=True)
+
+
+def _best_per_r(explored: list[dict]) -> list[dict]:
+    """Per replication factor: the least bound over its layouts, the best objective, and
+    whether any of its layouts' MILPs was solved."""
+    out: dict[int, dict] = {}
+    for e in explored:
+        o = out.setdefault(e["replicas"], dict(e))
+        o["bound_s"] = min(o["bound_s"], e["bound_s"])
+        o["objective_s"] = min(o["objective_s"], e["objective_s"])
+        o["solved"] = o["solved"] or e["solved"]
+    return [out[r] for r in sorted(out)]
 
 
 if __name__ == "__main__":

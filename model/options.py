@@ -85,10 +85,10 @@ class SolveResult:
     ``gap`` = (objective - bound) / objective. ``plans`` best first, each with
     ``predicted['milp_period_s']`` (and ``milp_latency_s``, ``sensitivity``).
     ``replicas``/``lanes``/``path_name``: the winning layout (``path`` = its lane 0).
-    ``bound_s`` is valid over every replication factor explored: the least of their
-    proven bounds (with ``extra_constraints``: for the constrained plans too); ``explored``
-    has one row per factor (model.planner.Explored as a dict: replicas, layout,
-    heuristic_s, bound_s, status, solved, objective_s).
+    ``bound_s`` is valid over every lane layout of every replication factor explored:
+    the least of their proven bounds (with ``extra_constraints``: for the constrained
+    plans too); ``explored`` has one row per layout (model.planner.Explored as a dict:
+    replicas, layout, heuristic_s, bound_s, status, solved, objective_s).
     """
 
     status: str

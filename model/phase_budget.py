@@ -59,15 +59,16 @@ def budget_phase(problem: Problem, options: SolveOptions, gate: PlanGate, fast: 
     """Phase 2 (module docstring); without a budget the fast phase's candidates as they are."""
     if options.sensitivity_budget is None:
         return BudgetPhase(fast.candidates)
-    by_r = {c.r: c for c in fast.candidates}
+    by_r = {(c.r, c.name): c for c in fast.candidates}
     deadline = clock.at(BUDGET_PHASE_SHARE)
     reached = []
     for c in sorted(fast.candidates, key=lambda c: (c.score, -c.bound_s, c.r)):
         if time.perf_counter() > deadline:
             say(f"r={c.r} {c.name}: no time left for the budget bound; keeping the relaxation bound {fmt(c.bound_s)}")
             continue
-        c = by_r[c.r] = budget_candidate(problem, options, gate, c, fast.downsets, deadline,
+        c = by_r[c.r, c.name] = budget_candidate(problem, options, gate, c, fast.downsets, deadline,
                                          min((x.score for x in by_r.values()), default=math.inf))
-        reached.append(c.r)
+        if c.r not in reached:
+            reached.append(c.r)
         say(f"r={c.r} {c.name} under the budget: objective {fmt(c.score)}, bound {fmt(c.bound_s)}")
     return BudgetPhase(tuple(by_r.values()), tuple(reached))

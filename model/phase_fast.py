@@ -5,10 +5,12 @@ Each layout (model.inputs.layouts_to_explore) is judged on its single-lane surro
 (model.lanes): the topological-order DP (model.heuristic) and, for the throughput
 objective, the exact downset DP per precision candidate (model.downsets) give plans,
 lifted to every lane and re-scored exactly; the downset relaxation gives the bound.
-Layouts with equal surrogates (``surrogate_key``) are evaluated once. Per r the layout
-with the best heuristic (then the higher bound) is kept. With user constraints
-(SolveOptions.extra_constraints) the kept layouts' plans are then filtered by
-model.admission; the choice between layouts of one r stays the heuristic's.
+Layouts with equal surrogates (``surrogate_key``) are evaluated once (they have the
+same plans and bound up to a relabelling of devices). Every other layout stays a
+candidate: the MILP phase solves the promising ones and prunes the rest by their proven
+bounds, so the bound reported covers every layout explored, not only the best
+heuristic's. With user constraints (SolveOptions.extra_constraints) the candidates'
+plans are filtered by model.admission.
 """
 from __future__ import annotations
 
@@ -66,8 +68,9 @@ class Candidate:
 
 @dataclass(frozen=True, eq=False)
 class FastPhase:
-    """The kept layout of each r (in the order of the r's), and the downsets of the graph
-    (model.downsets.enumerate_downsets; None: too many) the later phases reuse."""
+    """Every layout explored (one per surrogate), in the order of the r's, and the
+    downsets of the graph (model.downsets.enumerate_downsets; None: too many) the later
+    phases reuse."""
 
     candidates: tuple[Candidate, ...]
     downsets: np.ndarray | None
@@ -108,18 +111,23 @@ def downset_plans(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budg
 
 
 def surrogate_key(problem: Problem, r: int, lanes: Lanes) -> tuple:
-    """What the single-lane surrogate of a layout depends on (model.lanes): r and lane 0's
-    device kinds, memories, and per boundary the route's links' bandwidths, plus how
-    often lane 0's boundaries reuse a link. Layouts with equal keys get equal surrogate
-    heuristics and bounds, so only the first is evaluated."""
-    topo, p = problem.topology, lanes[0]
-    routes = [topo.route(a, b) for a, b in zip(p, p[1:])]
-    if problem.training:
-        routes = [list(x) + list(topo.route(b, a)) for x, (a, b) in zip(routes, zip(p, p[1:]))]
-    used = [l for x in routes for l in x]
-    return (r, tuple(int(problem.device_kind[d]) for d in p), tuple(float(problem.device_mem_bytes[d]) for d in p),
-            tuple(tuple(sorted(float(problem.link_bw_bytes_per_s[l]) for l in x)) for x in routes),
-            len(used) - len(set(used)))
+    """What a layout's plans and bound depend on, up to a relabelling of devices: r and,
+    lane by lane, the device kinds and memories and per boundary the route's links'
+    bandwidths, plus how often the boundaries reuse a link. Layouts with equal keys are
+    evaluated (and solved) once. Every lane counts: on a mixed fleet two layouts whose
+    lane 0 agree can differ in their other lanes, and so in their exact MILP."""
+    topo = problem.topology
+    out: list = [r]
+    used: list[int] = []
+    for p in lanes:
+        routes = [topo.route(a, b) for a, b in zip(p, p[1:])]
+        if problem.training:
+            routes = [list(x) + list(topo.route(b, a)) for x, (a, b) in zip(routes, zip(p, p[1:]))]
+        used += [l for x in routes for l in x]
+        out.append((tuple(int(problem.device_kind[d]) for d in p), tuple(float(problem.device_mem_bytes[d]) for d in p),
+                    tuple(tuple(sorted(float(problem.link_bw_bytes_per_s[l]) for l in x)) for x in routes)))
+    out.append(len(used) - len(set(used)))
+    return tuple(out)
 
 
 def evaluate_layout(problem: Problem, options: SolveOptions, r: int, name: str, lanes: Lanes,
@@ -152,7 +160,7 @@ def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, say: Log
     D = problem.n_devices
     layouts = layouts_to_explore(problem, options)
     mat = enumerate_downsets(problem)
-    per_r: dict[int, Candidate] = {}
+    found: list[Candidate] = []
     keys: set[tuple] = set()
     for r, name, lanes in layouts:
         K = min(options.n_stages or D // r, D // r)
@@ -163,7 +171,5 @@ def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, say: Log
         keys.add(key)
         c = evaluate_layout(problem, options, r, name, lanes, mat)
         say(f"path {name} (r={r}, {K} stages): heuristic objective {fmt(c.score)}, relaxation bound {fmt(c.bound_s)}")
-        old = per_r.get(r)
-        if old is None or (c.score, -c.bound_s) < (old.score, -old.bound_s):
-            per_r[r] = c
-    return FastPhase(tuple(admitted(problem, options, gate, c) for c in per_r.values()), mat)
+        found.append(c)
+    return FastPhase(tuple(admitted(problem, options, gate, c) for c in found), mat)

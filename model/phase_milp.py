@@ -4,7 +4,7 @@ Layouts go best heuristic first. Each is built with its proven bound as a cut, w
 from its best plan, and skipped entirely (status optimal, no HiGHS) when that plan is
 already within the gap of the bound; a later layout is not solved when its bound cannot
 beat the best plan found by more than the gap, or when no time is left (its bound
-stands). The result's bound is the least over every r of its proven bound.
+stands). The result's bound is the least over every layout explored of its proven bound.
 """
 from __future__ import annotations
 
@@ -50,18 +50,20 @@ class LayoutSolve:
 
 @dataclass(frozen=True)
 class RBound:
-    """What is proven for one replication factor: its bound and the status behind it."""
+    """What is proven for one layout (replication factor ``r``, layout ``name``): its
+    bound and the status behind it."""
 
     r: int
     bound_s: float
     status: str
+    name: str = ""
 
 
 @dataclass(frozen=True, eq=False)
 class MilpPhase:
-    """The layouts solved (in solve order), one RBound per r, the winner (best objective,
-    then fewer replicas), and over every r the bound (capped by the winner's objective)
-    and status (the first that is not optimal)."""
+    """The layouts solved (in solve order), one RBound per layout explored, the winner
+    (best objective, then fewer replicas), and over every layout the bound (capped by
+    the winner's objective) and status (the first that is not optimal)."""
 
     solves: tuple[LayoutSolve, ...]
     bounds: tuple[RBound, ...]
@@ -69,8 +71,8 @@ class MilpPhase:
     bound_s: float
     status: str
 
-    def solve_of(self, r: int) -> LayoutSolve | None:
-        return next((s for s in self.solves if s.candidate.r == r), None)
+    def solve_of(self, r: int, name: str | None = None) -> LayoutSolve | None:
+        return next((s for s in self.solves if s.candidate.r == r and name in (None, s.candidate.name)), None)
 
 
 def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, time_s: float, say: Log) -> LayoutSolve:
@@ -145,7 +147,7 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     order = viable(problem, candidates)
     share = 1.0 if options.top_k == 1 else 0.8
     solves: list[LayoutSolve] = []
-    bounds: dict[int, RBound] = {}
+    bounds: dict[tuple[int, str], RBound] = {}
     best_obj = min(c.score for c in order)
 
     def settled(c: Candidate) -> bool:   # c's proven bound is within the gap of the best plan
@@ -153,23 +155,24 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     others = [c for c in order[1:] if not settled(c)]
     for i, c in enumerate(order):
         if i > 0 and settled(c):
-            bounds[c.r] = RBound(c.r, c.bound_s, "optimal")
-            say(f"r={c.r}: its bound {fmt(c.bound_s)} cannot beat the best {fmt(best_obj)} by more than "
+            bounds[c.r, c.name] = RBound(c.r, c.bound_s, "optimal", c.name)
+            say(f"r={c.r} {c.name}: its bound {fmt(c.bound_s)} cannot beat the best {fmt(best_obj)} by more than "
                 f"{options.rel_gap:.1%}; not solved")
             continue
         if i > 0 and clock.left_s() * share < 1.0:
-            bounds[c.r] = RBound(c.r, c.bound_s, "time_limit")
-            say(f"r={c.r}: no time left to solve; its proven bound {fmt(c.bound_s)} stands")
+            bounds[c.r, c.name] = RBound(c.r, c.bound_s, "time_limit", c.name)
+            say(f"r={c.r} {c.name}: no time left to solve; its proven bound {fmt(c.bound_s)} stands")
             continue
         n_left = len(order) - i
         t_i = clock.left_s() * share / n_left if i > 0 else clock.left_s() * share * (0.6 if others else 1.0)
         s = solve_layout(problem, options, c, max(t_i, 0.1), say)
         solves.append(s)
-        bounds[c.r] = RBound(c.r, s.bound_s, s.status)
+        bounds[c.r, c.name] = RBound(c.r, s.bound_s, s.status, c.name)
         best_obj = min(best_obj, s.objective_s)
     for c in candidates:
-        if c.r not in bounds:
-            bounds[c.r] = RBound(c.r, c.bound_s, "infeasible" if math.isinf(c.bound_s) else "optimal")
+        if (c.r, c.name) not in bounds:
+            bounds[c.r, c.name] = RBound(c.r, c.bound_s, "infeasible" if math.isinf(c.bound_s) else "optimal",
+                                         c.name)
     found = [s for s in solves if s.best is not None]
     if not found:
         first = next((s for s in solves if s.candidate.r == order[0].r), None)
@@ -183,6 +186,6 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     bound = min(b.bound_s for b in bounds.values())
     status = next((b.status for b in bounds.values() if math.isfinite(b.bound_s) and b.status != "optimal"), "optimal")
     bound = min(bound, win.objective_s)
-    say(f"best: r={win.candidate.r} {win.candidate.name}, objective {fmt(win.objective_s)}, bound over r in "
-        f"{sorted(bounds)} {fmt(bound)}, status {status}")
+    say(f"best: r={win.candidate.r} {win.candidate.name}, objective {fmt(win.objective_s)}, bound over {len(bounds)} layouts "
+        f"(r in {sorted({r for r, _ in bounds})}) {fmt(bound)}, status {status}")
     return MilpPhase(tuple(solves), tuple(bounds.values()), win, bound, status)

@@ -1,13 +1,15 @@
 """model.solve: plan a Problem in four phases, each a function returning a frozen dataclass.
 
 1. fast (model.phase_fast): per replication factor r (inference streams: every divisor
-   of the device count; otherwise r = 1) a lane layout (topologies.paths.lane_layouts),
+   of the device count; otherwise r = 1) and lane layout (topologies.paths.lane_layouts),
    heuristic plans and a proven period bound on the single-lane surrogate (model.lanes);
 2. budget (model.phase_budget, under a sensitivity budget): budget-aware bounds and
    plans (model.budget) within half of the time limit;
-3. MILP (model.phase_milp): the promising r's MILPs, warm-started, solved by HiGHS;
+3. MILP (model.phase_milp): the promising layouts' MILPs, warm-started, solved by HiGHS;
+   the others are pruned by their proven bounds;
 4. top-K (model.phase_topk): the K best distinct plans of the winner, by no-good cuts.
-The reported bound is the least over the r's explored of each r's proven bound.
+The reported bound is the least over every layout explored of its proven bound, so it
+holds over the whole plan space the planner declares (model.inputs.layouts_to_explore).
 
 User constraints (SolveOptions.extra_constraints, model.build.add_extra_constraints)
 enter every MILP built. The heuristic, DP and budget phases ignore them: their bounds
@@ -49,12 +51,13 @@ class Explored:
 
 
 def explored_rows(budget: BudgetPhase, milp: MilpPhase) -> list[Explored]:
-    """One row per r, in increasing r."""
-    bounds = {b.r: b for b in milp.bounds}
+    """One row per layout explored, in increasing r."""
+    bounds = {(b.r, b.name): b for b in milp.bounds}
     rows = []
     for c in sorted(budget.candidates, key=lambda c: c.r):
-        s = milp.solve_of(c.r)
-        rows.append(Explored(c.r, c.name, c.score, bounds[c.r].bound_s, bounds[c.r].status, s is not None,
+        s = milp.solve_of(c.r, c.name)
+        b = bounds[c.r, c.name]
+        rows.append(Explored(c.r, c.name, c.score, b.bound_s, b.status, s is not None,
                              s.objective_s if s is not None else c.score))
     return rows
 

@@ -173,7 +173,7 @@ def test_replication_pays_on_a_compute_bound_mesh():
     t_op = pb.op_time_s(0, 0, 0)
     assert res.objective_s == pytest.approx(12 * t_op / 4, rel=1e-9)
     assert res.bound_s == pytest.approx(res.objective_s, rel=1e-9)
-    assert sorted(e["replicas"] for e in res.explored) == [1, 2, 4]
+    assert sorted({e["replicas"] for e in res.explored}) == [1, 2, 4]   # every layout of each r
     for p in res.plans:
         check_plan(pb, p)
 
