@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from distplan.core.errors import DistplanError
+from distplan.core.jsonfile import read_json_file
 from distplan.core.units import brief
 from distplan.workloads.graph import Graph, Operator, Tensor
 
@@ -92,22 +93,7 @@ def save_graph(g: Graph, path: str | Path) -> None:
 def load_graph(path: str | Path) -> Graph:
     """Read a graph JSON file; every problem with the file is one DistplanError naming it."""
     p = Path(path)
-    try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DistplanError(f"graph file {str(p)!r} not found") from None
-    except IsADirectoryError:
-        raise DistplanError(f"graph file {str(p)!r} is a directory, not a file") from None
-    except UnicodeDecodeError:
-        raise DistplanError(f"graph file {str(p)!r} is not UTF-8 text (is it a graph JSON file?)") from None
-    except OSError as e:
-        raise DistplanError(f"graph file {str(p)!r} cannot be read: {e.strerror or e}") from None
-    except RecursionError:
-        raise DistplanError(f"graph file {str(p)!r} is nested too deeply to be a graph") from None
-    except json.JSONDecodeError as e:
-        raise DistplanError(f"graph file {str(p)!r} is not valid JSON: {e}") from None
-    except TypeError as e:
-        raise DistplanError(f"graph file {str(p)!r}: {e}") from None
+    d = read_json_file(p, "graph file")
     try:
         return graph_from_dict(d, source=f"graph file {str(p)!r}")
     except TypeError as e:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from distplan.core.errors import DistplanError
+from distplan.core.jsonfile import read_json_file
 from distplan.core.schedules import PLAN_SCHEDULES
 
 FORMAT = "distplan-plan"
@@ -138,17 +139,4 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
 
 def read_plan_json(path: str | Path) -> dict[str, Any]:
     """Parse a plan file; any read or syntax problem is a DistplanError naming the file."""
-    p = Path(path)
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DistplanError(f"plan file {str(p)!r} not found") from None
-    except IsADirectoryError:
-        raise DistplanError(f"plan file {str(p)!r} is a directory, not a file") from None
-    except UnicodeDecodeError:
-        raise DistplanError(f"plan file {str(p)!r} is not UTF-8 text (is it a plan JSON file?)") from None
-    except OSError as e:
-        raise DistplanError(f"plan file {str(p)!r} cannot be read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise DistplanError(f"plan file {str(p)!r} is not valid JSON: {e}") from None
-
+    return read_json_file(path, "plan file")
