@@ -24,7 +24,34 @@ from distplan.core.plan import Plan
 # node kinds
 K_F, K_B, K_CAST_F, K_CAST_B, K_XFER, K_COLL = range(6)
 KIND_NAMES = ("F", "B", "cast", "cast_grad", "xfer", "allreduce")
-TP_ALLREDUCE_KINDS = ("matmul", "head")
+TP_ALLREDUCE_KINDS = ("matmul", "head")   # the generic rule, for ops without a tp_role
+
+
+def tp_forward_allreduce(op) -> bool:
+    """Does a tensor-parallel op all-reduce its output after the forward? (Megatron: the
+    row-parallel matmuls and the vocabulary-parallel embedding.)"""
+    if op.tp_role is None:
+        return op.kind in TP_ALLREDUCE_KINDS
+    return op.tp_role in ("row", "vocab_embedding")
+
+
+def tp_backward_allreduce(op) -> bool:
+    """Does it all-reduce its input gradient after the backward? (Megatron: the
+    column-parallel matmuls and the vocabulary-parallel head.)"""
+    if op.tp_role is None:
+        return op.kind in TP_ALLREDUCE_KINDS
+    return op.tp_role in ("column", "vocab_head")
+
+
+def tp_divides(op) -> bool:
+    """Does the op's work divide over the group? (Not for replicated norms and adds.)"""
+    return op.tp_role != "replicated"
+
+
+def tp_output_share(op, tv: int) -> float:
+    """Share of the op's output one rank holds: 1/t for outputs that stay sharded
+    (column-parallel, sharded work, the vocabulary-parallel head), else all of it."""
+    return 1.0 / tv if op.tp_role in ("column", "sharded", "vocab_head") else 1.0
 
 
 @dataclass
@@ -214,24 +241,26 @@ class _Builder:
                     else:
                         patch_rel[j].append((u, ju))
                     fpreds[j].append(cast if cast is not None else src)
+            op = pb.graph.ops[v]
+            tdiv = tv if tp_divides(op) else 1
             for j, d in enumerate(G):
-                f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tv),
+                f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
                              K_F, p, v, fpreds[j], 0)
                 Fn[v].append(f)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (f,)
                 for u, ju in patch_rel[j]:
                     releases[u][ju].append(f)
-            if tv > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS:
+            if tv > 1 and tp_forward_allreduce(op):
                 out_at[v] = self.ring(list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
             else:
                 out_at[v] = list(Fn[v])
         own: dict[tuple[int, int], int] = {}
         for v in range(V):
             G = where[plan.op_stage[v]]
-            nb = float(pb.act_bytes[v, qs[v]])
+            nb = float(pb.act_bytes[v, qs[v]]) * (tp_output_share(pb.graph.ops[v], len(G)) if len(G) > 1 else 1.0)
             # stream: what no other op reads (a fused op's inner tensors) dies with the op
-            inner = 0.0 if pb.training else nb - float(pb.send_bytes[v, qs[v]])
+            inner = 0.0 if pb.training else max(0.0, nb - float(pb.send_bytes[v, qs[v]]))
             for j, d in enumerate(G):
                 rel = tuple(releases[v][j]) or (Fn[v][j],)
                 if inner > 0:
@@ -282,14 +311,16 @@ class _Builder:
                         prog.buffers.append(Buffer(d, nb, last, True, (), False))
                         patch_buf[j].append(len(prog.buffers) - 1)
                         bpreds[j].append(last)
+            op = pb.graph.ops[v]
+            tdiv = tv if tp_divides(op) else 1
             for j, d in enumerate(G):
-                b = prog.add(d, tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tv),
+                b = prog.add(d, tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
                              K_B, p, v, bpreds[j], 1)
                 Bn[v].append(b)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (b,)
             nb_in = float(sum(elems[e] * bpe[qs[self.edges[e][0]]] for e in self.in_edges[v]))
-            if tv > 1 and pb.graph.ops[v].kind in TP_ALLREDUCE_KINDS and nb_in > 0:
+            if tv > 1 and tp_backward_allreduce(op) and nb_in > 0:
                 grad_at[v] = self.ring(list(G), list(Bn[v]), nb_in, p, 1, v)
             else:
                 grad_at[v] = list(Bn[v])

@@ -242,6 +242,8 @@ def _build(g: Graph, c: _Contractor) -> Coarsening:
             # what members send out of the group (each member's whole sent bytes: the
             # fine plan holds exactly these for a later stage, never more)
             send_elems=min(sum(op.out_elems for op in fine), math.fsum(sends[v] for v in mem if leaves[v])),
+            # a group keeps its members' tensor-parallel role only when they agree
+            tp_role=fine[0].tp_role if len({op.tp_role for op in fine}) == 1 else None,
         ), tied))
     tensors = tuple(Tensor(names[u], names[v], e) for u in live for v, e in c.succ[u].items())
     coarse = Graph(name=f"{g.name}/coarse{len(ops)}", ops=tuple(ops), tensors=tensors, mode=g.mode,

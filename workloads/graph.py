@@ -20,6 +20,22 @@ OP_KINDS = (
 )
 MODES = ("inference", "training")
 
+#: Megatron-style tensor-parallel roles (Shoeybi et al. 2019). Over a stage's tensor-
+#: parallel group of t devices:
+#: - ``column``: column-parallel matmul (QKV, FFN-up): weight split by output columns,
+#:   output stays sharded; backward all-reduces the input gradient;
+#: - ``row``: row-parallel matmul (attention output projection, FFN-down): input
+#:   sharded, output all-reduced in the forward;
+#: - ``sharded``: work on a sharded tensor (attention heads, the FFN activation),
+#:   divides by t, no communication;
+#: - ``replicated``: norms, residual adds, dropout: every rank does the whole work;
+#: - ``vocab_embedding``: vocabulary-parallel embedding, output all-reduced;
+#: - ``vocab_head``: vocabulary-parallel LM head: output (logits) sharded, backward
+#:   all-reduces the input gradient (the loss's small all-reduces are not timed).
+#: None (no role): the op divides by t and all-reduces its output (forward) and its
+#: input gradient (backward) when its kind is matmul or head.
+TP_ROLES = ("column", "row", "sharded", "replicated", "vocab_embedding", "vocab_head")
+
 
 @dataclass(frozen=True)
 class Operator:
@@ -34,6 +50,8 @@ class Operator:
     owns (a tied LM head reads the embedding table); counted in the owner's
     ``param_elems`` only, and held again on this operator's devices when the two sit on
     different stages.
+    ``tp_role``: how the op splits over a tensor-parallel group (``TP_ROLES``; None:
+    the generic rule).
     """
 
     name: str
@@ -46,6 +64,7 @@ class Operator:
     send_elems: float | None = None
     tied_to: str | None = None
     tied_elems: int = 0
+    tp_role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +170,9 @@ def _validate(g: Graph) -> None:
             raise DistplanError(f"graph {g.name!r}: operator {op.name!r} is tied to {op.tied_to!r}, "
                                 "which is not another operator of the graph")
         _check_number(op.tied_elems, f"operator {op.name!r} tied_elems")
+        if op.tp_role is not None and op.tp_role not in TP_ROLES:
+            raise DistplanError(f"operator {op.name!r}: tp_role {brief(op.tp_role)} unknown; use one of "
+                                f"{', '.join(TP_ROLES)} or leave it out")
         if op.send_elems is not None:
             _check_number(op.send_elems, f"operator {op.name!r} send_elems")
             if op.send_elems > op.out_elems:

@@ -3,7 +3,7 @@
     {"format": "distplan-graph", "version": 1, "name": "...", "mode": "inference",
      "batch_size": 1, "seq_len": 128,
      "ops": [{"name": "...", "kind": "matmul", "fwd_flops": 1.0, "bwd_flops": 2.0,
-              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems")
+              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems", "tp_role")
      "tensors": [{"src": "...", "dst": "...", "elems": 0}]}
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from distplan.workloads.graph import Graph, Operator, Tensor
 FORMAT = "distplan-graph"
 VERSION = 1
 _OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems", "send_elems",
-            "tied_to", "tied_elems"}
-_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0}   # written only when not the default
+            "tied_to", "tied_elems", "tp_role"}
+_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "tp_role": None}   # written only when not the default
 _T_KEYS = {"src", "dst", "elems"}
 _TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "ops", "tensors"}
 

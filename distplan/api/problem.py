@@ -11,7 +11,7 @@ from distplan.workloads.graph import Graph
 
 
 def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm4x4", *,
-            batch_size: int | None = None, seq_len: int | None = None, mode: str = "inference",
+            batch_size: int | None = None, seq_len: int | None = None, mode: str | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             precisions: Sequence[str] | str = ("fp16", "int8"), microbatches: int = 16,
             schedule: str | None = None) -> Problem:
@@ -20,15 +20,17 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
     the ``onnx`` extra; ``input_shapes`` fixes symbolic input dimensions), or a Graph.
     ``topology``: a preset name (``mcm4x4``), a ``.yaml``/``.json`` file, or a Topology.
-    ``precisions``: the formats the planner may choose from (``"fp16,int8"`` or a list).
+    ``mode``: "inference" or "training" (default: a Graph's own mode; inference for a
+    name or file). ``precisions``: the formats the planner may choose from
+    (``"fp16,int8"`` or a list).
     """
     if isinstance(workload, Graph):
         if batch_size is not None or seq_len is not None or input_shapes:
             raise DistplanError("batch_size, seq_len and input_shapes apply to a workload name or file, "
                                 "not to a Graph object; build the Graph with them instead")
-        graph = workload if workload.mode == mode else workload.with_mode(mode)
+        graph = workload if mode in (None, workload.mode) else workload.with_mode(mode)
     elif isinstance(workload, str):
-        graph = resolve_workload(workload, batch_size, seq_len, mode, input_shapes or None)
+        graph = resolve_workload(workload, batch_size, seq_len, mode or "inference", input_shapes or None)
     else:
         raise DistplanError(f"workload must be a name, a file path or a Graph, got {type(workload).__name__}")
     if isinstance(topology, Topology):

@@ -90,6 +90,22 @@ class TransformerConfig:
         return 12 * self.layers + (2 if self.post_norm else 3)
 
 
+#: Megatron-style tensor-parallel role of each op of a layer (workloads.graph.TP_ROLES)
+ROLES = {"embed": "vocab_embedding", "norm1": "replicated", "norm2": "replicated", "final_norm": "replicated",
+         "qkv": "column", "attn_score": "sharded", "softmax": "sharded", "attn_context": "sharded",
+         "proj": "row", "add1": "replicated", "add2": "replicated", "ffn1": "column", "act": "sharded",
+         "ffn2": "row", "head": "vocab_head"}
+
+
+def with_roles(g: Graph, pooler_head: bool) -> Graph:
+    """The graph with each op's Megatron role (a BERT pooler is replicated: a small dense
+    layer on the first token, not worth splitting)."""
+    def role(name: str) -> str:
+        base = name.rsplit(".", 1)[-1]
+        return "replicated" if (base == "head" and pooler_head) else ROLES[base]
+    return dataclasses.replace(g, ops=tuple(dataclasses.replace(op, tp_role=role(op.name)) for op in g.ops))
+
+
 def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mode: str) -> Graph:
     training = mode == "training"
     B, s, h = batch_size, seq_len, cfg.hidden
@@ -134,4 +150,4 @@ def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mod
         if cfg.tied_head:   # reads the embedding's word table: held again when on another stage
             head = dataclasses.replace(head, tied_to="embed", tied_elems=cfg.vocab * h)
         g.add(head, (x, T * h))
-    return g.build(cfg.name, mode, batch_size, seq_len)
+    return with_roles(g.build(cfg.name, mode, batch_size, seq_len), cfg.pooler_head)
