@@ -14,8 +14,9 @@ forward and backward phases). Offsets:
   microbatch: the steady-state period equals that load (the MILP's period). ``stream``
   then puts all of one microbatch's tasks of a stage on a device in one round.
 * ``1f1b`` standard (training, not ideal): forward nodes offset 0, backward nodes of
-  stage k offset K-1-k (K = plan stages): stage k runs K-1-k warm-up forwards and then
-  alternates one forward, one backward, holding at most K-k microbatches.
+  stage k offset (K-1-k) x r_k (K = plan stages, r_k = the stage's data-parallel
+  replicas): each replica of stage k runs K-1-k warm-up forwards and then alternates one
+  forward, one backward, holding at most K-k microbatches.
 
 ``gpipe`` sorts every forward before any backward (block = phase); ``explicit`` devices
 follow ``plan.device_order`` instead. ``stream`` bounds each output's buffers
@@ -51,12 +52,16 @@ def assign_schedule(prog: Program, plan: Plan, ideal: bool) -> None:
 
 
 def window_1f1b(prog: Program, plan: Plan) -> list[int]:
-    """Standard 1F1B: forward offset 0, backward of stage k offset K-1-k."""
+    """Standard 1F1B per replica: forward offset 0, backward of stage k offset
+    (K-1-k) x r_k. Rounds count global microbatches and a replica of a stage with r_k
+    replicas sees every r_k-th one, so the offset is scaled to keep K-1-k warm-up
+    forwards (K-k microbatches in flight) on each replica, not across all of them."""
     K = plan.n_stages
     o = [0] * prog.T
     for t in range(prog.T):
         if prog.phase[t] == 1:
-            o[t] = K - 1 - plan.op_stage[prog.op[t]]
+            k = plan.op_stage[prog.op[t]]
+            o[t] = (K - 1 - k) * plan.stages[k].replicas
     return o
 
 

@@ -101,3 +101,21 @@ def test_llama_7b_tp8_is_its_hand_count():
     assert r.makespan_s == pytest.approx(comp + n_ar * ring, rel=1e-9)
     one = distplan.simulate(p, Plan((0,) * p.n_ops, ("fp16",) * p.n_ops, (Stage((0,)),), 1, "stream"))
     assert one.makespan_s / r.makespan_s > 2.5   # 54.8 ms -> 19.4 ms (it was no faster before)
+
+
+def _dp_pp(workload: str, topo: str, dp: int, pp: int, M: int):
+    p = distplan.problem(workload, topo, precisions="fp16", microbatches=M, mode="training", schedule="1f1b")
+    V = p.n_ops
+    plan = Plan(tuple(v * pp // V for v in range(V)), ("fp16",) * V,
+                tuple(Stage(tuple(range(k * dp, (k + 1) * dp))) for k in range(pp)), M, "1f1b")
+    return (distplan.simulate(p, plan).throughput_per_s,
+            distplan.simulate(p, plan, distplan.SimOptions(ideal=True)).throughput_per_s)
+
+
+@pytest.mark.parametrize("case", [("bert-large", "dgx-a100", 4, 2, 16), ("gpt3-1.3b", "a100x16", 4, 4, 16)])
+def test_data_x_pipeline_1f1b_keeps_its_window_per_replica(case):
+    """The 1F1B window counts each replica's own microbatches: a data x pipeline hybrid
+    is not starved (it ran at 1/2 and 1/3.5 of its ideal rate: 940 vs 1,881 and 39 vs
+    136 samples/s)."""
+    real, ideal = _dp_pp(*case)
+    assert real == pytest.approx(ideal, rel=0.01)
