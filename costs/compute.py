@@ -30,3 +30,17 @@ def tp_shard_time_s(task_s: float, launch_overhead_s: float, tensor_parallel: in
     if tensor_parallel <= 1:
         return task_s
     return (task_s - launch_overhead_s) / tensor_parallel + launch_overhead_s
+
+
+#: bytes an Adam step moves per parameter: read the gradient (b) and the fp32 master
+#: weight and two moments (12), write those three back (12) and the working copy (b)
+def optimizer_bytes_per_param(bytes_per_elem: int) -> float:
+    return 24.0 + 2.0 * bytes_per_elem
+
+
+def optimizer_step_s(param_elems: float, bytes_per_elem: int, kind: DeviceKind) -> float:
+    """One Adam update of ``param_elems`` parameters on one device: memory-bound, one
+    fused kernel (one launch); 0 for no parameters."""
+    if param_elems <= 0:
+        return 0.0
+    return param_elems * optimizer_bytes_per_param(bytes_per_elem) / kind.mem_bw_bytes_per_s + kind.launch_overhead_s

@@ -35,6 +35,11 @@ class SimResult:
     device's own activations, received, relayed and cast tensors, gradients);
     ``peak_own_memory_bytes`` only static bytes plus own activations, the quantity
     ``costs.evaluate.plan_memory_bytes`` bounds.
+    ``iteration_s``: one training step over the run's microbatches (fill, steady state,
+    drain, the all-reduce left exposed, then ``optimizer_s``, the optimizer update of
+    the slowest device; ``sim.iteration``); in inference the run's makespan.
+    ``step_throughput_per_s`` = microbatches x batch / iteration_s: what a user's
+    samples per step see, below ``throughput_per_s`` by the fill, drain and update.
     """
 
     makespan_s: float
@@ -54,10 +59,15 @@ class SimResult:
     schedule: str
     microbatches: int
     events: tuple | None = field(default=None, repr=False)
+    iteration_s: float = float("nan")
+    optimizer_s: float = 0.0
+    step_throughput_per_s: float = float("nan")
 
     def summary(self) -> str:
+        step = (f"iteration {self.iteration_s:.6g} s ({self.step_throughput_per_s:.6g} samples/s per step, "
+                f"optimizer {self.optimizer_s:.3g} s), " if self.optimizer_s > 0 else "")
         return (f"makespan {self.makespan_s:.6g} s, period {self.period_s:.6g} s"
-                f"{'' if self.steady else ' (not steady)'}, throughput {self.throughput_per_s:.6g} samples/s, "
+                f"{'' if self.steady else ' (not steady)'}, throughput {self.throughput_per_s:.6g} samples/s, {step}"
                 f"{self.n_tasks} operator tasks, peak memory {self.peak_memory_bytes.max(initial=0) / 2**20:.2f} MiB, "
                 f"busiest device {self.device_busy_fraction.max(initial=0):.1%}, "
                 f"busiest link {self.link_busy_fraction.max(initial=0):.1%}")

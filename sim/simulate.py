@@ -14,6 +14,7 @@ from distplan.sim.period import steady_period
 from distplan.sim.program import build_program
 from distplan.sim.schedule import repeats
 from distplan.sim.taskgraph import K_B, K_F, K_XFER, KIND_NAMES
+from distplan.sim.iteration import iteration_s
 from distplan.sim.result import SimResult
 
 
@@ -93,12 +94,15 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
     peak_all, peak_own = peak_memory(prog, units, T, beg, end, fin, net.micro)
     span = makespan if makespan > 0 else 1.0
     events = _events(problem, prog, net, beg, end - beg, ran) if opts.trace else None
+    it_s, opt_s = iteration_s(problem, plan, makespan)
     return SimResult(
         makespan_s=makespan, period_s=float(period), throughput_per_s=float(thr), steady=bool(steady),
         device_busy_s=dev_busy, device_busy_fraction=dev_busy / span,
         link_busy_s=link_busy, link_busy_fraction=link_busy / span, link_bytes=link_bytes,
         peak_memory_bytes=peak_all, peak_own_memory_bytes=peak_own, microbatch_done_s=done,
         n_tasks=n_tasks, n_nodes=int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
+        iteration_s=it_s, optimizer_s=opt_s,
+        step_throughput_per_s=M * problem.graph.batch_size / it_s if it_s > 0 else float("inf"),
     )
 
 

@@ -119,3 +119,28 @@ def test_data_x_pipeline_1f1b_keeps_its_window_per_replica(case):
     136 samples/s)."""
     real, ideal = _dp_pp(*case)
     assert real == pytest.approx(ideal, rel=0.01)
+
+
+def test_iteration_adds_the_optimizer_step_to_the_run():
+    """One op, one device, one microbatch of training: the run is forward + backward;
+    the step adds one Adam update of 1e6 fp16 parameters: (24 + 2 x 2) bytes each at
+    1e18 B/s, no launch cost."""
+    g = Graph("one", (Operator("w", "matmul", 1e9, 2e9, 10**6, 10, 0),), (), mode="training")
+    topo = Topology("solo", {"k": KIND}, (Device("d0", "k"),), ())
+    p = distplan.problem(g, topo, precisions="fp16", microbatches=1)
+    r = distplan.simulate(p, Plan((0,), ("fp16",), (Stage((0,)),), 1, "1f1b"))
+    assert r.makespan_s == pytest.approx(3 * MS, rel=1e-12)
+    assert r.optimizer_s == pytest.approx(10**6 * 28 / 1e18, rel=1e-12)
+    assert r.iteration_s == pytest.approx(r.makespan_s + r.optimizer_s, rel=1e-15)
+    assert r.step_throughput_per_s == pytest.approx(1 / r.iteration_s, rel=1e-12)
+
+
+def test_a_pipeline_step_is_slower_than_its_steady_rate():
+    p = distplan.problem("gpt2", "dgx-a100", precisions="fp16", microbatches=16, mode="training", seq_len=256)
+    V = p.n_ops
+    plan = Plan(tuple(v * 4 // V for v in range(V)), ("fp16",) * V, tuple(Stage((2 * k, 2 * k + 1)) for k in range(4)),
+                16, "1f1b")
+    r = distplan.simulate(p, plan)
+    assert r.optimizer_s > 0 and r.step_throughput_per_s < r.throughput_per_s
+    # fill and drain: at least (K - 1) microbatch slots of 16 are not in steady state
+    assert r.iteration_s >= r.period_s * 16 * (1 + 3 / 16) * 0.99

@@ -115,7 +115,9 @@ class SolveReport:
             "plans": [{
                 "rank": r.rank, "milp_period_s": r.milp_period_s, "sim_period_s": r.sim.period_s,
                 "sim_ideal_period_s": r.ideal_period_s, "throughput_per_s": r.sim.throughput_per_s,
-                "makespan_s": r.sim.makespan_s, "stages": len(r.plan.used_stages()), "lanes": lanes(r.plan),
+                "makespan_s": r.sim.makespan_s, "iteration_s": r.sim.iteration_s,
+                "step_throughput_per_s": r.sim.step_throughput_per_s, "optimizer_s": r.sim.optimizer_s,
+                "stages": len(r.plan.used_stages()), "lanes": lanes(r.plan),
                 "sensitivity": r.plan.predicted.get("sensitivity"),
                 "differs_from_winner": plan_difference(p, winner, r.plan),
                 "precisions": {op.name: r.plan.op_precision[v] for v, op in enumerate(g.ops)},
@@ -133,11 +135,14 @@ class SolveReport:
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, "
                  f"{p.topology.n_devices} devices, precisions {','.join(p.precisions)}",
                  f"{'rank':>4} {'MILP period':>12} {'sim period':>12} {'ideal sim':>12} {'samples/s':>11} "
-                 f"{'stages':>6} {'lanes':>5} {'peak MiB':>9}  precision mix / differs from the winner in"]
+                 + (f"{'per step/s':>11} " if p.training else "")
+                 + f"{'stages':>6} {'lanes':>5} {'peak MiB':>9}  precision mix / differs from the winner in"]
         for r in self.plans:
             note = precision_mix(r.plan) if r.rank == 1 else plan_difference(p, winner, r.plan)
             lines.append(f"{r.rank:>4} {r.milp_period_s:>12.5g} {r.sim.period_s:>12.5g} {r.ideal_period_s:>12.5g} "
-                         f"{r.sim.throughput_per_s:>11.5g} {len(r.plan.used_stages()):>6} {lanes(r.plan):>5} "
+                         f"{r.sim.throughput_per_s:>11.5g} "
+                         + (f"{r.sim.step_throughput_per_s:>11.5g} " if p.training else "")
+                         + f"{len(r.plan.used_stages()):>6} {lanes(r.plan):>5} "
                          f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {note}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         lines.append(f"solver: {s.status}, objective {s.objective_s:.6g} s, proven bound "
@@ -150,6 +155,9 @@ class SolveReport:
             lines.append(f"note: solved on a {self.coarse_ops}-op coarsening of the {p.n_ops}-op graph; the bound "
                          "and gap above are for the coarse problem, periods are for the expanded plans on the "
                          "original graph")
+        if p.training:
+            lines.append("note: samples/s is the steady rate; per step/s counts one optimizer step over all "
+                         f"{p.microbatches} microbatches (fill, drain, exposed all-reduce, optimizer update)")
         for _, why in self.dropped:
             lines.append(f"note: a plan the solver returned was dropped: {why}")
         return "\n".join(lines)
