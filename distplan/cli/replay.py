@@ -24,13 +24,28 @@ from distplan.sim.trace import write_chrome_trace
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="python -m distplan.sim", description="Replay a distplan plan file in the simulator.")
-    ap.add_argument("plan", help="plan JSON file (distplan-plan v2, or v1 with --workload and --topology)")
+    ap.add_argument("plan", nargs="?", default=None,
+                    help="plan JSON file (distplan-plan v2, or v1 with --workload and --topology); leave it out "
+                         "and give --dp/--tp/--pp to simulate a named Megatron-style configuration")
     ap.add_argument("--trace", help="write a Chrome/Perfetto trace here")
     ap.add_argument("--ideal", action="store_true", help="ideal mode (no latency, static link order)")
     ap.add_argument("--link-model", default="fifo", choices=("fifo", "fair", "free"))
     ap.add_argument("--workload", help="graph file or zoo name; must be the plan's own graph")
     ap.add_argument("--topology", help="topology file or preset; must be the plan's own topology")
+    c = ap.add_argument_group("a named configuration (no plan file): one training step, Megatron layout")
+    c.add_argument("--dp", type=int, default=None, help="data-parallel replicas")
+    c.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per replica")
+    c.add_argument("--pp", type=int, default=1, help="pipeline stages (equal layer counts)")
+    c.add_argument("--microbatch-size", type=int, default=1, help="samples per microbatch")
+    c.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step (default 8 x dp)")
+    c.add_argument("--precision", default="bf16", help="one precision for every op")
+    c.add_argument("--mode", choices=("training", "inference"), default="training")
+    c.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
+    c.add_argument("--schedule", default=None, help="1f1b (default for training), gpipe, or stream")
+    c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
+    if args.plan is None:
+        return _whatif(args)
     try:
         check_output_file(args.trace, "--trace")
         res, problem = replay(args)
@@ -64,3 +79,25 @@ def replay(args):
     check_plan(problem, plan)
     res = simulate(problem, plan, SimOptions(ideal=args.ideal, link_model=args.link_model, trace=bool(args.trace)))
     return res, problem
+
+
+def _whatif(args) -> int:
+    """``--workload W --topology T --dp D --tp T --pp P ...``: simulate the configuration."""
+    import json
+
+    from distplan.api.configs import whatif
+
+    try:
+        if args.dp is None or not args.workload or not args.topology:
+            raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
+                                "simulate a named configuration")
+        w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
+                   args.global_batch, args.precision, args.mode, args.seq_len, args.schedule)
+        print(json.dumps(w.to_json(), indent=1) if args.json else w.table())
+        if args.trace:
+            check_output_file(args.trace, "--trace")
+            write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
+    except DistplanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

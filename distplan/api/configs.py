@@ -1,0 +1,155 @@
+"""Named parallel configurations, simulated without a MILP: what a user of an analytic
+LLM performance model asks ("dp 16 x tp 8 x pp 8, microbatch 1, global batch 1,536:
+iteration time, TFLOP/s per GPU, memory, where the time goes").
+
+``megatron_plan`` lays a graph out the way Megatron-LM does: ``pp`` stages of equal
+transformer-layer counts (the embedding with the first, the head with the last; a
+graph without ``l<i>.`` layer names is split by operator count), and devices in
+Megatron's order, tensor-parallel ranks innermost, then data-parallel replicas, then
+pipeline stages (stage k takes devices ``k*dp*tp ..``, replica r of it the ``tp``
+devices from ``r*tp``). ``whatif`` simulates one optimizer step of it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from distplan.api.problem import problem as make_problem
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.problem import Problem
+from distplan.sim import SimOptions, SimResult, simulate
+from distplan.topologies.topology import Topology
+
+#: above this many operator tasks a configuration is refused (about a minute here)
+MAX_TASKS = 20_000_000
+
+_LAYER = re.compile(r"^l(\d+)\.")
+
+
+def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
+    """Each op's pipeline stage: equal layer counts per stage (layers are the zoo's
+    ``l<i>.`` prefixes; ops before the first layer go with it, ops after the last with
+    it); without layer names, equal operator counts."""
+    names = [op.name for op in problem.graph.ops]
+    layer = [int(m.group(1)) if (m := _LAYER.match(n)) else None for n in names]
+    known = [x for x in layer if x is not None]
+    if not known:
+        V = len(names)
+        return tuple(v * pp // V for v in range(V))
+    L = max(known) + 1
+    if pp > L:
+        raise DistplanError(f"--pp {pp} is more stages than the {L} layers of {problem.graph.name!r}")
+    out, last = [], 0
+    for x in layer:
+        if x is not None:
+            last = x * pp // L
+        out.append(last)
+    return tuple(out)
+
+
+def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None) -> Plan:
+    """The Megatron-style plan of ``problem`` (module docstring)."""
+    for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
+        if not isinstance(x, int) or x < 1:
+            raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
+    need = dp * tp * pp
+    if need > problem.n_devices:
+        raise DistplanError(f"dp {dp} x tp {tp} x pp {pp} = {need} devices, but {problem.topology.name!r} has "
+                            f"{problem.n_devices}")
+    if precision not in problem.precisions:
+        raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
+    stages = tuple(Stage(tuple(range(k * dp * tp, (k + 1) * dp * tp)), tp) for k in range(pp))
+    return Plan(stage_of_ops(problem, pp), (precision,) * problem.n_ops, stages, problem.microbatches,
+                schedule or problem.schedule)
+
+
+def _no_comm(topology: Topology) -> Topology:
+    """The same devices with links that cost nothing (to split exposed communication
+    from the pipeline bubble)."""
+    links = tuple(dataclasses.replace(l, bw_bytes_per_s=1e30, latency_s=0.0) for l in topology.links)
+    return dataclasses.replace(topology, links=links)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One simulated step of a named configuration. Shares are of the iteration time,
+    on the average device: compute (its busy time), exposed communication (what the
+    same run gains when every link is free), bubble and optimizer (the rest)."""
+
+    problem: Problem
+    plan: Plan
+    sim: SimResult
+    iteration_s: float
+    samples_per_s: float
+    model_tflops_per_device: float
+    peak_memory_bytes: float
+    compute_share: float
+    exposed_comm_share: float
+    bubble_share: float
+    global_batch: int
+
+    def table(self) -> str:
+        p, s = self.problem, self.plan
+        st = s.stages[0]
+        cap = float(np.min(p.device_mem_bytes))
+        return "\n".join([
+            f"{p.graph.name} ({p.graph.mode}) on {p.topology.name}: dp {st.replicas} x tp {st.tensor_parallel} x "
+            f"pp {s.n_stages} = {st.replicas * st.tensor_parallel * s.n_stages} devices, microbatch "
+            f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches} microbatches), "
+            f"{s.op_precision[0]}, {s.schedule}",
+            f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
+            f"steady {self.sim.throughput_per_s:.6g}/s)",
+            f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device",
+            f"memory           {self.peak_memory_bytes / 2**30:.2f} GiB peak per device (capacity {cap / 2**30:.1f} GiB)"
+            + ("  OVER CAPACITY" if self.peak_memory_bytes > cap else ""),
+            f"time             compute {self.compute_share:.1%}, exposed communication {self.exposed_comm_share:.1%}, "
+            f"bubble and optimizer {self.bubble_share:.1%}",
+        ])
+
+    def to_json(self) -> dict:
+        st = self.plan.stages[0]
+        return {"workload": self.problem.graph.name, "topology": self.problem.topology.name,
+                "dp": st.replicas, "tp": st.tensor_parallel, "pp": self.plan.n_stages,
+                "microbatch_size": self.problem.graph.batch_size, "global_batch": self.global_batch,
+                "microbatches": self.plan.microbatches, "iteration_s": self.iteration_s,
+                "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
+                "model_tflops_per_device": self.model_tflops_per_device,
+                "peak_memory_bytes": self.peak_memory_bytes, "compute_share": self.compute_share,
+                "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
+                "optimizer_s": self.sim.optimizer_s}
+
+
+def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, microbatch_size: int = 1,
+           global_batch: int | None = None, precision: str = "bf16", mode: str = "training",
+           seq_len: int | None = None, schedule: str | None = None) -> WhatIf:
+    """Simulate one step of ``workload`` under dp x tp x pp (module docstring)."""
+    if microbatch_size < 1:
+        raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
+    global_batch = global_batch or microbatch_size * dp * 8
+    if global_batch % (microbatch_size * dp):
+        raise DistplanError(f"--global-batch {global_batch} is not a multiple of microbatch size x dp = "
+                            f"{microbatch_size * dp}")
+    M = global_batch // microbatch_size
+    p = make_problem(workload, topology, batch_size=microbatch_size, seq_len=seq_len, mode=mode,
+                     precisions=(precision,), microbatches=M, schedule=schedule)
+    tasks = p.n_ops * tp * M * (2 if p.training else 1)
+    if tasks > MAX_TASKS:
+        raise DistplanError(f"this configuration expands to {tasks:,} operator tasks, more than the simulator "
+                            f"takes here ({MAX_TASKS:,}); use a smaller global batch, dp or tp (the "
+                            "simulator does not yet collapse identical replicas)")
+    plan = megatron_plan(p, dp, tp, pp, precision, schedule)
+    sim = simulate(p, plan)
+    free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=(precision,), microbatches=M,
+                                 schedule=plan.schedule), plan)
+    used = sorted({d for s in plan.stages for d in s.devices})
+    busy = float(np.mean(sim.device_busy_s[used]))
+    it = sim.iteration_s
+    flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M
+    comm = max(0.0, it - free.iteration_s)
+    return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
+                  float(np.max(sim.peak_memory_bytes[used])), busy / it, comm / it,
+                  max(0.0, 1.0 - busy / it - comm / it), global_batch)

@@ -1,0 +1,65 @@
+"""``python -m distplan.sim --workload W --topology T --dp --tp --pp ...``: a named
+Megatron-style configuration simulated for one step, without a MILP."""
+from __future__ import annotations
+
+import pytest
+
+from distplan.api.configs import megatron_plan, stage_of_ops, whatif
+from distplan.cli.replay import main as sim_main
+from distplan.core.errors import DistplanError
+
+
+def test_layout_follows_megatron_order():
+    w = whatif("gpt3-125m", "a100x16", dp=2, tp=4, pp=2, global_batch=8, seq_len=256)
+    plan = w.plan
+    assert [s.devices for s in plan.stages] == [tuple(range(8)), tuple(range(8, 16))]
+    assert all(s.tensor_parallel == 4 and s.replicas == 2 for s in plan.stages)
+    names = [op.name for op in w.problem.graph.ops]
+    st = dict(zip(names, plan.op_stage))
+    assert st["embed"] == 0 and st["l5.ffn2"] == 0 and st["l6.qkv"] == 1 and st["head"] == 1   # 12 layers: 6 + 6
+
+
+def test_shares_add_up_and_a_single_device_has_no_communication():
+    w = whatif("gpt3-125m", "dgx-a100", dp=1, tp=1, pp=1, global_batch=2, seq_len=256)
+    assert w.exposed_comm_share == pytest.approx(0.0, abs=1e-9)
+    assert w.compute_share + w.exposed_comm_share + w.bubble_share == pytest.approx(1.0)
+    assert w.iteration_s == pytest.approx(w.sim.makespan_s + w.sim.optimizer_s)
+    assert w.samples_per_s == pytest.approx(2 / w.iteration_s)
+    flops = (w.problem.graph.fwd_flops + w.problem.graph.bwd_flops) * 2
+    assert w.model_tflops_per_device == pytest.approx(flops / w.iteration_s / 1e12)
+
+
+def test_more_pipeline_stages_add_a_bubble():
+    one = whatif("gpt3-125m", "dgx-a100", dp=1, tp=1, pp=1, global_batch=4, seq_len=256)
+    four = whatif("gpt3-125m", "dgx-a100", dp=1, tp=1, pp=4, global_batch=4, seq_len=256)
+    assert four.bubble_share > one.bubble_share
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--workload", "gpt3-125m", "--topology", "a100x16", "--dp", "4", "--tp", "8"], "= 32 devices"),
+    (["--workload", "gpt3-125m", "--topology", "dgx-a100", "--dp", "2", "--global-batch", "3"], "not a multiple"),
+    (["--workload", "gpt3-125m", "--topology", "a100x16", "--dp", "1", "--pp", "16"], "more stages than the 12"),
+    ([], "give a plan file"),
+])
+def test_bad_configurations_are_one_error_line(capsys, argv, needle):
+    assert sim_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
+
+
+def test_cli_prints_the_step_figures(capsys):
+    assert sim_main(["--workload", "gpt3-125m", "--topology", "dgx-a100", "--dp", "2", "--tp", "2", "--pp", "2",
+                     "--seq-len", "256", "--global-batch", "8"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("dp 2 x tp 2 x pp 2 = 8 devices", "iteration", "model TFLOP/s", "GiB peak per device",
+                   "exposed communication"):
+        assert needle in out
+
+
+def test_a_graph_without_layer_names_splits_by_operator_count():
+    import distplan
+    from conftest import chain_graph, line_topology
+    p = distplan.problem(chain_graph(6, "training"), line_topology(2), precisions="fp16", microbatches=2)
+    assert stage_of_ops(p, 2) == (0, 0, 0, 1, 1, 1)
+    with pytest.raises(DistplanError, match="dp 2 x tp 1 x pp 2 = 4 devices"):
+        megatron_plan(p, 2, 1, 2, "fp16")
