@@ -47,17 +47,22 @@ class Walk:
     origin: dict[Hashable, frozenset] = field(default_factory=dict)         # constant -> parameters
     param_elems: dict[Hashable, int] = field(default_factory=dict)          # parameter -> elements
     claimed: dict[Hashable, str] = field(default_factory=dict)              # parameter -> owner op
+    copies: set[Hashable] = field(default_factory=set)                      # merged by value: each reader owns one
     family: list[str] = field(default_factory=list)                         # per op
     op_inputs: list[list[Hashable]] = field(default_factory=list)           # per op
     unknown: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # type -> op names
 
     def claim(self, params: Iterable[Hashable], name: str) -> tuple[int, dict[str, int]]:
         """(elements of the parameters op ``name`` is first to read, {owner op: elements}
-        of the ones an earlier op owns: tied weights). A parameter listed twice counts
-        twice toward its tie."""
+        of the ones an earlier op owns: tied weights). A parameter listed twice (read
+        through two inputs, e.g. ``W`` and ``Transpose(W)``) counts once. A parameter in
+        ``copies`` (several equal-valued parameters the exporter merged into one
+        initializer) is owned by every op that reads it, never tied."""
         n, tied = 0, defaultdict(int)
-        for p in params:
-            if p not in self.claimed:
+        for p in dict.fromkeys(params):
+            if p in self.copies:
+                n += self.param_elems[p]
+            elif p not in self.claimed:
                 self.claimed[p] = name
                 n += self.param_elems[p]
             elif self.claimed[p] != name:

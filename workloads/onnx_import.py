@@ -23,6 +23,7 @@ Symbolic dimensions must be fixed with ``input_shapes={'input': (1, 128)}``.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,8 @@ from distplan.workloads import op_costs as oc
 from distplan.workloads.graph import Graph, Operator
 from distplan.workloads.import_common import (HEAD_TAIL, UnknownOperatorWarning, Walk, build_graph, check_mode,
                                               family_table)
+from distplan.workloads.onnx_fold import fold_and_infer
+from distplan.workloads.onnx_fold import static_dims as _dims
 
 __all__ = ["import_onnx", "UnknownOperatorWarning"]
 
@@ -89,18 +92,6 @@ def _load(onnx: Any, path_or_model: Any) -> tuple[Any, str]:
         raise DistplanError(f"ONNX file {str(p)!r} could not be read as a model: {e}") from None
 
 
-def _dims(type_proto: Any) -> tuple[int, ...] | None:
-    """Static shape of a tensor type, or None if any dimension is unknown."""
-    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
-        return None
-    out = []
-    for d in type_proto.tensor_type.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return None
-        out.append(int(d.dim_value))
-    return tuple(out)
-
-
 def _fix_inputs(onnx: Any, model: Any, input_shapes: dict[str, tuple[int, ...]] | None) -> Any:
     """Copy of the model whose graph inputs have the static shapes asked for; errors name
     any input still symbolic."""
@@ -138,7 +129,8 @@ class _State(Walk):
 
     shape: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
     elem_type: dict[str, int] = field(default_factory=dict)
-    guessed: list[str] = field(default_factory=list)  # tensors whose shape was guessed
+    guessed: dict[str, str] = field(default_factory=dict)  # tensor sized by rule of thumb -> the unknown op behind it
+    made_by: dict[str, str] = field(default_factory=dict)  # tensor -> "<op type> node '<name>'"
 
 
 def _sorted_nodes(nodes: list[Any], available: set[str]) -> list[Any]:
@@ -174,25 +166,10 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     check_mode(mode)
     model, default_name = _load(onnx, path_or_model)
     model = _fix_inputs(onnx, model, input_shapes)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:
-        raise DistplanError(f"ONNX shape inference failed on model {default_name!r}: {e}") from None
     g = model.graph
     st = _State()
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        st.shape[vi.name] = _dims(vi.type)
-        st.elem_type[vi.name] = vi.type.tensor_type.elem_type
-    float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                   onnx.TensorProto.BFLOAT16}
-    for init in g.initializer:
-        st.shape[init.name] = tuple(int(d) for d in init.dims)
-        st.elem_type[init.name] = init.data_type
-        if init.data_type in float_types and len(init.dims) >= 1:
-            st.param_elems[init.name] = oc.numel(init.dims)
-            st.origin[init.name] = frozenset({init.name})
-        else:
-            st.origin[init.name] = frozenset()
+    st.shape, st.elem_type = fold_and_infer(onnx, model, default_name)
+    _read_parameters(onnx, g, st)
     graph_inputs = [i.name for i in g.input if i.name not in st.origin]
     outputs = {o.name for o in g.output}
 
@@ -201,6 +178,10 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     names: set[str] = set()
     for i, node in enumerate(_sorted_nodes(list(g.node), set(graph_inputs) | set(st.origin))):
         ins = [x for x in node.input if x]
+        if _is_shape_query(node, ins, st):  # Shape(x) / Size(x) of a static x: a constant, no parameter
+            for y in node.output:
+                st.origin[y] = frozenset()
+            continue
         if node.op_type == "Constant" or all(x in st.origin for x in ins):
             for y in node.output:
                 st.origin[y] = frozenset().union(*(st.origin[x] for x in ins)) if ins else frozenset()
@@ -209,6 +190,9 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
             continue
         v = len(ops)
         op_name = _unique(node.name or f"{node.op_type}_{i}", names)
+        for y in node.output:
+            if y:
+                st.made_by[y] = f"{node.op_type} node {op_name!r}"
         param, tied = st.claim([p for x in dict.fromkeys(ins) for p in sorted(st.origin.get(x, ()))
                                 if p in st.param_elems], op_name)
         op, family = _cost(node, op_name, ins, param, st)
@@ -226,13 +210,77 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         raise DistplanError(f"ONNX model {default_name!r} has no operator that depends on an input")
     st.warn_unknown("ONNX import", "operator(s)", "type", stacklevel=2)
     if st.guessed:
+        first = next(iter(st.guessed))
         warnings.warn(
-            f"ONNX import: shape inference gave no static shape for {len(st.guessed)} tensor(s) "
-            f"(first: {st.guessed[0]!r}); their sizes were taken from the node's largest input",
+            f"ONNX import: shape inference gave no static shape for {len(st.guessed)} tensor(s) behind "
+            f"operators of unknown type (first: {first!r}, behind {st.guessed[first]!r}); each was taken to be "
+            f"as large as its operator's largest input",
             UnknownOperatorWarning, stacklevel=2)
     ops = _label_heads(ops, st, outputs)
     b, s = _batch_and_seq(graph_inputs, st, onnx)
     return build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s)
+
+
+def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
+    """Parameters, ties and merged copies among the initializers (see the module docstring)."""
+    from onnx import numpy_helper  # noqa: PLC0415
+
+    float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                   onnx.TensorProto.BFLOAT16}
+    weights = []
+    for init in g.initializer:
+        st.shape[init.name] = tuple(int(d) for d in init.dims)
+        st.elem_type[init.name] = init.data_type
+        if init.data_type in float_types and len(init.dims) >= 1:
+            st.param_elems[init.name] = oc.numel(init.dims)
+            st.origin[init.name] = frozenset({init.name})
+            weights.append(init)
+        else:
+            st.origin[init.name] = frozenset()
+    arrays = {}
+    for w in weights:
+        try:
+            arrays[w.name] = numpy_helper.to_array(w)
+        except ValueError:  # dims without data (a model built for its shapes alone): no values to compare
+            pass
+    st.copies.update(n for n, a in arrays.items() if a.size > 1 and bool((a == a.flat[0]).all()))
+    for alias, owner in _same_values({n: a for n, a in arrays.items() if n not in st.copies}).items():
+        del st.param_elems[alias]
+        st.origin[alias] = frozenset({owner})
+
+
+def _same_values(arrays: dict[str, Any]) -> dict[str, str]:
+    """{initializer: the earlier initializer it equals, as is or with its axes permuted}:
+    one parameter stored twice (a tied LM head whose ``Transpose(wte)`` the exporter folded
+    into an initializer of its own)."""
+    import itertools  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for n, a in arrays.items():
+        if a.size > 1:
+            groups[(a.size, tuple(sorted(a.shape)), a.dtype.str)].append(n)
+    out: dict[str, str] = {}
+    for names in groups.values():
+        if len(names) < 2:
+            continue
+        fingerprint = {n: (float(np.sum(arrays[n], dtype=np.float64)), float(np.sum(np.abs(arrays[n]), dtype=np.float64)))
+                       for n in names}
+        kept: list[str] = []
+        for n in names:
+            b = arrays[n]
+            for k in kept:
+                if not all(math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12) for u, v in zip(fingerprint[k], fingerprint[n])):
+                    continue
+                a = arrays[k]
+                perms = [p for p in itertools.permutations(range(a.ndim)) if tuple(a.shape[i] for i in p) == b.shape]
+                if any(np.array_equal(a.transpose(p), b) for p in perms[:24]):
+                    out[n] = k
+                    break
+            else:
+                kept.append(n)
+    return out
 
 
 def _unique(base: str, names: set[str]) -> str:
@@ -269,28 +317,31 @@ def _attr(node: Any, key: str, default: Any = None) -> Any:
     return default
 
 
-class _NeedShape(Exception):
-    pass
+class _NoRule(Exception):
+    """No cost rule for this form of the operator: costed as an unknown operator."""
+
+
+class _GuessedShape(Exception):
+    """A cost rule needs the dimensions of a tensor whose size was only guessed."""
 
 
 def _shape(x: str, st: _State) -> tuple[int, ...]:
-    s = st.shape.get(x)
-    if s is None:
-        raise _NeedShape(x)
-    return s
+    """The static shape of ``x``, whose dimensions (not only its size) a cost rule reads."""
+    if x in st.guessed:
+        raise _GuessedShape(x)
+    return st.shape[x]
 
 
 def _cost(node: Any, name: str, ins: list[str], param: int, st: _State) -> tuple[Operator, str]:
     """The Operator for one node and its family (see module docstring)."""
-    outs = [y for y in node.output if y]
-    for y in outs:
-        if st.shape.get(y) is None:  # guess from the largest input, and say so
-            known = [oc.numel(st.shape[x]) for x in ins if st.shape.get(x) is not None]
-            st.shape[y] = (max(known, default=1),)
-            st.guessed.append(y)
-    in_elems = [_elems(x, st) for x in dict.fromkeys(ins)]
-    out_elems = sum(_elems(y, st) for y in outs)
     t = node.op_type
+    for x in dict.fromkeys(ins):
+        if st.shape.get(x) is None:
+            raise _no_shape(x, node, name, st)
+    has_rule = t in _MATMUL or t in _FAMILY
+    _size_outputs(node, name, ins, st, has_rule)
+    in_elems = [_elems(x, st) for x in dict.fromkeys(ins)]
+    out_elems = sum(_elems(y, st) for y in node.output if y)
     try:
         if t in _MATMUL:
             return _matmul_like(node, name, ins, param, st, in_elems, out_elems)
@@ -302,10 +353,53 @@ def _cost(node: Any, name: str, ins: list[str], param: int, st: _State) -> tuple
             elif fam == "pool":
                 fwd = out_elems * oc.numel(_attr(node, "kernel_shape", []))
             return oc.family_operator(name, fam, param, in_elems, out_elems, fwd), fam
-    except _NeedShape:
+    except _NoRule:
         pass
-    st.unknown[t if not node.domain else f"{node.domain}.{t}"].append(name)
+    except _GuessedShape as e:
+        x = e.args[0]
+        raise DistplanError(
+            f"ONNX import: {t} node {name!r} needs the dimensions of tensor {x!r}, whose size was only "
+            f"estimated: shape inference does not know the output of operator {st.guessed[x]!r} of unknown "
+            f"type behind it; add the tensor's shape to the model's value_info "
+            f"(onnx.helper.make_tensor_value_info) or re-export without that operator") from None
+    unknown = t if not node.domain else f"{node.domain}.{t}"
+    st.unknown[unknown].append(name)
     return oc.unknown_operator(name, param, in_elems, out_elems), "other"
+
+
+#: families whose output is as large as their largest input (element-wise, views)
+_SIZE_PRESERVING = frozenset({"add", "arith", "compare", "relu", "gelu", "tanh", "transcendental", "silu",
+                              "softmax", "layernorm", "rmsnorm", "batchnorm", "view"})
+
+
+def _size_outputs(node: Any, name: str, ins: list[str], st: _State, has_rule: bool) -> None:
+    """Every output of the node gets a shape: shape inference's; for an operator of unknown
+    type, or an element-wise one downstream of such a guess, its largest input's (recorded
+    in ``st.guessed`` and warned about); otherwise the import stops with an error naming
+    the tensor."""
+    for y in (y for y in node.output if y):
+        if st.shape.get(y) is not None:
+            continue
+        behind = next((st.guessed[x] for x in ins if x in st.guessed), None)
+        if has_rule and not (behind and _FAMILY.get(node.op_type) in _SIZE_PRESERVING):
+            raise _no_shape(y, node, name, st)
+        st.shape[y] = max((st.shape[x] for x in ins), key=oc.numel, default=(1,))
+        st.guessed[y] = behind or name
+
+
+def _no_shape(x: str, node: Any, name: str, st: _State) -> DistplanError:
+    """The one-line error for a tensor without a static shape that a cost depends on."""
+    where = st.made_by.get(x) or ("a constant" if x in st.origin else "a graph input")
+    return DistplanError(
+        f"ONNX import: tensor {x!r} ({where}) has no static shape after constant folding and shape "
+        f"inference, and the cost of {node.op_type} node {name!r} depends on it; fix the sizes of every "
+        f"model input (solve.py --input-shape NAME=D1xD2..., or input_shapes={{...}}), or re-export with "
+        f"static shapes (torch.onnx.export without dynamic_axes / dynamic_shapes)")
+
+
+def _is_shape_query(node: Any, ins: list[str], st: _State) -> bool:
+    return (node.op_type in ("Shape", "Size") and not node.domain and len(ins) == 1
+            and st.shape.get(ins[0]) is not None and ins[0] not in st.guessed)
 
 
 def _is_param_input(x: str, st: _State) -> bool:
@@ -343,7 +437,7 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
     if t in ("Attention", "MultiHeadAttention"):
         fwd = _attention_flops(node, ins, st)
         return mk(name, "attn_score", fwd, param, in_elems, out_elems), "matmul"
-    raise _NeedShape(t)
+    raise _NoRule(t)
 
 
 def _einsum_flops(node: Any, ins: list[str], st: _State) -> int:
@@ -352,7 +446,7 @@ def _einsum_flops(node: Any, ins: list[str], st: _State) -> int:
     try:
         return oc.einsum_flops(eq, (_shape(x, st) for x in ins))
     except ValueError:  # an ellipsis: costed as an unknown operator
-        raise _NeedShape("einsum with ellipsis") from None
+        raise _NoRule("einsum with ellipsis") from None
 
 
 def _attention_flops(node: Any, ins: list[str], st: _State) -> int:
