@@ -9,7 +9,7 @@ from __future__ import annotations
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
-from distplan.core.plan import PHASES, Plan
+from distplan.core.plan import DP_ALLREDUCE, PHASES, RECOMPUTE, Plan
 from distplan.core.schedules import PLAN_SCHEDULES
 
 
@@ -40,6 +40,14 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
                 out.append(f"stage {k}: device index {d} outside 0..{topo.n_devices - 1}")
         if len(set(s.devices)) != len(s.devices):
             out.append(f"stage {k}: a device is listed twice")
+        if s.recompute not in RECOMPUTE:
+            out.append(f"stage {k}: recompute {s.recompute!r} unknown; use one of {', '.join(RECOMPUTE)}")
+        if s.zero not in (0, 1):
+            out.append(f"stage {k}: zero {s.zero!r} unknown; use 0 (none) or 1 (optimizer state sharded)")
+        if (s.recompute != "none" or s.zero) and not problem.training:
+            out.append(f"stage {k}: recompute and zero apply to training only")
+    if plan.dp_allreduce not in DP_ALLREDUCE:
+        out.append(f"dp_allreduce {plan.dp_allreduce!r} unknown; use one of {', '.join(DP_ALLREDUCE)}")
     if out:
         return out
     for v, (k, p) in enumerate(zip(plan.op_stage, plan.op_precision)):

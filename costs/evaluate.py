@@ -9,7 +9,10 @@ Per microbatch (averaged over one cycle of replica assignment, lcm of replica co
   bandwidth; in training the gradient takes the reverse hops with the same bytes.
 The period is the largest device or link load; in the simulator's ideal mode (no
 latency, overlap of compute and transfers) the steady-state period equals it.
-Tensor parallelism (tp > 1) is outside this model: the simulator handles it.
+Recomputation (``Stage.recompute``, costs.recompute) adds the recomputed operators'
+forward time again and holds their outputs once; ZeRO-1 stages hold 1/r of the
+optimizer state. Tensor parallelism (tp > 1) is outside this model: the simulator
+handles it.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import numpy as np
 
 from distplan.costs.memory import activation_factors
 from distplan.costs.problem import Problem
+from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 
@@ -48,14 +52,17 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     for u, v in problem.sending_edges():
         if plan.op_stage[v] > plan.op_stage[u]:
             leaves[u] = True
+    again = recomputed(problem, plan)
     for v, k in enumerate(plan.op_stage):
         q = problem.q_index(plan.op_precision[v])
         n_all, n_sent = activation_factors(plan.schedule, k, K, plan.microbatches)
         stage = plan.stages[k]
         if stage.tensor_parallel > 1:   # all-reduces between ops: a stage's microbatches overlap
             n_all, n_sent = n_all + n_sent, 0
-        per = (problem.static_bytes[v, q] / stage.tensor_parallel + problem.act_bytes[v, q] * n_all
-               + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
+        if again[v]:   # recomputed: held until its consumers ran, one copy (costs.recompute)
+            n_all, n_sent = 1, 0
+        per = (problem.static_bytes[v, q] / stage.tensor_parallel - zero_saved_bytes(problem, plan, v)
+               + problem.act_bytes[v, q] * n_all + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
         o = problem.tied_owner[v]
         if o >= 0 and plan.op_stage[o] != k:   # a tied weight, held where its owner is not
             per += problem.tied_bytes[v, q] / stage.tensor_parallel
@@ -78,11 +85,14 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
     dev = np.zeros(problem.n_devices)
     link = np.zeros(len(topo.links))
     bw = problem.link_bw_bytes_per_s
+    again = recomputed(problem, plan)
     for m in range(cyc):
         where = [s.replica_devices(m)[0] for s in plan.stages]
         for v, k in enumerate(plan.op_stage):
             d = where[k]
             dev[d] += problem.op_time_s(v, qs[v], problem.device_kind[d])
+            if again[v]:   # its forward runs again before its backward
+                dev[d] += float(problem.fwd_time_s[v, qs[v], problem.device_kind[d]])
         for e, (u, v) in enumerate(problem.edges):
             ku, kv = plan.op_stage[u], plan.op_stage[v]
             d = where[kv]

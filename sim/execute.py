@@ -101,10 +101,18 @@ def expand(prog: Program, plan) -> Net:
         pending.extend(len(ps) for ps in prog.x_preds)
         dur.extend(prog.x_dur)
         server.extend(prog.x_server)
+        placed: dict[int, list[tuple[int, int]]] = {}   # device -> (pipeline node, x node) to place after it
         for i in range(X):
             s = prog.x_server[i]
-            if s < D or prog.static_links:
+            if i in prog.x_after:
+                t_after, m = prog.x_after[i]
+                placed.setdefault(s, []).append(((m // C) * T + t_after, N0 + i))
+            elif s < D or prog.static_links:
                 seqs[s].append(N0 + i)
+        for s, pairs in placed.items():   # overlapped gradient reduction: right after the backward
+            pos = {nid: k for k, nid in enumerate(seqs[s])}
+            for after, x in sorted(pairs, key=lambda ax: -pos[ax[0]]):
+                seqs[s].insert(pos[after] + 1, x)
     n_valid = int(valid.sum()) + X
     return Net(T, U, units, N0, N0 + X, succ, pending, dur, server, seqs, n_valid, valid, micro)
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.problem import Problem
+from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 
@@ -43,15 +44,22 @@ def tp_backward_allreduce(op) -> bool:
     return op.tp_role in ("column", "vocab_head")
 
 
-def tp_divides(op) -> bool:
-    """Does the op's work divide over the group? (Not for replicated norms and adds.)"""
-    return op.tp_role != "replicated"
+def tp_divides(op, sequence_parallel: bool = False) -> bool:
+    """Does the op's work divide over the group? (Not for replicated norms and adds,
+    unless sequence parallelism shards them along the sequence.)"""
+    return op.tp_role != "replicated" or sequence_parallel
 
 
-def tp_output_share(op, tv: int) -> float:
+def tp_output_share(op, tv: int, sequence_parallel: bool = False) -> float:
     """Share of the op's output one rank holds: 1/t for outputs that stay sharded
-    (column-parallel, sharded work, the vocabulary-parallel head), else all of it."""
-    return 1.0 / tv if op.tp_role in ("column", "sharded", "vocab_head") else 1.0
+    (column-parallel, sharded work, the vocabulary-parallel head; with sequence
+    parallelism also the norms, adds and row-parallel outputs, which are reduce-
+    scattered), else all of it."""
+    if op.tp_role in ("column", "sharded", "vocab_head"):
+        return 1.0 / tv
+    if sequence_parallel and op.tp_role in ("replicated", "row"):
+        return 1.0 / tv
+    return 1.0
 
 
 @dataclass
@@ -101,6 +109,9 @@ class Program:
     x_nbytes: list[float] = field(default_factory=list)
     x_preds: list[list[int]] = field(default_factory=list)  # indices into the x_ lists
     x_stage: list[int] = field(default_factory=list)
+    # device collective nodes placed right after one pipeline node in the device's order
+    # (overlapped gradient reduction): x index -> (node type, microbatch)
+    x_after: dict[int, tuple[int, int]] = field(default_factory=dict)
     static_bytes: np.ndarray | None = None
     server_latency: list[float] = field(default_factory=list)
     link_bw: list[float] = field(default_factory=list)
@@ -138,6 +149,8 @@ class _Builder:
         self.prog = Program(self.D, self.L, C, plan.microbatches, problem.training, plan.schedule,
                             static_links=static_links)
         self.qs = [problem.q_index(p) for p in plan.op_precision]
+        self.again = recomputed(problem, plan)
+        self.bwd_nodes: dict[int, list[list[int]]] = {}
         self.bw = [float(x) for x in problem.link_bw_bytes_per_s]
         self.lat = [0.0 if ideal else float(x) for x in problem.link_latency_s]
         V = problem.n_ops
@@ -242,7 +255,7 @@ class _Builder:
                         patch_rel[j].append((u, ju))
                     fpreds[j].append(cast if cast is not None else src)
             op = pb.graph.ops[v]
-            tdiv = tv if tp_divides(op) else 1
+            tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
             for j, d in enumerate(G):
                 f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
                              K_F, p, v, fpreds[j], 0)
@@ -258,7 +271,8 @@ class _Builder:
         own: dict[tuple[int, int], int] = {}
         for v in range(V):
             G = where[plan.op_stage[v]]
-            nb = float(pb.act_bytes[v, qs[v]]) * (tp_output_share(pb.graph.ops[v], len(G)) if len(G) > 1 else 1.0)
+            sp = plan.stages[plan.op_stage[v]].sequence_parallel
+            nb = float(pb.act_bytes[v, qs[v]]) * (tp_output_share(pb.graph.ops[v], len(G), sp) if len(G) > 1 else 1.0)
             # stream: what no other op reads (a fused op's inner tensors) dies with the op
             inner = 0.0 if pb.training else max(0.0, nb - float(pb.send_bytes[v, qs[v]]))
             for j, d in enumerate(G):
@@ -270,8 +284,10 @@ class _Builder:
                 prog.outputs[(p, v, j)] = (Fn[v][j], rel)
         if pb.training:
             Bn = self.backward(p, where, Fn)
+            self.bwd_nodes[p] = Bn
             for (v, j), bi in own.items():
-                prog.buffers[bi].frees = (Bn[v][j],)
+                if not self.again[v]:   # stashed for the backward; a recomputed op is not
+                    prog.buffers[bi].frees = (Bn[v][j],)
 
     def backward(self, p: int, where, Fn) -> list[list[int]]:
         pb, plan, prog = self.pb, self.plan, self.prog
@@ -312,10 +328,12 @@ class _Builder:
                         patch_buf[j].append(len(prog.buffers) - 1)
                         bpreds[j].append(last)
             op = pb.graph.ops[v]
-            tdiv = tv if tp_divides(op) else 1
+            tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
             for j, d in enumerate(G):
-                b = prog.add(d, tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
-                             K_B, p, v, bpreds[j], 1)
+                bt = tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
+                if self.again[v]:   # recomputation: the forward runs again first
+                    bt += tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
+                b = prog.add(d, bt, K_B, p, v, bpreds[j], 1)
                 Bn[v].append(b)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (b,)
@@ -340,7 +358,7 @@ class _Builder:
             o = pb.tied_owner[v]
             tied = pb.tied_bytes[v, self.qs[v]] if o >= 0 and plan.op_stage[o] != k else 0.0
             for d in st.devices:
-                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel
+                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel - zero_saved_bytes(pb, plan, v)
         prog.static_bytes = stat
         if pb.training:
             self.allreduce()
@@ -348,29 +366,82 @@ class _Builder:
 
 
     def allreduce(self) -> None:
-        """Data-parallel gradient all-reduce per stage: ring over the replicas, after each
-        replica's last task, bytes = the stage's parameters at their precisions / tp."""
-        pb, plan, prog = self.pb, self.plan, self.prog
+        """Data-parallel gradient reduction per stage, bytes = the stage's parameters at
+        their precisions / tp, for each tensor-parallel rank over its replicas: a ring
+        all-reduce (2(r-1) steps of bytes/r to the next replica over the real links), or
+        with ZeRO-1 only its reduce-scatter half (r-1 steps; the parameters' all-gather
+        comes after the optimizer, sim.iteration). ``plan.dp_allreduce`` "hierarchical":
+        reduce-scatter inside each node, the ring across nodes on 1/g of the bytes, then
+        all-gather inside (a flat ring when the replicas do not split evenly by node).
+        It starts after each replica's last task, or with ``plan.overlap_grad_reduce``
+        one bucket per op right after that op's last backward on the device."""
+        pb, plan = self.pb, self.plan
         for k, st in enumerate(plan.stages):
             r, tp = st.replicas, st.tensor_parallel
             if r < 2:
                 continue
-            nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[self.qs[v]]
-                         for v in plan.ops_in_stage(k)) / tp
-            if nbytes <= 0:
-                continue
-            for j in range(tp):
-                devs = [st.devices[i * tp + j] for i in range(r)]
-                chunk = nbytes / r
-                arrived = [self._x_add(d, 0.0, 0.0, [], k) for d in devs]  # after d's last task
-                for _ in range(2 * (r - 1)):
-                    nxt = [0] * r
-                    for i in range(r):
-                        last = arrived[i]
-                        for l in self.topo.route(devs[i], devs[(i + 1) % r]):
-                            last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], k)
-                        nxt[(i + 1) % r] = last
-                    arrived = nxt
+            ops = [v for v in plan.ops_in_stage(k) if pb.graph.ops[v].param_elems > 0]
+            buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
+            for bucket in buckets:
+                nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[self.qs[v]] for v in bucket) / tp
+                if nbytes <= 0:
+                    continue
+                for j in range(tp):
+                    devs = [st.devices[i * tp + j] for i in range(r)]
+                    start = [self._anchor(d, k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
+                             for i, d in enumerate(devs)]
+                    self._reduce(devs, start, nbytes, k, st.zero)
+
+    def _anchor(self, d: int, k: int, replica: int, rank: int, op: int | None) -> int:
+        """A zero-time node on device ``d`` after which its gradients exist: after the
+        device's last task, or (``op``) right after op's backward of the replica's last
+        microbatch."""
+        x = self._x_add(d, 0.0, 0.0, [], k)
+        if op is not None:
+            st = self.plan.stages[k]
+            last = max(m for m in range(self.prog.M) if m % st.replicas == replica)
+            self.prog.x_after[x] = (self.bwd_nodes[last % self.prog.C][op][rank], last)
+        return x
+
+    def _ring_steps(self, devs: list[int], arrived: list[int], chunk: float, steps: int, k: int) -> list[int]:
+        n = len(devs)
+        for _ in range(steps):
+            nxt = [0] * n
+            for i in range(n):
+                last = arrived[i]
+                for l in self.topo.route(devs[i], devs[(i + 1) % n]):
+                    last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], k)
+                nxt[(i + 1) % n] = last
+            arrived = nxt
+        return arrived
+
+    def _reduce(self, devs: list[int], start: list[int], nbytes: float, k: int, zero: int) -> None:
+        r = len(devs)
+        nodes = [self.topo.devices[d].node for d in devs]
+        groups: dict[int, list[int]] = {}
+        for i, nd in enumerate(nodes):
+            groups.setdefault(nd, []).append(i)
+        sizes = {len(g) for g in groups.values()}
+        if self.plan.dp_allreduce != "hierarchical" or len(groups) < 2 or len(sizes) != 1 or sizes == {1}:
+            self._ring_steps(devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), k)
+            return
+        g = sizes.pop()
+        members = list(groups.values())
+        arrived = list(start)
+        for grp in members:   # reduce-scatter inside each node
+            out = self._ring_steps([devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1, k)
+            for i, a in zip(grp, out):
+                arrived[i] = a
+        n_nodes = len(members)
+        for s in range(g):    # across nodes, shard s of every node
+            col = [grp[s] for grp in members]
+            out = self._ring_steps([devs[i] for i in col], [arrived[i] for i in col], nbytes / g / n_nodes,
+                                   (n_nodes - 1) if zero else 2 * (n_nodes - 1), k)
+            for i, a in zip(col, out):
+                arrived[i] = a
+        if not zero:
+            for grp in members:   # all-gather inside each node
+                self._ring_steps([devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1, k)
 
     def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], stage: int) -> int:
         """A collective node; one on a device is appended to that device's order, so it

@@ -20,6 +20,7 @@ import numpy as np
 from distplan.api.problem import problem as make_problem
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
+from distplan.costs.check import plan_violations
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Topology
@@ -51,8 +52,11 @@ def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None) -> Plan:
-    """The Megatron-style plan of ``problem`` (module docstring)."""
+def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
+                  recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
+                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False) -> Plan:
+    """The Megatron-style plan of ``problem`` (module docstring), with the training
+    options of ``core.plan.Stage`` / ``Plan`` on every stage."""
     for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
         if not isinstance(x, int) or x < 1:
             raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
@@ -62,9 +66,10 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
                             f"{problem.n_devices}")
     if precision not in problem.precisions:
         raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
-    stages = tuple(Stage(tuple(range(k * dp * tp, (k + 1) * dp * tp)), tp) for k in range(pp))
+    stages = tuple(Stage(tuple(range(k * dp * tp, (k + 1) * dp * tp)), tp, recompute, sequence_parallel, zero)
+                   for k in range(pp))
     return Plan(stage_of_ops(problem, pp), (precision,) * problem.n_ops, stages, problem.microbatches,
-                schedule or problem.schedule)
+                schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)
 
 
 def _no_comm(topology: Topology) -> Topology:
@@ -125,7 +130,9 @@ class WhatIf:
 
 def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, microbatch_size: int = 1,
            global_batch: int | None = None, precision: str = "bf16", mode: str = "training",
-           seq_len: int | None = None, schedule: str | None = None) -> WhatIf:
+           seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
+           sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
+           overlap_grad_reduce: bool = False) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring)."""
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
@@ -141,14 +148,18 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         raise DistplanError(f"this configuration expands to {tasks:,} operator tasks, more than the simulator "
                             f"takes here ({MAX_TASKS:,}); use a smaller global batch, dp or tp (the "
                             "simulator does not yet collapse identical replicas)")
-    plan = megatron_plan(p, dp, tp, pp, precision, schedule)
+    plan = megatron_plan(p, dp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
+                         overlap_grad_reduce)
+    bad = plan_violations(p, plan)
+    if bad:
+        raise DistplanError("the configuration does not fit: " + "; ".join(bad[:3]))
     sim = simulate(p, plan)
     free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=(precision,), microbatches=M,
                                  schedule=plan.schedule), plan)
     used = sorted({d for s in plan.stages for d in s.devices})
     busy = float(np.mean(sim.device_busy_s[used]))
     it = sim.iteration_s
-    flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M
+    flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M   # model FLOPs: no recomputation
     comm = max(0.0, it - free.iteration_s)
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
                   float(np.max(sim.peak_memory_bytes[used])), busy / it, comm / it,

@@ -42,6 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--mode", choices=("training", "inference"), default="training")
     c.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
     c.add_argument("--schedule", default=None, help="1f1b (default for training), gpipe, or stream")
+    c.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="activation recomputation on every stage")
+    c.add_argument("--sequence-parallel", action="store_true", help="shard norms and adds along the sequence")
+    c.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: optimizer state sharded over dp (ZeRO-1)")
+    c.add_argument("--dp-allreduce", choices=("ring", "hierarchical"), default="ring",
+                   help="gradient reduction over the replicas")
+    c.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="reduce each op's gradients as soon as its backward is done")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -92,7 +100,8 @@ def _whatif(args) -> int:
             raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
                                 "simulate a named configuration")
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
-                   args.global_batch, args.precision, args.mode, args.seq_len, args.schedule)
+                   args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
+                   args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce)
         print(json.dumps(w.to_json(), indent=1) if args.json else w.table())
         if args.trace:
             check_output_file(args.trace, "--trace")

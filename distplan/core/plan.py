@@ -25,14 +25,29 @@ FORMAT = "distplan-plan"
 VERSION = 1          # this module writes the plan itself; costs.plan_file adds the problem (v2)
 READ_VERSIONS = (1, 2)
 PHASES = ("F", "B")
+#: activation recomputation of a training stage: none; selective (the attention core:
+#: scores and softmax are not stashed, recomputed in the backward); full (only each
+#: layer's output and what leaves the stage are stashed, the rest recomputed)
+RECOMPUTE = ("none", "selective", "full")
+#: how a stage's data-parallel replicas reduce their gradients
+DP_ALLREDUCE = ("ring", "hierarchical")
 
 
 @dataclass(frozen=True)
 class Stage:
-    """Devices of one pipeline stage: ``replicas`` groups of ``tensor_parallel`` devices."""
+    """Devices of one pipeline stage: ``replicas`` groups of ``tensor_parallel`` devices.
+
+    Training options: ``recompute`` (``RECOMPUTE``); ``sequence_parallel`` (norms and
+    residual adds sharded along the sequence over the tensor-parallel group, with
+    reduce-scatter/all-gather in place of its all-reduces); ``zero`` = 1 shards the
+    optimizer state over the data-parallel replicas (ZeRO-1: gradients reduce-scattered,
+    each replica updates its shard, parameters all-gathered)."""
 
     devices: tuple[int, ...]
     tensor_parallel: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero: int = 0
 
     @property
     def replicas(self) -> int:
@@ -49,6 +64,12 @@ class Plan:
 
     ``device_order`` (schedule 'explicit' only): device index -> sequence of
     (microbatch, op index, phase 'F'/'B') the device executes in that order.
+    ``dp_allreduce`` (``DP_ALLREDUCE``): the data-parallel gradient reduction, a ring
+    over the replicas or hierarchical (reduce-scatter inside each node, all-reduce
+    across nodes, all-gather inside); ``overlap_grad_reduce``: each operator's gradients
+    are reduced as soon as its last backward is done, overlapping the rest of the
+    backward (Megatron's bucketed overlap, one bucket per operator), instead of after
+    the stage's last task.
     ``predicted`` carries the planner's own figures (e.g. ``milp_period_s``); it is a
     read-only mapping (a Plan is frozen): :meth:`with_predicted` returns a new Plan.
     """
@@ -60,6 +81,8 @@ class Plan:
     schedule: str
     device_order: dict[int, tuple[tuple[int, int, str], ...]] | None = None
     predicted: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    dp_allreduce: str = "ring"
+    overlap_grad_reduce: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "predicted", MappingProxyType(dict(self.predicted)))
@@ -80,6 +103,23 @@ class Plan:
         return [v for v, s in enumerate(self.op_stage) if s == k]
 
 
+def _stage_doc(s: Stage, topo) -> dict[str, Any]:
+    d: dict[str, Any] = {"devices": [topo.devices[i].name for i in s.devices], "tensor_parallel": s.tensor_parallel}
+    if s.recompute != "none":
+        d["recompute"] = s.recompute
+    if s.sequence_parallel:
+        d["sequence_parallel"] = True
+    if s.zero:
+        d["zero"] = s.zero
+    return d
+
+
+def _stage_from_doc(s: Any, topo, where: str) -> Stage:
+    return Stage(tuple(topo.device_index(n) for n in s["devices"]), _whole(s.get("tensor_parallel", 1), where),
+                 str(s.get("recompute", "none")), bool(s.get("sequence_parallel", False)),
+                 _whole(s.get("zero", 0), where))
+
+
 def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
     """JSON-ready form naming ops and devices (``problem`` supplies the names)."""
     g, topo = problem.graph, problem.topology
@@ -90,12 +130,15 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
             "topology": topo.name, "precisions": list(problem.precisions),
         },
         "microbatches": plan.microbatches, "schedule": plan.schedule,
-        "stages": [{"devices": [topo.devices[i].name for i in s.devices],
-                    "tensor_parallel": s.tensor_parallel} for s in plan.stages],
+        "stages": [_stage_doc(s, topo) for s in plan.stages],
         "ops": {op.name: {"stage": plan.op_stage[v], "precision": plan.op_precision[v]}
                 for v, op in enumerate(g.ops)},
         "predicted": dict(plan.predicted),
     }
+    if plan.dp_allreduce != "ring":
+        d["dp_allreduce"] = plan.dp_allreduce
+    if plan.overlap_grad_reduce:
+        d["overlap_grad_reduce"] = True
     if plan.device_order is not None:
         d["device_order"] = {topo.devices[dev].name: [[m, g.ops[v].name, ph] for m, v, ph in seq]
                              for dev, seq in plan.device_order.items()}
@@ -121,8 +164,7 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
     if missing or extra:
         raise DistplanError(f"{source}: ops missing {missing[:4]} / unknown {extra[:4]} for graph {g.name!r}")
     try:
-        stages = tuple(Stage(tuple(topo.device_index(n) for n in s["devices"]), int(s.get("tensor_parallel", 1)))
-                       for s in d["stages"])
+        stages = tuple(_stage_from_doc(s, topo, f"{source}: stage {k}") for k, s in enumerate(d["stages"]))
         order = None
         if "device_order" in d:
             order = {topo.device_index(dev): tuple((int(m), g.index(v), str(ph)) for m, v, ph in seq)
@@ -132,6 +174,7 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
             op_precision=tuple(str(d["ops"][op.name]["precision"]) for op in g.ops),
             stages=stages, microbatches=int(d["microbatches"]), schedule=str(d["schedule"]),
             device_order=order, predicted=dict(d.get("predicted", {})),
+            dp_allreduce=str(d.get("dp_allreduce", "ring")), overlap_grad_reduce=bool(d.get("overlap_grad_reduce", False)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise DistplanError(f"{source}: malformed plan ({e!r})") from None

@@ -1,0 +1,64 @@
+"""Which operators a training plan recomputes in the backward pass instead of stashing
+their outputs (``Stage.recompute``), and the optimizer-state share a ZeRO-1 stage keeps.
+
+- ``selective`` (Korthikanti et al. 2022): the attention core's big intermediates,
+  operators of kind ``attn_score`` and ``softmax``;
+- ``full``: every operator but the checkpoints, each layer's output (an operator read by
+  an operator of another ``l<i>.`` layer, or one with no layer name, such as the
+  embedding);
+- never an operator that sends to a later stage (the tensor must be held for the send).
+A recomputed operator's forward runs again before its backward (time), and its output
+is held only until its consumers on the stage have run (memory), like inference.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from distplan.core.plan import Plan
+from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
+from distplan.costs.problem import Problem
+
+SELECTIVE_KINDS = ("attn_score", "softmax")
+_LAYER = re.compile(r"^l(\d+)\.")
+
+
+def _layer(name: str) -> int | None:
+    m = _LAYER.match(name)
+    return int(m.group(1)) if m else None
+
+
+def recomputed(problem: Problem, plan: Plan) -> np.ndarray:
+    """Per operator: True when its stage recomputes it (module docstring)."""
+    V = problem.n_ops
+    out = np.zeros(V, dtype=bool)
+    if not problem.training or all(s.recompute == "none" for s in plan.stages):
+        return out
+    ops = problem.graph.ops
+    layer = [_layer(op.name) for op in ops]
+    sends_later = np.zeros(V, dtype=bool)
+    leaves_layer = np.zeros(V, dtype=bool)
+    for u, v in problem.edges:
+        if plan.op_stage[v] != plan.op_stage[u]:
+            sends_later[u] = True
+        if layer[v] != layer[u]:
+            leaves_layer[u] = True
+    for v, op in enumerate(ops):
+        mode = plan.stages[plan.op_stage[v]].recompute
+        if sends_later[v] or mode == "none":
+            continue
+        if mode == "selective":
+            out[v] = op.kind in SELECTIVE_KINDS
+        else:
+            out[v] = layer[v] is not None and not leaves_layer[v]
+    return out
+
+
+def zero_saved_bytes(problem: Problem, plan: Plan, v: int) -> float:
+    """Optimizer-state bytes op ``v``'s stage does not hold per device under ZeRO-1
+    (the state is split over its replicas); 0 without ZeRO or in inference."""
+    st = plan.stages[plan.op_stage[v]]
+    if not problem.training or not st.zero or st.replicas < 2:
+        return 0.0
+    return problem.graph.ops[v].param_elems * OPTIMIZER_BYTES_PER_PARAM * (1 - 1 / st.replicas) / st.tensor_parallel
