@@ -15,7 +15,8 @@ forward and backward phases). Offsets:
   then puts all of one microbatch's tasks of a stage on a device in one round.
 * ``1f1b`` standard (training, not ideal): forward nodes offset 0, backward nodes of
   stage k offset (K-1-k) x r_k (K = plan stages, r_k = the stage's data-parallel
-  replicas): each replica of stage k runs K-1-k warm-up forwards and then alternates one
+  replicas; kept non-increasing along the pipeline, see ``window_1f1b``): each replica
+  of stage k runs K-1-k warm-up forwards and then alternates one
   forward, one backward, holding at most K-k microbatches.
 
 ``gpipe`` sorts every forward before any backward (block = phase); ``explicit`` devices
@@ -53,15 +54,22 @@ def assign_schedule(prog: Program, plan: Plan, ideal: bool) -> None:
 
 def window_1f1b(prog: Program, plan: Plan) -> list[int]:
     """Standard 1F1B per replica: forward offset 0, backward of stage k offset
-    (K-1-k) x r_k. Rounds count global microbatches and a replica of a stage with r_k
-    replicas sees every r_k-th one, so the offset is scaled to keep K-1-k warm-up
-    forwards (K-k microbatches in flight) on each replica, not across all of them."""
+    o_k = min((K-1-k) x r_k, o_{k-1}). Rounds count global microbatches and a replica of
+    a stage with r_k replicas sees every r_k-th one, so (K-1-k) x r_k keeps K-1-k warm-up
+    forwards (K-k microbatches in flight) on each replica, not across all of them; the
+    running minimum keeps the offsets non-increasing along the pipeline (a later stage's
+    backward never comes after an earlier one's in round order, which would deadlock)
+    when stages have different replica counts."""
     K = plan.n_stages
+    off, prev = [], None
+    for k, st in enumerate(plan.stages):
+        o = (K - 1 - k) * st.replicas
+        prev = o if prev is None else min(o, prev)
+        off.append(prev)
     o = [0] * prog.T
     for t in range(prog.T):
         if prog.phase[t] == 1:
-            k = plan.op_stage[prog.op[t]]
-            o[t] = (K - 1 - k) * plan.stages[k].replicas
+            o[t] = off[plan.op_stage[prog.op[t]]]
     return o
 
 
