@@ -193,6 +193,9 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         for y in node.output:
             if y:
                 st.made_by[y] = f"{node.op_type} node {op_name!r}"
+        if _FAMILY.get(node.op_type) == "add" and any(ops[st.producer[x]].kind == "attn_score"
+                                                      for x in ins if x in st.producer):
+            _score_constants(ins, st)
         param, tied = st.claim([p for x in dict.fromkeys(ins) for p in sorted(st.origin.get(x, ()))
                                 if p in st.param_elems], op_name)
         op, family = _cost(node, op_name, ins, param, st)
@@ -219,6 +222,17 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     ops = _label_heads(ops, st, outputs)
     b, s = _batch_and_seq(graph_inputs, st, onnx)
     return build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s)
+
+
+def _score_constants(ins: list[str], st: _State) -> None:
+    """An initializer added as it is to attention scores is a mask or a position bias the
+    exporter computed from constants (the sequence length is fixed) and folded, not a
+    parameter: the dynamo exporter writes GPT-2's causal mask, BERT's padding mask and
+    T5's relative position bias (its bucket table looked up for every position pair) so."""
+    for x in ins:
+        if x in st.param_elems and x not in st.claimed and len(st.shape[x]) >= 2:
+            del st.param_elems[x]
+            st.origin[x] = frozenset()
 
 
 def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
@@ -339,10 +353,10 @@ def _cost(node: Any, name: str, ins: list[str], param: int, st: _State) -> tuple
         if st.shape.get(x) is None:
             raise _no_shape(x, node, name, st)
     has_rule = t in _MATMUL or t in _FAMILY
-    _size_outputs(node, name, ins, st, has_rule)
-    in_elems = [_elems(x, st) for x in dict.fromkeys(ins)]
-    out_elems = sum(_elems(y, st) for y in node.output if y)
     try:
+        _size_outputs(node, name, ins, st, has_rule)
+        in_elems = [_elems(x, st) for x in dict.fromkeys(ins)]
+        out_elems = sum(_elems(y, st) for y in node.output if y)
         if t in _MATMUL:
             return _matmul_like(node, name, ins, param, st, in_elems, out_elems)
         fam = _FAMILY.get(t)
@@ -380,8 +394,11 @@ def _size_outputs(node: Any, name: str, ins: list[str], st: _State, has_rule: bo
     for y in (y for y in node.output if y):
         if st.shape.get(y) is not None:
             continue
-        behind = next((st.guessed[x] for x in ins if x in st.guessed), None)
-        if has_rule and not (behind and _FAMILY.get(node.op_type) in _SIZE_PRESERVING):
+        guessed = next((x for x in ins if x in st.guessed), None)
+        behind = st.guessed[guessed] if guessed else None
+        if has_rule and guessed and _FAMILY.get(node.op_type) not in _SIZE_PRESERVING:
+            raise _GuessedShape(guessed)
+        if has_rule and not guessed:
             raise _no_shape(y, node, name, st)
         st.shape[y] = max((st.shape[x] for x in ins), key=oc.numel, default=(1,))
         st.guessed[y] = behind or name
