@@ -28,7 +28,6 @@ The default run uses small configs (2 layers, hidden 128); the real sizes are ``
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -292,6 +291,36 @@ def test_tied_head_found_through_folded_transpose(tmp_path):
     assert head.param_elems == 0 and head.tied_elems == wte.numel() and emb.kind == "embedding"
 
 
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_every_shape_agrees_with_onnxruntime(name, exporter, tmp_path):
+    """The shapes the importer costs by (constant folding, then shape inference) are the
+    shapes onnxruntime produces running the export, tensor by tensor: nothing guessed."""
+    import numpy as np  # noqa: PLC0415
+    import onnx  # noqa: PLC0415
+    import onnxruntime as ort  # noqa: PLC0415
+
+    from distplan.workloads.onnx_fold import fold_and_infer  # noqa: PLC0415
+
+    case = SMALL[name]
+    model = randomize(case.build().eval())
+    inputs = case.inputs(model.config, 1, 32)
+    path = tmp_path / "m.onnx"
+    export(model, inputs, path, exporter)
+    m = onnx.load(str(path))
+    shapes, _ = fold_and_infer(onnx, m, "m")
+    produced = [y for n in m.graph.node for y in n.output if y]
+    outputs = {o.name for o in m.graph.output}
+    m.graph.output.extend(onnx.ValueInfoProto(name=y) for y in produced if y not in outputs)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = {i.name: v.numpy() for i, v in zip(m.graph.input, inputs.values())}
+    ran = {o.name: tuple(np.shape(r)) for o, r in zip(session.get_outputs(), session.run(None, feed))}
+    assert len(ran) >= len(produced)
+    assert {y: shapes.get(y) for y in ran} == ran
+
+
 def test_problem_builds_from_an_export(tmp_path):
     case = SMALL["bert"]
     model = randomize(case.build().eval())
@@ -302,23 +331,22 @@ def test_problem_builds_from_an_export(tmp_path):
 
 
 # --- the real sizes ---------------------------------------------------------------------
+#: the zoo model of the same architecture, where there is one
+ZOO = {"bert-base": "bert-base", "gpt2": "gpt2"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name,seq", [("bert-base", 128), ("bert-base", 512), ("gpt2", 512), ("t5-small", 128),
                                       ("distilbert", 128)])
 def test_real_sizes_import_exactly(name, seq, exporter, tmp_path):
+    """The published configs: parameters exact, FLOPs within 1 % of the analytic count and
+    of the zoo's model, no unknown operator, and a Problem builds."""
     r = run_case(REAL[name], exporter, tmp_path, batch=1, seq=seq)
     check(r)
+    if name in ZOO:
+        z = get_workload(ZOO[name], seq_len=seq)
+        assert r.params == z.param_elems
+        assert abs(r.flops / z.fwd_flops - 1) < 0.01, (r.flops, z.fwd_flops)
     p = distplan.problem(str(tmp_path / f"{name}-{exporter}.onnx"), "mcm4x4")
     assert p.graph.param_elems == r.torch_params
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name,zoo", [("bert-base", "bert-base"), ("gpt2", "gpt2")])
-def test_real_sizes_match_the_zoo(name, zoo, exporter, tmp_path):
-    r = run_case(REAL[name], exporter, tmp_path, batch=1, seq=512)
-    z = get_workload(zoo, seq_len=512)
-    assert r.params == z.param_elems
-    assert abs(r.flops / z.fwd_flops - 1) < 0.01, (r.flops, z.fwd_flops)
-    assert math.isclose(r.flops, r.expected, rel_tol=0.01)

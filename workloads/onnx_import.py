@@ -1,18 +1,30 @@
-"""ONNX model -> Graph: shape inference, then per-node FLOPs, bytes, parameters and
-activation sizes with the conventions of ``workloads/op_costs.py``.
+"""ONNX model -> Graph: constant folding and shape inference (``onnx_fold.py``), then
+per-node FLOPs, bytes, parameters and activation sizes with the conventions of
+``workloads/op_costs.py``.
 
 What becomes what:
 - every ONNX node that computes from at least one per-microbatch value (a graph input
   or another node's output) is one Operator (kind from its family; unknown operator
   types are kept with a pessimistic cost and a ``UnknownOperatorWarning``, never
   dropped);
-- nodes computed from constants alone (``Constant``, and any node whose inputs are all
-  initializers or constants, e.g. ``Identity(weight)`` or ``Transpose(weight)``) are
-  folded: they run once, not per microbatch, so they are not operators; their outputs
-  carry the initializers they derive from on to their consumers;
+- nodes computed from constants alone (``Constant``, ``Shape``/``Size`` of a tensor of
+  static shape, and any node whose inputs are all initializers or constants, e.g.
+  ``Identity(weight)`` or ``Transpose(weight)``) are folded: they run once, not per
+  microbatch, so they are not operators; their outputs carry the initializers they
+  derive from on to their consumers;
+- every tensor an operator reads or writes has a static shape, or the import stops with
+  a one-line error naming it; the one exception is the output of an operator of unknown
+  type that shape inference cannot size (and element-wise operators after it): as large
+  as its largest input, warned about, and never used for a matrix product's dimensions;
 - parameters are the floating-point initializers of rank >= 1; each is counted once, on
   the first operator (in topological order) that reads it or a constant derived from
-  it. Integer initializers and rank-0 scalars are constants, not parameters;
+  it. Integer initializers and rank-0 scalars are constants, not parameters. Read by
+  value: an initializer equal to an earlier one, as is or with its axes permuted, is
+  that parameter again (a tie: GPT-2's head after the exporter folded ``Transpose(wte)``);
+  a constant-filled one (zero biases, unit norm scales of a fresh model, which exporters
+  merge into one initializer) is owned by every operator that reads it; one of leading
+  size 1 added to attention scores is a mask or position bias the exporter folded, not a
+  parameter;
 - a tensor from one operator to another becomes a ``Tensor`` edge (several tensors
   between the same two operators are summed, each distinct tensor counted once);
   graph inputs and outputs are not operators;
@@ -225,14 +237,19 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
 
 
 def _score_constants(ins: list[str], st: _State) -> None:
-    """An initializer added as it is to attention scores is a mask or a position bias the
-    exporter computed from constants (the sequence length is fixed) and folded, not a
-    parameter: the dynamo exporter writes GPT-2's causal mask, BERT's padding mask and
-    T5's relative position bias (its bucket table looked up for every position pair) so."""
+    """A floating-point initializer of rank >= 2 and leading size 1 (made for one sequence,
+    broadcast over the batch) that is added to attention scores, as it is or through
+    folded constants, is a mask or a position bias the exporter computed from constants
+    (the sequence length is fixed) and folded, not a parameter: the dynamo exporter writes
+    GPT-2's causal mask, BERT's padding mask and T5's relative position bias (its bucket
+    table looked up for every position pair) so. A table looked up by a folded ``Gather``
+    (T5's bucket table itself, leading size 32) stays a parameter."""
     for x in ins:
-        if x in st.param_elems and x not in st.claimed and len(st.shape[x]) >= 2:
-            del st.param_elems[x]
-            st.origin[x] = frozenset()
+        for p in st.origin.get(x, ()):
+            shape = st.shape[p]
+            if p in st.param_elems and p not in st.claimed and len(shape) >= 2 and shape[0] == 1:
+                del st.param_elems[p]
+                st.copies.discard(p)
 
 
 def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
