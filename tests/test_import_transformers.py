@@ -321,6 +321,27 @@ def test_every_shape_agrees_with_onnxruntime(name, exporter, tmp_path):
     assert {y: shapes.get(y) for y in ran} == ran
 
 
+def test_dynamic_axes_export_with_input_shapes(tmp_path):
+    """Exported with symbolic batch and sequence (as most exports are): the sizes to plan
+    for are asked for, and once given, ``Shape(x)`` and the arithmetic on it fold."""
+    from distplan.core.errors import DistplanError  # noqa: PLC0415
+
+    case = SMALL["bert"]
+    model = randomize(case.build().eval())
+    inputs = case.inputs(model.config, 1, 32)
+    path = tmp_path / "bert-dynamic.onnx"
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_ByKeyword(model, tuple(inputs)), tuple(inputs.values()), str(path), dynamo=False,
+                          input_names=list(inputs), dynamic_axes={k: {0: "batch", 1: "seq"} for k in inputs})
+    with pytest.raises(DistplanError, match="--input-shape input_ids="):
+        import_onnx(path)
+    g = import_onnx(path, input_shapes={"input_ids": (2, 64)})
+    assert g.param_elems == sum(p.numel() for p in model.parameters())
+    assert abs(g.fwd_flops / case.flops(model, model.config, 2, 64) - 1) < 0.01
+    assert (g.batch_size, g.seq_len) == (2, 64)
+
+
 def test_problem_builds_from_an_export(tmp_path):
     case = SMALL["bert"]
     model = randomize(case.build().eval())
