@@ -126,10 +126,16 @@ def read_document(path: str | Path) -> object:
                                 f"column {e.colno}") from None
         except ValueError as e:
             raise DistplanError(f"{path}: not valid JSON: {e}") from None
+        except RecursionError:
+            raise DistplanError(f"{path}: not a topology: nested too deeply") from None
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise DistplanError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
+    except RecursionError:
+        raise DistplanError(f"{path}: not a topology: nested too deeply") from None
+    except ValueError as e:   # a constructor's own error, e.g. an integer of more than 4300 digits
+        raise DistplanError(f"{path}: not valid YAML: {str(e)[:200]}") from None
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

@@ -214,6 +214,7 @@ def _validate(t: Topology) -> None:
                 raise DistplanError(f"{where}: devices {at[pos]!r} and {d.name!r} share mesh position {list(pos)}; "
                                     "XY routing needs one device per position")
             at[pos] = d.name
+        _validate_mesh(where, at)
     for s in t.switches:
         if s in names:
             raise DistplanError(f"{where}: duplicate node name {s!r}")
@@ -236,6 +237,16 @@ def _validate(t: Topology) -> None:
             )
         if not (l.latency_s >= 0 and math.isfinite(l.latency_s)):
             raise DistplanError(f"{where}: link {l.src}->{l.dst} latency must be >= 0")
+    if t.routing == "xy":
+        have = {(l.src, l.dst) for l in t.links}
+        for d in t.devices:
+            r, c = d.pos
+            for q in ((r, c + 1), (r + 1, c)):
+                if q in at:
+                    for a, b in ((d.name, at[q]), (at[q], d.name)):
+                        if (a, b) not in have:
+                            raise DistplanError(f"{where}: XY routing needs a link each way between mesh "
+                                                f"neighbours; there is no link {a}->{b}")
     g = nx.DiGraph()
     g.add_nodes_from(names)
     g.add_edges_from((l.src, l.dst) for l in t.links)
@@ -247,3 +258,15 @@ def _validate(t: Topology) -> None:
                 f"{where}: devices {cut[:4]} cannot reach {t.devices[0].name!r} and back; "
                 "add links so every device pair is connected"
             )
+
+
+def _validate_mesh(where: str, at: dict[tuple, str]) -> None:
+    """XY routes run along a row, then along a column, through every position between:
+    the devices must fill a whole rectangle of positions (else some route has a hole)."""
+    rows = sorted({p[0] for p in at})
+    cols = sorted({p[1] for p in at})
+    for r in range(rows[0], rows[-1] + 1):
+        for c in range(cols[0], cols[-1] + 1):
+            if (r, c) not in at:
+                raise DistplanError(f"{where}: XY routing needs a device at every mesh position of rows "
+                                    f"{rows[0]}..{rows[-1]} x columns {cols[0]}..{cols[-1]}; none at {[r, c]}")

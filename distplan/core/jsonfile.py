@@ -26,3 +26,5 @@ def read_json_file(path: str | Path, what: str) -> Any:
         raise DistplanError(f"{what} {str(p)!r} is nested too deeply to be a {what.split()[0]}") from None
     except json.JSONDecodeError as e:
         raise DistplanError(f"{what} {str(p)!r} is not valid JSON: {e}") from None
+    except ValueError as e:   # e.g. an integer of more than 4300 digits
+        raise DistplanError(f"{what} {str(p)!r} is not valid JSON: {str(e)[:200]}") from None

@@ -36,7 +36,11 @@ def as_decimal(value: object, where: str) -> Decimal:
 
 def to_si(value: object, unit: Decimal, where: str) -> float:
     """``value`` (in ``unit``) as an SI float, rounded once."""
-    return float(_CTX.multiply(as_decimal(value, where), unit))
+    d = as_decimal(value, where)
+    try:
+        return float(_CTX.multiply(d, unit))
+    except ArithmeticError:   # decimal.Overflow: beyond any exponent a float (or a decimal here) holds
+        raise DistplanError(f"{where} is out of range, got {brief(d)}") from None
 
 
 def from_si(x: float, unit: Decimal) -> Decimal:

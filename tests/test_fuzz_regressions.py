@@ -1,0 +1,99 @@
+"""Regression tests for the bugs the fuzz suite (tests/test_fuzz_cli.py) found: each was a
+traceback (or a wrong result) where one ``error:`` line belongs. Minimal reproducers."""
+from __future__ import annotations
+
+import pytest
+
+import solve
+from distplan.core.errors import DistplanError
+from distplan.core.units import GIGA, to_si
+from distplan.topologies.io import load_topology
+from distplan.topologies.topology import Device, DeviceKind, Link, Topology
+from distplan.workloads.io import load_graph
+
+KIND = "kinds:\n  c: {peak_TFLOPs: {fp16: 2}, memory_MiB: 64, memory_GBps: 2000}\n"
+
+
+def _one_error_line(capsys, argv, *needles):
+    rc = solve.main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert n in lines[0]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_topology_nested_too_deeply(tmp_path, suffix):
+    """Was: RecursionError from the YAML/JSON parser."""
+    p = tmp_path / f"t{suffix}"
+    p.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(DistplanError, match="nested too deeply"):
+        load_topology(p)
+
+
+def test_topology_yaml_integer_of_5000_digits(tmp_path):
+    """Was: ValueError (Python's 4300-digit limit) from PyYAML's int constructor."""
+    p = tmp_path / "t.yaml"
+    p.write_text(KIND + "devices: [{name: a, kind: c, node: " + "1" * 5000 + "}]\n")
+    with pytest.raises(DistplanError, match="not valid YAML"):
+        load_topology(p)
+
+
+def test_graph_json_integer_of_5000_digits(tmp_path, capsys):
+    """Was: ValueError from json.loads escaping read_json_file (graph and plan files)."""
+    p = tmp_path / "g.json"
+    p.write_text('{"format": "distplan-graph", "version": ' + "1" * 5000 + "}")
+    with pytest.raises(DistplanError, match="not valid JSON"):
+        load_graph(p)
+    _one_error_line(capsys, ["--workload", str(p), "--topology", "mcm2x2", "--describe"], "not valid JSON")
+
+
+def test_unit_conversion_overflow():
+    """Was: decimal.Overflow from to_si (a bandwidth of 1e999999999 GB/s)."""
+    from decimal import Decimal
+
+    with pytest.raises(DistplanError, match="out of range"):
+        to_si(Decimal("1e999999999"), GIGA, "links[0].GBps")
+
+
+def test_topology_file_with_an_exponent_beyond_any_float(tmp_path, capsys):
+    p = tmp_path / "t.yaml"
+    p.write_text("kinds:\n  c: {peak_TFLOPs: {fp16: 2}, memory_MiB: 64, memory_GBps: 1e999999999}\n"
+                 "devices: [{name: a, kind: c}]\n")
+    _one_error_line(capsys, ["--topology", str(p), "--describe"], "memory_GBps is out of range")
+
+
+K = DeviceKind("c", {"fp16": 1e12}, 1e9, 1e11)
+
+
+def _both(a, b):
+    return (Link(a, b, 1e9), Link(b, a, 1e9))
+
+
+def test_xy_mesh_with_a_hole_is_refused_up_front():
+    """Was: KeyError in the XY route from c0_0 to c1_1 (it passes [0, 1], where no device sits)."""
+    devs = (Device("c0_0", "c", pos=(0, 0)), Device("c1_1", "c", pos=(1, 1)), Device("c1_0", "c", pos=(1, 0)))
+    with pytest.raises(DistplanError, match=r"none at \[0, 1\]"):
+        Topology("t", {"c": K}, devs, _both("c0_0", "c1_0") + _both("c1_0", "c1_1"), routing="xy")
+
+
+def test_xy_mesh_without_a_neighbour_link_is_refused_up_front():
+    devs = tuple(Device(f"c{r}_{c}", "c", pos=(r, c)) for r in range(2) for c in range(2))
+    links = _both("c0_0", "c0_1") + _both("c0_0", "c1_0") + _both("c0_1", "c1_1") + (Link("c1_0", "c1_1", 1e9),)
+    with pytest.raises(DistplanError, match="no link c1_1->c1_0"):
+        Topology("t", {"c": K}, devs, links, routing="xy")
+
+
+def test_xy_mesh_anywhere_on_the_grid_is_fine():
+    devs = (Device("a", "c", pos=(3, 5)), Device("b", "c", pos=(3, 6)))
+    t = Topology("t", {"c": K}, devs, _both("a", "b"), routing="xy")
+    assert t.route(0, 1) == (0,) and t.route(1, 0) == (1,)
+
+
+def test_xy_mesh_with_a_hole_from_a_file(tmp_path, capsys):
+    p = tmp_path / "t.yaml"
+    p.write_text("routing: xy\n" + KIND + "devices:\n  - {name: a, kind: c, pos: [0, 0]}\n"
+                 "  - {name: b, kind: c, pos: [1, 1]}\n  - {name: d, kind: c, pos: [1, 0]}\n"
+                 "links:\n  - {src: a, dst: d, GBps: 100}\n  - {src: d, dst: b, GBps: 100}\n")
+    _one_error_line(capsys, ["--topology", str(p), "--describe"], "XY routing needs a device at every mesh position")
