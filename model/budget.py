@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -55,14 +56,18 @@ def budget_from_fraction(problem: Problem, fraction: float) -> float:
     return float(fraction) * float(problem.sensitivity.max(axis=1).sum())
 
 
+def _never() -> bool:
+    return False
+
+
 def _bisect(tb: SegmentTables, budget: float, lo: float, hi: float, rel_tol: float,
             side: str = "lb", joint: bool = False, keep: bool = False,
-            deadline: float = math.inf) -> tuple[float, float]:
+            deadline: float = math.inf, stop: Callable[[], bool] = _never) -> tuple[float, float]:
     """(largest T found with R(T) > budget, smallest T found with R(T) <= budget); past
-    ``deadline`` (perf_counter seconds) it stops with what it has proven. ``keep``: a
-    JointTimeout carries the (lo, hi, side) proven so far."""
+    ``deadline`` (perf_counter seconds) or once ``stop()`` it stops with what it has
+    proven. ``keep``: a JointTimeout carries the (lo, hi, side) proven so far."""
     slack = 1e-9 * max(1.0, abs(budget))
-    while (hi - lo) > rel_tol * hi and time.perf_counter() < deadline:
+    while (hi - lo) > rel_tol * hi and time.perf_counter() < deadline and not stop():
         mid = 0.5 * (lo + hi)
         try:
             val = chain_dp(tb, mid, side, joint)[0]
@@ -109,19 +114,20 @@ def budget_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budge
 
 def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budget: float,
                            lo_s: float, hi_s: float | None, rel_tol: float = 1e-5,
-                           joint_time_s: float = 3.0, deadline: float = math.inf) -> tuple[list[Plan], float]:
+                           joint_time_s: float = 3.0, deadline: float = math.inf,
+                           stop: Callable[[], bool] = _never) -> tuple[list[Plan], float]:
     """(plans, bound): ``budget_bound`` (``hi_s`` None: searched upwards from ``lo_s``; the
     bound is then only ``lo_s`` if no T up to 1.5^8 lo_s fits) and the chain plans at the
     smallest feasible T found and a few larger T, each also re-partitioned exactly for
     its precisions (model.downsets.fixed_precision_plan, casts included). Only plans
     within the budget that pass costs.check are returned, best period first. Past
-    ``deadline`` (perf_counter seconds) it returns what it has: the bound proven so far
-    (at least ``lo_s``) and the plans found so far."""
+    ``deadline`` (perf_counter seconds), or once ``stop()`` (Ctrl-C), it returns what it
+    has: the bound proven so far (at least ``lo_s``) and the plans found so far."""
     slack = 1e-9 * max(1.0, abs(budget))
     if hi_s is None:   # no plan known: grow T until the chain DP fits the budget
         hi_s = lo_s
         for _ in range(8):
-            if time.perf_counter() > deadline:
+            if time.perf_counter() > deadline or stop():
                 return [], lo_s
             hi_s *= 1.5
             tb = build_tables(problem, path, mat, hi_s)
@@ -130,16 +136,16 @@ def budget_plans_and_bound(problem: Problem, path: tuple[int, ...], mat: np.ndar
         else:   # no plan found: still prove what the bound side can (R_lb > budget up to T)
             if chain_dp(tb, hi_s, "lb")[0] > budget + slack:
                 return [], hi_s
-            return [], _bisect(tb, budget, lo_s, hi_s, rel_tol, deadline=deadline)[0]
-    if not hi_s > lo_s or time.perf_counter() > deadline:
+            return [], _bisect(tb, budget, lo_s, hi_s, rel_tol, deadline=deadline, stop=stop)[0]
+    if not hi_s > lo_s or time.perf_counter() > deadline or stop():
         return [], lo_s
     tb = build_tables(problem, path, mat, hi_s)
     if chain_dp(tb, hi_s, "lb")[0] > budget + slack:   # nothing within the budget up to hi_s
         return [], hi_s
-    lo, _ = _bisect(tb, budget, lo_s, hi_s, rel_tol, deadline=deadline)
-    _, hi = _bisect(tb, budget, lo, hi_s, rel_tol, "ub", deadline=deadline)
+    lo, _ = _bisect(tb, budget, lo_s, hi_s, rel_tol, deadline=deadline, stop=stop)
+    _, hi = _bisect(tb, budget, lo, hi_s, rel_tol, "ub", deadline=deadline, stop=stop)
     # tighten both sides with the joint time-and-memory knapsack between them
-    joint_time_s = max(0.0, min(joint_time_s, deadline - time.perf_counter()))
+    joint_time_s = 0.0 if stop() else max(0.0, min(joint_time_s, deadline - time.perf_counter()))
     lo, hi = _joint_bisect(tb, budget, lo, hi, rel_tol, joint_time_s)
     tb.joint.reset(time.perf_counter() + joint_time_s)   # for the plans below
     out = {}

@@ -150,9 +150,10 @@ def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "th
     return best
 
 
-def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...], lanes=None) -> list[Plan]:
+def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...], lanes=None, checked: bool = True) -> list[Plan]:
     """Feasible plans one move away: one op shifted to the next or previous stage, or
-    run at another precision (candidate starts for the K best plans)."""
+    run at another precision (candidate starts for the K best plans). ``checked=False``:
+    every such move, feasible or not (the caller checks what it uses)."""
     K, Q = len(path), len(problem.precisions)
     preds, succs = problem.graph.preds(), problem.graph.succs()
     stage, qs = list(plan.op_stage), [problem.q_index(p) for p in plan.op_precision]
@@ -169,4 +170,4 @@ def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...], lanes=None) 
                 qq = qs[:]
                 qq[v] = q
                 out.append(make_plan(problem, path, stage, qq, lanes=lanes))
-    return [p for p in out if not plan_violations(problem, p)]
+    return [p for p in out if not plan_violations(problem, p)] if checked else out

@@ -1,9 +1,21 @@
 """HiGHS behind a Pyomo model: the persistent pyomo.contrib.solver interface translates
 the model (and later cuts) into highspy; we drive highspy for options, warm starts,
-the dual bound and progress."""
+the dual bound and progress.
+
+Ctrl-C (distplan.core.interrupt): inside a ``stop_on_interrupt`` block HiGHS runs in a
+worker thread while the main thread waits, so that a SIGINT is seen at once. A requested
+stop interrupts HiGHS at its next interrupt callback (it then returns its incumbent and
+dual bound, status "interrupted"); HiGHS calls none during its root LP, which can last
+many seconds, so after ``ABANDON_AFTER_S`` the run is left to finish on its own (it
+stops at its next callback or its time limit) and the outcome is the last incumbent and
+dual bound its callbacks reported. An abandoned run's instance is never used again
+(``HighsRun.busy``); ``abandoned_alive()`` tells a command line whether to leave with
+``os._exit`` rather than wait for it.
+"""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +23,19 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 from pyomo.contrib.solver.solvers.highs import Highs as PyomoHighs
+
+from distplan.core.interrupt import Stop
+
+#: seconds a requested stop waits for HiGHS's own interrupt before leaving it running
+ABANDON_AFTER_S = 1.0
+
+_abandoned: list[threading.Thread] = []
+
+
+def abandoned_alive() -> int:
+    """HiGHS runs left running after a Ctrl-C that have not finished yet."""
+    _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+    return len(_abandoned)
 
 _STATUS = {
     "kOptimal": "optimal", "kTimeLimit": "time_limit", "kInfeasible": "infeasible",
@@ -35,8 +60,9 @@ class HighsRun:
     """One HiGHS instance holding one Pyomo model."""
 
     def __init__(self, m, threads: int = 2, seed: int = 0, verbose: bool = False,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, stop: Stop | None = None):
         self.m = m
+        self.stop = stop
         self.opt = PyomoHighs()
         self.opt.set_instance(m)
         self.h: highspy.Highs = self.opt._solver_model
@@ -50,34 +76,43 @@ class HighsRun:
         h.setOptionValue("presolve", "off")
         self.progress = progress
         self._last_report = 0.0
-        if progress is not None:
-            h.cbMipImprovingSolution.subscribe(self._on_improve)
-            h.cbMipInterrupt.subscribe(self._on_tick)
+        self._thread: threading.Thread | None = None
+        self._incumbent: tuple[np.ndarray, float] | None = None   # the current run's, from its callbacks
+        self._dual = -math.inf
+        h.cbMipImprovingSolution.subscribe(self._on_improve)
+        h.cbMipInterrupt.subscribe(self._on_interrupt)
+        lp = h.getLp()
+        self.n_constraints = int(h.getNumRow())
+        self.n_binaries = int(sum(1 for t in lp.integrality_ if t == highspy.HighsVarType.kInteger))
 
-    # --- progress ----------------------------------------------------------------
+    # --- callbacks (in the thread running HiGHS) -----------------------------------
     def _report(self, what: str, d) -> None:
         obj, bound = d.mip_primal_bound / self.m.tscale, d.mip_dual_bound / self.m.tscale
         gap = (obj - bound) / abs(obj) if obj and math.isfinite(obj) else math.inf
         self.progress(f"  HiGHS {what}: t={d.running_time:.1f}s incumbent={obj:.4g} bound={bound:.4g} gap={gap:.1%}")
 
     def _on_improve(self, e) -> None:
-        self._report("incumbent", e.data_out)
+        d = e.data_out
+        self._incumbent = (np.array(d.mip_solution, dtype=np.float64), float(d.objective_function_value))
+        self._dual = max(self._dual, float(d.mip_dual_bound))
+        if self.stop is not None:
+            self.stop.arm()   # a plan exists: a Ctrl-C now keeps it
+        if self.progress is not None:
+            self._report("incumbent", d)
 
-    def _on_tick(self, e) -> None:
+    def _on_interrupt(self, e) -> None:
+        if self.stop is not None and (self.stop.requested or self.stop.aborted):
+            e.interrupt()
+        self._dual = max(self._dual, float(e.data_out.mip_dual_bound))
         now = time.monotonic()
-        if now - self._last_report >= 5.0:
+        if self.progress is not None and now - self._last_report >= 5.0:
             self._last_report = now
             self._report("progress", e.data_out)
 
-    # --- sizes -------------------------------------------------------------------
     @property
-    def n_constraints(self) -> int:
-        return int(self.h.getNumRow())
-
-    @property
-    def n_binaries(self) -> int:
-        lp = self.h.getLp()
-        return int(sum(1 for t in lp.integrality_ if t == highspy.HighsVarType.kInteger))
+    def busy(self) -> bool:
+        """An abandoned run of this instance is still going: it cannot be used again."""
+        return self._thread is not None and self._thread.is_alive()
 
     # --- solving -----------------------------------------------------------------
     def set_start(self) -> None:
@@ -93,14 +128,51 @@ class HighsRun:
     def add_constraint(self, con) -> None:
         self.opt.add_constraints([con])
 
+    def _run_watched(self) -> bool:
+        """h.run() in a worker thread while this (main) thread waits and sees Ctrl-C; False
+        when a requested stop left it running (module docstring)."""
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                self.h.run()
+            finally:
+                done.set()
+
+        th = threading.Thread(target=work, name="distplan-highs")
+        th.start()
+        try:
+            while not done.wait(0.05):
+                if self.stop.requested and not done.wait(ABANDON_AFTER_S):
+                    break
+        finally:
+            if not done.is_set():   # a requested stop, or KeyboardInterrupt (abort)
+                self._thread = th
+                _abandoned.append(th)
+        return done.is_set()
+
     def run(self, time_limit_s: float, rel_gap: float) -> HighsOutcome:
         h = self.h
+        if self.busy:
+            raise RuntimeError("this HiGHS instance still runs a solve left after a Ctrl-C")
         h.setOptionValue("time_limit", float(max(time_limit_s, 0.1)))
         h.setOptionValue("mip_rel_gap", float(rel_gap))
         h.setOptionValue("mip_abs_gap", 0.0 if rel_gap == 0 else 1e-9)
+        self._incumbent, self._dual = None, -math.inf
         t0 = time.perf_counter()
-        h.run()
+        if self.stop is not None and self.stop.handled:
+            finished = self._run_watched()
+        else:
+            h.run()
+            finished = True
         secs = time.perf_counter() - t0
+        if self.stop is not None:
+            self.stop.check_abort()   # a second Ctrl-C inside a callback (HiGHS swallowed it)
+        scale = float(self.m.tscale)
+        if not finished:   # left running: what its callbacks reported
+            inc = self._incumbent
+            return HighsOutcome("interrupted", inc[1] / scale if inc else math.inf, self._dual / scale, secs,
+                                inc[0] if inc else None)
         st = h.getModelStatus()
         name = _STATUS.get(st.name, st.name)
         info = h.getInfo()
@@ -110,7 +182,6 @@ class HighsRun:
         bound = float(info.mip_dual_bound)
         if name == "optimal" and not math.isfinite(bound):
             bound = obj
-        scale = float(self.m.tscale)
         return HighsOutcome(name, obj / scale, bound / scale, secs, np.array(sol.col_value) if has else None)
 
     def value_fn(self, values: np.ndarray):

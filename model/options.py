@@ -41,7 +41,7 @@ class SolveOptions:
     sensitivity_budget: float | None = None
     sensitivity_weight: float = 0.0
     top_k: int = 5
-    time_limit_s: float = 60.0
+    time_limit_s: float = 60.0   # the whole solve, every phase (model.planner)
     rel_gap: float = 0.01
     threads: int = 2
     seed: int = 0
@@ -89,6 +89,10 @@ class SolveResult:
     the least of their proven bounds (with ``extra_constraints``: for the constrained
     plans too); ``explored`` has one row per layout (model.planner.Explored as a dict:
     replicas, layout, heuristic_s, bound_s, status, solved, objective_s).
+    ``status``: "optimal" (the gap target is proven), "time_limit" (the clock ran out
+    first; ``cut_short`` lists, one line each, what was left undone: layouts not
+    evaluated or not solved, fewer than top_k plans), "interrupted" (Ctrl-C: the best
+    plan so far with its proven bound), or HiGHS's own status.
     """
 
     status: str
@@ -106,3 +110,4 @@ class SolveResult:
     replicas: int = 1
     lanes: tuple[tuple[int, ...], ...] = ()
     explored: list[dict] = field(default_factory=list)
+    cut_short: list[str] = field(default_factory=list)

@@ -11,6 +11,12 @@ candidate: the MILP phase solves the promising ones and prunes the rest by their
 bounds, so the bound reported covers every layout explored, not only the best
 heuristic's. With user constraints (SolveOptions.extra_constraints) the candidates'
 plans are filtered by model.admission.
+
+When the clock expires (time limit or Ctrl-C), the layouts not evaluated yet (at least
+one is) stay candidates without plans, with the bound every plan obeys
+(``floor_bound``): a relaxation bound proven on other layouts says nothing about them,
+and their status is the clock's (time_limit / interrupted), never optimal unless that
+floor itself settles them.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from distplan.model.heuristic import heuristic_plan, precision_candidates, score
 from distplan.model.inputs import Lanes, layouts_to_explore
 from distplan.model.lanes import lane_problem, lift_plan
 from distplan.model.options import SolveOptions
-from distplan.model.progress import Log, fmt
+from distplan.model.progress import Clock, Log, fmt
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class FastPhase:
 
     candidates: tuple[Candidate, ...]
     downsets: np.ndarray | None
+    unevaluated: tuple[tuple[int, str], ...] = ()   # (r, name) of the layouts the clock left out
 
 
 def with_plans(problem: Problem, options: SolveOptions, c: Candidate, singles: list[Plan],
@@ -155,12 +162,19 @@ def admitted(problem: Problem, options: SolveOptions, gate: PlanGate, c: Candida
     return dataclasses.replace(c, scored=tuple(x for x in c.scored if gate.admits(c.lanes, x[0])))
 
 
-def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, say: Log) -> FastPhase:
+def floor_bound(problem: Problem) -> float:
+    """A bound on every plan's objective, on any layout (period, latency or weighted):
+    every op at its fastest, the work spread evenly over all devices."""
+    return problem.period_lower_bound_s()
+
+
+def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, clock: Clock, say: Log) -> FastPhase:
     """Phase 1 (module docstring)."""
     D = problem.n_devices
     layouts = layouts_to_explore(problem, options)
     mat = enumerate_downsets(problem)
     found: list[Candidate] = []
+    left: list[Candidate] = []
     keys: set[tuple] = set()
     for r, name, lanes in layouts:
         K = min(options.n_stages or D // r, D // r)
@@ -169,7 +183,16 @@ def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, say: Log
         if key in keys:
             continue   # same surrogate as an evaluated layout: same heuristics and bound
         keys.add(key)
-        c = evaluate_layout(problem, options, r, name, lanes, mat)
+        if found and clock.expired():
+            left.append(Candidate(r, name, lanes, floor_bound(problem)))
+            continue
+        c = admitted(problem, options, gate, evaluate_layout(problem, options, r, name, lanes, mat))
         say(f"path {name} (r={r}, {K} stages): heuristic objective {fmt(c.score)}, relaxation bound {fmt(c.bound_s)}")
         found.append(c)
-    return FastPhase(tuple(admitted(problem, options, gate, c) for c in found), mat)
+        if c.scored:
+            clock.stop.arm()   # a plan exists: a Ctrl-C from now on keeps the best
+    if left:
+        clock.cut(f"fast phase: {len(left)} of {len(found) + len(left)} layouts not evaluated "
+                  f"({', '.join(c.name for c in left[:3])}{', ...' if len(left) > 3 else ''}); their bound is "
+                  f"the floor {fmt(floor_bound(problem))} every plan obeys", say)
+    return FastPhase(tuple(found + left), mat, tuple((c.r, c.name) for c in left))

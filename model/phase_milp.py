@@ -5,6 +5,11 @@ from its best plan, and skipped entirely (status optimal, no HiGHS) when that pl
 already within the gap of the bound; a later layout is not solved when its bound cannot
 beat the best plan found by more than the gap, or when no time is left (its bound
 stands). The result's bound is the least over every layout explored of its proven bound.
+
+The clock (time limit, Ctrl-C) holds for the model build too: a layout's HiGHS gets what
+is left of its share after the build, and once the clock has expired the best layout
+with a plan is not built at all (``LayoutSolve.model`` None: its plan and proven bound
+stand, status time_limit / interrupted).
 """
 from __future__ import annotations
 
@@ -37,8 +42,8 @@ class LayoutSolve:
     phase goes on with them)."""
 
     candidate: Candidate
-    model: pyo.ConcreteModel
-    run: HighsRun
+    model: pyo.ConcreteModel | None   # None: not built (no time left)
+    run: HighsRun | None
     status: str
     bound_s: float
     best: Plan | None
@@ -75,14 +80,27 @@ class MilpPhase:
         return next((s for s in self.solves if s.candidate.r == r and name in (None, s.candidate.name)), None)
 
 
-def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, time_s: float, say: Log) -> LayoutSolve:
+def unsolved_layout(options: SolveOptions, c: Candidate, status: str, say: Log) -> LayoutSolve:
+    """A layout whose MILP is not built (the clock expired): its best plan and bound
+    (status optimal when that plan is within the gap of the bound, as solve_layout)."""
+    best, hs, lb = c.best, c.score, c.bound_s
+    if options.objective == "throughput" and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
+        status = "optimal"
+    say(f"r={c.r} {c.name}: not solved ({status}); objective {fmt(c.score)} bound {fmt(c.bound_s)}")
+    return LayoutSolve(c, None, None, status, min(c.bound_s, c.score), best[0] if best else None, False, c.score,
+                       math.inf, 0.0)
+
+
+def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, deadline: float, clock: Clock,
+                 say: Log) -> LayoutSolve:
     """Build the MILP of one layout (with its bound as a cut), warm-start it with c's best
-    plan and run HiGHS for ``time_s`` seconds."""
+    plan and run HiGHS until ``deadline`` (perf_counter seconds, the build included; at
+    least 0.1 s of HiGHS when there is no plan to fall back on)."""
     weight = options.sensitivity_weight
     tb = time.perf_counter()
     m = build_model(problem, layout_spec(options, c.lanes, c.bound_s))
     run = HighsRun(m, threads=options.threads, seed=options.seed, verbose=options.verbose,
-                   progress=options.progress)
+                   progress=options.progress, stop=clock.stop)
     build_s = time.perf_counter() - tb
     say(f"model {c.name} (r={c.r}): {run.n_binaries} binaries, {run.n_constraints} constraints, "
         f"built in {build_s:.1f}s")
@@ -96,8 +114,11 @@ def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, time_s: 
         # the warm start is already within the gap of a proven bound: nothing for HiGHS to do
         out = HighsOutcome("optimal", hs, lb, 0.0, None)
         say(f"warm start {fmt(hs)} is within {options.rel_gap:.1%} of the proven bound {fmt(lb)}; HiGHS skipped")
+    elif heur is not None and (clock.expired() or time.perf_counter() >= deadline):
+        out = HighsOutcome(clock.why(), hs, lb, 0.0, None)
+        say(f"no time left for HiGHS after the build; the warm start {fmt(hs)} stands")
     else:
-        out = run.run(time_s, options.rel_gap)
+        out = run.run(deadline - time.perf_counter(), options.rel_gap)
     status, bound = out.status, out.bound_s
     if options.objective == "throughput" and (not math.isfinite(bound) or bound < lb):
         bound = lb   # T >= lb is a valid cut, and the objective is >= T
@@ -149,6 +170,7 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     solves: list[LayoutSolve] = []
     bounds: dict[tuple[int, str], RBound] = {}
     best_obj = min(c.score for c in order)
+    unsolved = []
 
     def settled(c: Candidate) -> bool:   # c's proven bound is within the gap of the best plan
         return math.isfinite(best_obj) and best_obj > 0 and (best_obj - c.bound_s) / best_obj <= options.rel_gap
@@ -159,13 +181,23 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
             say(f"r={c.r} {c.name}: its bound {fmt(c.bound_s)} cannot beat the best {fmt(best_obj)} by more than "
                 f"{options.rel_gap:.1%}; not solved")
             continue
-        if i > 0 and clock.left_s() * share < 1.0:
-            bounds[c.r, c.name] = RBound(c.r, c.bound_s, "time_limit", c.name)
+        n_left, left = len(order) - i, clock.left_s() * share
+        build_est = max((x.build_s for x in solves), default=0.0)   # a build takes about as long as the last ones
+        # the first layout gets most of the time; a later one its share, but at least a build and a second
+        t_i = max(left / n_left, min(left, build_est + 1.0)) if i > 0 else left * (0.6 if others else 1.0)
+        if i > 0 and (clock.expired() or left < 1.0 + build_est):
+            bounds[c.r, c.name] = RBound(c.r, c.bound_s, clock.why(), c.name)
             say(f"r={c.r} {c.name}: no time left to solve; its proven bound {fmt(c.bound_s)} stands")
+            unsolved.append(c.name)
             continue
-        n_left = len(order) - i
-        t_i = clock.left_s() * share / n_left if i > 0 else clock.left_s() * share * (0.6 if others else 1.0)
-        s = solve_layout(problem, options, c, max(t_i, 0.1), say)
+        if i == 0 and c.best is not None and clock.expired():
+            s = unsolved_layout(options, c, clock.why(), say)
+            if s.status != "optimal":
+                unsolved.append(c.name)
+        else:
+            s = solve_layout(problem, options, c, time.perf_counter() + max(t_i, 0.1), clock, say)
+            if s.best is not None:
+                clock.stop.arm()
         solves.append(s)
         bounds[c.r, c.name] = RBound(c.r, s.bound_s, s.status, c.name)
         best_obj = min(best_obj, s.objective_s)
@@ -173,6 +205,9 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
         if (c.r, c.name) not in bounds:
             bounds[c.r, c.name] = RBound(c.r, c.bound_s, "infeasible" if math.isinf(c.bound_s) else "optimal",
                                          c.name)
+    if unsolved:
+        clock.cut(f"MILP phase: {len(unsolved)} of {len(order)} layouts not solved "
+                  f"({', '.join(unsolved[:3])}{', ...' if len(unsolved) > 3 else ''}); their proven bounds stand", say)
     found = [s for s in solves if s.best is not None]
     if not found:
         first = next((s for s in solves if s.candidate.r == order[0].r), None)

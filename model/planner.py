@@ -11,6 +11,13 @@
 The reported bound is the least over every layout explored of its proven bound, so it
 holds over the whole plan space the planner declares (model.inputs.layouts_to_explore).
 
+``time_limit_s`` bounds the whole solve: every phase looks at one clock (model.progress.
+Clock) and, once it expires, keeps what it has with bounds that stay valid; what it left
+undone is listed in SolveResult.cut_short and the status is then time_limit unless the
+bound still proves the gap. Ctrl-C (distplan.core.interrupt.stop_on_interrupt, opened
+here unless a caller already did) once a plan exists expires the clock the same way and
+the status is "interrupted"; before that, or a second time, it raises KeyboardInterrupt.
+
 User constraints (SolveOptions.extra_constraints, model.build.add_extra_constraints)
 enter every MILP built. The heuristic, DP and budget phases ignore them: their bounds
 stay valid lower bounds (the hook only restricts, so they bound a superset of the
@@ -24,6 +31,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from distplan.core.interrupt import stop_on_interrupt
 from distplan.costs.problem import Problem
 from distplan.model.admission import PlanGate
 from distplan.model.inputs import check_inputs
@@ -65,19 +73,24 @@ def explored_rows(budget: BudgetPhase, milp: MilpPhase) -> list[Explored]:
 def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     """Plan ``problem``: the best plans found within ``options.time_limit_s`` (end to end)."""
     options = options or SolveOptions()
-    clock, say = Clock(options.time_limit_s), Log(options.progress)
-    check_inputs(problem, options)
-    gate = PlanGate(problem, options)
-    fast = fast_phase(problem, options, gate, say)
-    budget = budget_phase(problem, options, gate, fast, clock, say)
-    milp = milp_phase(problem, options, gate, budget.candidates, clock, say)
-    top = topk_phase(problem, options, gate, budget.candidates, milp, clock, say)
+    with stop_on_interrupt() as stop:
+        clock, say = Clock(options.time_limit_s, stop=stop), Log(options.progress)
+        check_inputs(problem, options)
+        gate = PlanGate(problem, options)
+        fast = fast_phase(problem, options, gate, clock, say)
+        budget = budget_phase(problem, options, gate, fast, clock, say)
+        milp = milp_phase(problem, options, gate, budget.candidates, clock, say)
+        top = topk_phase(problem, options, gate, budget.candidates, milp, clock, say)
+        status = "interrupted" if stop.requested else milp.status
     win = milp.winner
     obj, bound = top.plans[0].predicted["milp_objective"], milp.bound_s
     gap = max(0.0, (obj - bound) / obj) if obj > 0 and math.isfinite(bound) else (0.0 if obj == bound else math.inf)
-    return SolveResult(status=milp.status, objective_s=obj, bound_s=bound, gap=gap, seconds=clock.elapsed_s(),
-                       build_seconds=sum(s.build_s for s in milp.solves), n_binaries=win.run.n_binaries,
-                       n_constraints=win.run.n_constraints, plans=list(top.plans), path_name=win.candidate.name,
-                       path=win.candidate.lanes[0], log=say.lines, replicas=win.candidate.r,
-                       lanes=win.candidate.lanes,
-                       explored=[dataclasses.asdict(row) for row in explored_rows(budget, milp)])
+    run = win.run
+    return SolveResult(status=status, objective_s=obj, bound_s=bound, gap=gap, seconds=clock.elapsed_s(),
+                       build_seconds=sum(s.build_s for s in milp.solves),
+                       n_binaries=run.n_binaries if run is not None else 0,
+                       n_constraints=run.n_constraints if run is not None else 0, plans=list(top.plans),
+                       path_name=win.candidate.name, path=win.candidate.lanes[0], log=say.lines,
+                       replicas=win.candidate.r, lanes=win.candidate.lanes,
+                       explored=[dataclasses.asdict(row) for row in explored_rows(budget, milp)],
+                       cut_short=list(clock.cut_short))
