@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from distplan.core.errors import DistplanError
-from distplan.core.plan import Plan, plan_from_dict, plan_to_dict, read_plan_json
+from distplan.core.plan import Plan, _whole, plan_from_dict, plan_to_dict, read_plan_json
 from distplan.core.schedules import SCHEDULES
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.topologies.io import topology_from_dict, topology_to_dict
@@ -123,7 +123,7 @@ def problem_from_document(d: Any, source: str = "plan", graph: Graph | None = No
         sched = blk.get("schedule", d.get("schedule"))
         return build_problem(graph, topology, ProblemOptions(
             precisions=tuple(blk["precisions"]),
-            microbatches=int(blk.get("microbatches", d["microbatches"])),
+            microbatches=_whole(blk.get("microbatches", d["microbatches"]), f"{source}: microbatches"),
             schedule=sched if sched in SCHEDULES else None))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise DistplanError(f"{source}: malformed problem block ({type(e).__name__}: {e})") from None

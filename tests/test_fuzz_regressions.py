@@ -97,3 +97,49 @@ def test_xy_mesh_with_a_hole_from_a_file(tmp_path, capsys):
                  "  - {name: b, kind: c, pos: [1, 1]}\n  - {name: d, kind: c, pos: [1, 0]}\n"
                  "links:\n  - {src: a, dst: d, GBps: 100}\n  - {src: d, dst: b, GBps: 100}\n")
     _one_error_line(capsys, ["--topology", str(p), "--describe"], "XY routing needs a device at every mesh position")
+
+
+# --- plan files --------------------------------------------------------------------------------
+def _plan_doc(tmp_path):
+    import json
+
+    from conftest import chain_graph
+    from distplan.workloads.io import save_graph
+
+    save_graph(chain_graph(3), tmp_path / "g.json")
+    rc = solve.main(["--workload", str(tmp_path / "g.json"), "--topology", "mcm2x2", "--time-limit", "5", "--quiet",
+                     "--top-k", "1", "--plan-out", str(tmp_path / "plan.json")])
+    assert rc == 0
+    return json.loads((tmp_path / "plan.json").read_text())
+
+
+@pytest.mark.parametrize("where", ["plan", "problem"])
+@pytest.mark.parametrize("value,needle", [(float("inf"), "must be a whole number"), (2.5, "must be a whole number"),
+                                          ("16", "must be a whole number"), (0, ">= 1")])
+def test_plan_file_microbatches_must_be_whole(tmp_path, capsys, where, value, needle):
+    """Was: OverflowError (int(inf)) from problem_from_document; 2.5 was read as 2."""
+    import json
+
+    from distplan.cli import replay
+
+    d = _plan_doc(tmp_path)
+    (d if where == "plan" else d["problem"])["microbatches"] = value
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(d))
+    capsys.readouterr()
+    rc = replay.main([str(p)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+
+
+def test_plan_file_device_order_microbatch_must_be_whole(tmp_path):
+    from distplan.core.plan import plan_from_dict
+    from distplan.costs.plan_file import problem_from_document
+
+    d = _plan_doc(tmp_path)
+    problem = problem_from_document(d)
+    dev = d["stages"][0]["devices"][0]
+    d["schedule"], d["device_order"] = "explicit", {dev: [[float("inf"), "o0", "F"]]}
+    with pytest.raises(DistplanError, match="device_order must be a whole number"):
+        plan_from_dict(d, problem)

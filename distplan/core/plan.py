@@ -167,12 +167,14 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
         stages = tuple(_stage_from_doc(s, topo, f"{source}: stage {k}") for k, s in enumerate(d["stages"]))
         order = None
         if "device_order" in d:
-            order = {topo.device_index(dev): tuple((int(m), g.index(v), str(ph)) for m, v, ph in seq)
+            order = {topo.device_index(dev): tuple((_whole(m, f"{source}: a microbatch of device_order"), g.index(v),
+                                                    str(ph)) for m, v, ph in seq)
                      for dev, seq in d["device_order"].items()}
         return Plan(
             op_stage=tuple(_whole(d["ops"][op.name]["stage"], f"{source}: stage of op {op.name!r}") for op in g.ops),
             op_precision=tuple(str(d["ops"][op.name]["precision"]) for op in g.ops),
-            stages=stages, microbatches=int(d["microbatches"]), schedule=str(d["schedule"]),
+            stages=stages, microbatches=_whole(d["microbatches"], f"{source}: microbatches"),
+            schedule=str(d["schedule"]),
             device_order=order, predicted=dict(d.get("predicted", {})),
             dp_allreduce=str(d.get("dp_allreduce", "ring")), overlap_grad_reduce=bool(d.get("overlap_grad_reduce", False)),
         )
