@@ -206,3 +206,13 @@ def test_known_huge_microbatch_count(tmp_path):
 def test_known_simulation_outlasts_the_time_limit(tmp_path):
     _property(["--workload", "g.json", "--topology", "mcm2x2", "--time-limit", "1", "--quiet", "--top-k", "1",
                "--microbatches", "1000000"], tmp_path, limit_s=1)
+
+
+def test_graph_file_negative_out_elems_of_an_op_that_sends_nothing(tmp_path, capsys):
+    """Was: KeyError in graph_from_dict (an op with out_elems < 0 and no outgoing tensor)."""
+    import json
+
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({"format": "distplan-graph", "version": 1, "name": "g", "tensors": [],
+                             "ops": [{"name": "a", "kind": "matmul", "fwd_flops": 1e6, "out_elems": -1}]}))
+    _one_error_line(capsys, ["--workload", str(p), "--topology", "mcm2x2", "--describe"], "out_elems")

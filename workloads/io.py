@@ -75,7 +75,7 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         if "out_elems" not in od:
             # a tensor is (part of) its producer's output: an omitted out_elems is the widest
             od["out_elems"] = widest.get(name, 0)
-        elif isinstance(od["out_elems"], (int, float)) and widest.get(name, 0) > od["out_elems"]:
+        elif isinstance(od["out_elems"], (int, float)) and name in widest and widest[name] > od["out_elems"]:
             raise DistplanError(f"{source}: operator {name!r} writes out_elems {brief(od['out_elems'])} but a tensor "
                                 f"it sends has {brief(widest[name])} elements; a tensor is (part of) its producer's "
                                 "output: raise out_elems or shrink the tensor")
