@@ -216,3 +216,20 @@ def test_graph_file_negative_out_elems_of_an_op_that_sends_nothing(tmp_path, cap
     p.write_text(json.dumps({"format": "distplan-graph", "version": 1, "name": "g", "tensors": [],
                              "ops": [{"name": "a", "kind": "matmul", "fwd_flops": 1e6, "out_elems": -1}]}))
     _one_error_line(capsys, ["--workload", str(p), "--topology", "mcm2x2", "--describe"], "out_elems")
+
+
+@pytest.mark.parametrize("figures,needle", [
+    ("peak_TFLOPs: {fp16: 5e-324}, memory_MiB: 64, memory_GBps: 2000", "peak for fp16 x efficiency"),
+    ("peak_TFLOPs: {fp16: 2}, memory_MiB: 64, memory_GBps: 1e-320", "mem_bw_bytes_per_s"),
+])
+def test_device_rates_that_overflow_task_times(tmp_path, capsys, figures, needle):
+    """Was: task times of inf; the downset bound warned (numpy overflow) on stderr and the
+    run ended with a misleading 'no plan fits the devices' memory'."""
+    p = tmp_path / "t.yaml"
+    p.write_text("kinds:\n  c: {" + figures + "}\ndevices: [{name: a, kind: c}]\n")
+    _one_error_line(capsys, ["--topology", str(p), "--describe"], needle)
+
+
+def test_link_bandwidth_that_overflows_transfer_times():
+    with pytest.raises(DistplanError, match="bandwidth is 5e-320 byte/s"):
+        Topology("t", {"c": K}, (Device("a", "c"), Device("b", "c")), (Link("a", "b", 5e-320), Link("b", "a", 1e9)))

@@ -18,6 +18,9 @@ from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISIONS
 
 ROUTINGS = ("xy", "shortest")
+#: the least peak x efficiency, memory, memory bandwidth and link bandwidth accepted (per
+#: second, or bytes): below it a figure is a typo, and task times overflow to inf
+MIN_RATE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,15 @@ def _validate(t: Topology) -> None:
             raise DistplanError(f"{where}: device kind {k.name!r}: efficiency must be in (0, 1]")
         if not (k.launch_overhead_s >= 0 and math.isfinite(k.launch_overhead_s)):
             raise DistplanError(f"{where}: device kind {k.name!r}: launch_overhead_s must be >= 0")
+        # rates far below one unit per second are typos, and make task times overflow to inf
+        for p, v in k.peak_flops_per_s.items():
+            if v * k.efficiency < MIN_RATE:
+                raise DistplanError(f"{where}: device kind {k.name!r}: peak for {p} x efficiency is "
+                                    f"{v * k.efficiency:.3g} FLOP/s; at least {MIN_RATE:g}")
+        for attr, unit in (("mem_capacity_bytes", "bytes"), ("mem_bw_bytes_per_s", "byte/s")):
+            if getattr(k, attr) < MIN_RATE:
+                raise DistplanError(f"{where}: device kind {k.name!r}: {attr} is {getattr(k, attr):.3g}; "
+                                    f"at least {MIN_RATE:g} {unit}")
         if not (isinstance(k.concurrency, int) and k.concurrency >= 1):
             raise DistplanError(f"{where}: device kind {k.name!r}: concurrency must be >= 1")
     names: set[str] = set()
@@ -235,6 +247,9 @@ def _validate(t: Topology) -> None:
             raise DistplanError(
                 f"{where}: link {l.src}->{l.dst} bandwidth must be > 0, got {l.bw_bytes_per_s!r}"
             )
+        if l.bw_bytes_per_s < MIN_RATE:
+            raise DistplanError(f"{where}: link {l.src}->{l.dst} bandwidth is {l.bw_bytes_per_s:.3g} byte/s; "
+                                f"at least {MIN_RATE:g}")
         if not (l.latency_s >= 0 and math.isfinite(l.latency_s)):
             raise DistplanError(f"{where}: link {l.src}->{l.dst} latency must be >= 0")
     if t.routing == "xy":
