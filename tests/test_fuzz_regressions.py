@@ -233,3 +233,29 @@ def test_device_rates_that_overflow_task_times(tmp_path, capsys, figures, needle
 def test_link_bandwidth_that_overflows_transfer_times():
     with pytest.raises(DistplanError, match="bandwidth is 5e-320 byte/s"):
         Topology("t", {"c": K}, (Device("a", "c"), Device("b", "c")), (Link("a", "b", 5e-320), Link("b", "a", 1e9)))
+
+
+# --- messages -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("flag,what", [("--workload", "a graph file ends in .json"),
+                                       ("--topology", "a topology file ends in .yaml")])
+def test_a_file_without_a_known_suffix_is_named_as_a_file(tmp_path, capsys, flag, what):
+    """Was: 'unknown workload/topology' and the whole list of preset names."""
+    (tmp_path / "model.txt").write_text("{}")
+    _one_error_line(capsys, [flag, str(tmp_path / "model.txt"), "--describe"], "is a file, not a", what)
+    _one_error_line(capsys, [flag, str(tmp_path), "--describe"], "is a folder, not a")
+
+
+def test_a_zoo_name_wins_over_a_folder_of_that_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlp-xs").mkdir()
+    assert solve.main(["--workload", "mlp-xs", "--topology", "mcm2x2", "--describe"]) == 0
+
+
+def test_huge_numbers_are_brief_in_messages(tmp_path, capsys):
+    """Was: every digit of a 31-digit number inside the error line."""
+    p = tmp_path / "t.yaml"
+    p.write_text(KIND + "devices: [{name: a, kind: c, node: " + str(-10**30) + "}]\n")
+    _one_error_line(capsys, ["--topology", str(p), "--describe"], "node must be an integer >= 0, got -1.00000e+30")
+    g = tmp_path / "g.json"
+    g.write_text('{"format": "distplan-graph", "version": ' + str(10**30) + ', "name": "g", "ops": [], "tensors": []}')
+    _one_error_line(capsys, ["--workload", str(g), "--describe"], "v1.00000e+30 unsupported")

@@ -34,7 +34,7 @@ from pathlib import Path
 from distplan.core.errors import DistplanError
 from distplan.topologies.textformat import Flow, read_document, write_document
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
-from distplan.core.units import (GIB, GIGA, MIB, MICRO, NANO, ONE, TERA, shortest, to_si)
+from distplan.core.units import (GIB, GIGA, MIB, MICRO, NANO, ONE, TERA, brief, shortest, to_si)
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "name", "description", "routing", "kinds", "switches", "devices", "links")
@@ -62,7 +62,7 @@ def topology_from_dict(doc: object, default_name: str = "topology") -> Topology:
     """Build a Topology from a parsed document (numbers as int, float or Decimal)."""
     top = _mapping(doc, "top level", TOP_KEYS, required=("kinds", "devices"))
     if "version" in top and top["version"] != FORMAT_VERSION:
-        raise DistplanError(f"version {top['version']!r} is not supported; use {FORMAT_VERSION}")
+        raise DistplanError(f"version {brief(top['version'])} is not supported; use {FORMAT_VERSION}")
     name = _text(top.get("name", default_name), "name")
     kinds_doc = top["kinds"]
     if not isinstance(kinds_doc, dict) or not kinds_doc:
@@ -102,13 +102,13 @@ def _list(x: object, where: str) -> list:
 def _text(x: object, where: str, allow_empty: bool = False) -> str:
     if not isinstance(x, str) or not (x or allow_empty):
         raise DistplanError(f"{where} must be a{'' if allow_empty else ' non-empty'} string, "
-                            f"got {x!r}")
+                            f"got {brief(x)}")
     return x
 
 
 def _int(x: object, where: str, low: int) -> int:
     if isinstance(x, bool) or not isinstance(x, int) or x < low:
-        raise DistplanError(f"{where} must be an integer >= {low}, got {x!r}")
+        raise DistplanError(f"{where} must be an integer >= {low}, got {brief(x)}")
     return x
 
 
@@ -152,7 +152,7 @@ def _device(i: int, x: object) -> Device:
     if "pos" in d:
         p = d["pos"]
         if not (isinstance(p, list) and len(p) == 2):
-            raise DistplanError(f"{where}.pos must be [row, col], got {p!r}")
+            raise DistplanError(f"{where}.pos must be [row, col], got {brief(p)}")
         pos = (_int(p[0], f"{where}.pos row", 0), _int(p[1], f"{where}.pos col", 0))
     return Device(_text(d["name"], f"{where}.name"), _text(d["kind"], f"{where}.kind"),
                   pos=pos, node=_int(d.get("node", 0), f"{where}.node", 0))
@@ -164,12 +164,12 @@ def _links(i: int, x: object) -> list[Link]:
     src, dst = _text(d["src"], f"{where}.src"), _text(d["dst"], f"{where}.dst")
     bw = to_si(d["GBps"], GIGA, f"{where}.GBps")
     if not bw > 0:
-        raise DistplanError(f"{where} ({src}->{dst}): GBps must be > 0, got {d['GBps']!r}")
+        raise DistplanError(f"{where} ({src}->{dst}): GBps must be > 0, got {brief(d['GBps'])}")
     lat_key = _one_of(d, LATENCY_UNITS, where, required=False)
     lat = to_si(d[lat_key[0]], lat_key[1], f"{where}.{lat_key[0]}") if lat_key else 0.0
     both = d.get("bidirectional", True)
     if not isinstance(both, bool):
-        raise DistplanError(f"{where}.bidirectional must be true or false, got {both!r}")
+        raise DistplanError(f"{where}.bidirectional must be true or false, got {brief(both)}")
     out = [Link(src, dst, bw, lat)]
     if both:
         out.append(Link(dst, src, bw, lat))

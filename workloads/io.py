@@ -53,7 +53,7 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
     _strict(d, _TOP_KEYS, {"format", "version", "name", "ops", "tensors"}, source)
     if d["format"] != FORMAT or d["version"] != VERSION:
         raise DistplanError(
-            f"{source}: format {d['format']!r} v{d['version']} unsupported; expected {FORMAT} v{VERSION}"
+            f"{source}: format {brief(d['format'])} v{brief(d['version'])} unsupported; expected {FORMAT} v{VERSION}"
         )
     if not isinstance(d["name"], str) or not d["name"].strip():
         raise DistplanError(f"{source}: 'name' must be a non-empty string, got {brief(d['name'])}")

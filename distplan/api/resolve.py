@@ -27,7 +27,11 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
         return import_onnx(spec, mode=mode, input_shapes=input_shapes)
     from distplan.workloads.zoo import get_workload
 
-    return get_workload(spec, batch_size=batch_size, seq_len=seq_len, mode=mode)
+    try:
+        return get_workload(spec, batch_size=batch_size, seq_len=seq_len, mode=mode)
+    except DistplanError:
+        _not_a_name(spec, "workload", "a graph file ends in .json (an ONNX model in .onnx)")
+        raise
 
 
 def resolve_topology(spec: str) -> Topology:
@@ -38,7 +42,25 @@ def resolve_topology(spec: str) -> Topology:
         return load_topology(spec)
     from distplan.topologies.presets import get_topology
 
-    return get_topology(spec)
+    try:
+        return get_topology(spec)
+    except DistplanError:
+        _not_a_name(spec, "topology", "a topology file ends in .yaml, .yml or .json")
+        raise
+
+
+def _not_a_name(spec: str, what: str, hint: str) -> None:
+    """``spec`` named no preset: when it is a file or folder on disk, say so (rather than
+    listing every preset name)."""
+    if not spec.strip():
+        return
+    try:
+        p = Path(spec)
+        kind = "folder" if p.is_dir() else "file" if p.exists() else None
+    except (OSError, ValueError):
+        return
+    if kind:
+        raise DistplanError(f"{what} {spec!r} is a {kind}, not a {what} name; {hint}") from None
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:

@@ -27,10 +27,10 @@ ONE = Decimal(1)
 def as_decimal(value: object, where: str) -> Decimal:
     """The exact decimal of a number read from a file; anything else is an error naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        raise DistplanError(f"{where} must be a number, got {value!r}")
+        raise DistplanError(f"{where} must be a number, got {brief(value)}")
     d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
     if not d.is_finite():
-        raise DistplanError(f"{where} must be a finite number, got {value!r}")
+        raise DistplanError(f"{where} must be a finite number, got {brief(value)}")
     return d
 
 
