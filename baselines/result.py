@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from distplan.costs.evaluate import plan_sensitivity
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
+from distplan.core.interrupt import current_stop
 from distplan.core.plan import Plan
 from distplan.baselines.scoring import Scorer, default_scorer
 
@@ -37,7 +38,8 @@ class BaselineResult:
     physical ceiling (see :class:`Tracker`), and ``history`` (seconds, best throughput)
     each time the best improved. ``stopped_by``: what ended the search: "candidates"
     (the deterministic budget: a seeded search then reproduces exactly), "time" (the
-    wall clock: not reproducible run to run), or "exhausted" (no new plan to try).
+    wall clock: not reproducible run to run), "interrupted" (Ctrl-C) or "exhausted" (no
+    new plan to try).
     """
 
     method: str
@@ -63,6 +65,11 @@ class Tracker:
     then the search's schedule (SA's temperature) follows the candidate count, not the
     clock: a seeded search is deterministic unless the wall-clock budget, kept as a
     safety cap, ends it first (``stopped_by`` says which).
+
+    The budget holds even when one evaluation is long (simulating a large plan): the
+    search also stops when half the mean evaluation time no longer fits before the
+    deadline (expected overrun and underrun: half an evaluation each), and at once on a
+    Ctrl-C that asked to stop (distplan.core.interrupt).
     """
 
     def __init__(self, problem: Problem, method: str, budget_s: float, scorer: Scorer | None = None,
@@ -89,6 +96,8 @@ class Tracker:
         lb = problem.period_lower_bound_s()
         self.ceiling_per_s = problem.graph.batch_size / lb if lb > 0 else float("inf")
         self._stale = 0  # consecutive proposals already seen (a small space is exhausted)
+        self._eval_s = 0.0  # seconds spent in the scorer, over self.candidates evaluations
+        self._cut = ""      # why expired() ended the search before the deadline ("time", "interrupted")
 
     #: consecutive already-seen proposals after which a search stops early
     STALE_LIMIT = 2000
@@ -106,6 +115,8 @@ class Tracker:
     def stopped_by(self) -> str:
         if self.max_candidates is not None and self.candidates >= self.max_candidates:
             return "candidates"
+        if self._cut:
+            return self._cut
         if time.perf_counter() >= self.deadline:
             return "time"
         return "exhausted"
@@ -115,7 +126,16 @@ class Tracker:
             return True
         if self.max_candidates is not None and self.candidates >= self.max_candidates:
             return True
-        return time.perf_counter() >= self.deadline
+        stop = current_stop()
+        if stop is not None and stop.requested:
+            self._cut = "interrupted"
+            return True
+        now = time.perf_counter()
+        half_eval = 0.5 * self._eval_s / self.candidates if self.candidates else 0.0
+        if now < self.deadline <= now + half_eval:
+            self._cut = "time"   # the next evaluation would end past the deadline by more than it saves
+            return True
+        return now >= self.deadline
 
     def violations(self, plan: Plan) -> list[str]:
         from distplan.costs.check import plan_violations
@@ -142,6 +162,7 @@ class Tracker:
             self.rejected += 1
             self._cache[key] = None
             return None
+        t0 = time.perf_counter()
         try:
             score = float(self.scorer(self.problem, plan))
         except DistplanError:
@@ -149,6 +170,7 @@ class Tracker:
             self._cache[key] = None
             return None
         self.candidates += 1
+        self._eval_s += time.perf_counter() - t0
         if score > self.ceiling_per_s * (1 + 1e-9):
             self.implausible += 1
             score = None

@@ -187,10 +187,10 @@ def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, clock: C
             left.append(Candidate(r, name, lanes, floor_bound(problem)))
             continue
         c = admitted(problem, options, gate, evaluate_layout(problem, options, r, name, lanes, mat))
-        say(f"path {name} (r={r}, {K} stages): heuristic objective {fmt(c.score)}, relaxation bound {fmt(c.bound_s)}")
         found.append(c)
         if c.scored:
             clock.stop.arm()   # a plan exists: a Ctrl-C from now on keeps the best
+        say(f"path {name} (r={r}, {K} stages): heuristic objective {fmt(c.score)}, relaxation bound {fmt(c.bound_s)}")
     if left:
         clock.cut(f"fast phase: {len(left)} of {len(found) + len(left)} layouts not evaluated "
                   f"({', '.join(c.name for c in left[:3])}{', ...' if len(left) > 3 else ''}); their bound is "

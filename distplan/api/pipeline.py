@@ -1,13 +1,23 @@
 """``solve``: coarsen (large graphs) -> MILP -> expand -> check -> simulate -> rank.
 
 The one pipeline the CLI, ``--compare``, the studies and notebooks share.
+
+``SolveOptions.time_limit_s`` is the budget of the whole pipeline: the MILP gets what
+is left after coarsening, less a margin for simulating the plans
+(``ranking_margin_s``); plans are then simulated one by one until the deadline passes
+(at least one is ranked) and the report says what was not (``SolveReport.cut_short``).
+Ctrl-C once a plan exists (distplan.core.interrupt) ends the solve with the best plan
+so far, which is simulated alone and reported as "interrupted".
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 
 from distplan.api.report import RankedPlan, SolveReport
 from distplan.core.errors import DistplanError, InternalError
+from distplan.core.interrupt import Stop, stop_on_interrupt
 from distplan.core.plan import Plan
 from distplan.costs.check import InfeasiblePlan, check_plan
 from distplan.costs.evaluate import plan_cost, plan_sensitivity
@@ -43,11 +53,38 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) ->
     return sim_run(problem, plan, options or SimOptions())
 
 
-def _milp_plans(problem: Problem, options: SolveOptions) -> tuple[SolveResult, list[Plan], int | None]:
-    """Solve, on a coarsened graph when it is large; plans come back on ``problem``'s ops."""
+#: simulation seconds per op and microbatch (measured: 1-2e-5 on one 2020s core), for
+#: the share of the time limit kept for simulating and ranking the plans
+SIM_S_PER_OP_MICROBATCH = 2.5e-5
+#: at most this share of the time limit is kept for simulating and ranking
+RANKING_SHARE_MAX = 0.2
+#: the MILP always gets at least this many seconds
+MIN_SOLVE_S = 0.05
+
+
+def ranking_margin_s(problem: Problem, options: SolveOptions) -> float:
+    """Seconds of the time limit kept for checking, simulating (realistic and ideal) and
+    ranking the top_k plans after the solve: an estimate from the graph's size, at most
+    ``RANKING_SHARE_MAX`` of the limit."""
+    passes = 2 if problem.training else 1
+    est = options.top_k * 2 * passes * SIM_S_PER_OP_MICROBATCH * problem.n_ops * max(1, problem.microbatches)
+    return min(RANKING_SHARE_MAX * options.time_limit_s, est)
+
+
+def _milp_options(options: SolveOptions, deadline: float, margin_s: float) -> SolveOptions:
+    """``options`` with the time left until ``deadline``, less ``margin_s``, as the MILP's limit."""
+    left = deadline - time.perf_counter() - margin_s
+    return dataclasses.replace(options, time_limit_s=max(left, MIN_SOLVE_S))
+
+
+def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.inf,
+                ) -> tuple[SolveResult, list[Plan], int | None]:
+    """Solve, on a coarsened graph when it is large; plans come back on ``problem``'s ops.
+    The MILP gets the time left until ``deadline`` less the ranking margin."""
+    margin = ranking_margin_s(problem, options)
     target = coarsen_target(problem, options.coarsen_ops)
     if target is None:
-        solved = milp_solve(problem, options)
+        solved = milp_solve(problem, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
         return solved, list(solved.plans), None
     from distplan.workloads.coarsen import coarsen, expand_plan
 
@@ -57,7 +94,7 @@ def _milp_plans(problem: Problem, options: SolveOptions) -> tuple[SolveResult, l
     if options.progress:
         options.progress(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back "
                          "and simulated on the original graph (the proven gap holds for the coarse problem)")
-    solved = milp_solve(coarse, options)
+    solved = milp_solve(coarse, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
     plans = []
     for p in solved.plans:
         fine = expand_plan(c, p)
@@ -89,15 +126,27 @@ def budget_excess(problem: Problem, plan: Plan, budget: float | None) -> str | N
 
 
 def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensitivity_budget: float | None = None,
+               *, deadline: float = math.inf, stop: Stop | None = None,
                ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...]]:
     """Check and simulate every plan (realistic and ideal); keep those that fit memory
     in the realistic simulation and meet the sensitivity budget, best simulated
-    throughput first. Returns (ranked, dropped with the reason).
+    throughput first. Returns (ranked, dropped with the reason). Past ``deadline``
+    (perf_counter seconds) or once ``stop`` is requested (Ctrl-C), the plans not
+    simulated yet are left out, once one plan is ranked (``_rank``).
 
     A plan the planner returns that the independent checker rejects is an InternalError:
     the MILP and the checker disagree, which is a bug, never the user's input."""
+    ranked, dropped, _ = _rank(problem, plans, trace, sensitivity_budget, deadline, stop)
+    return ranked, dropped
+
+
+def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: float | None, deadline: float,
+          stop: Stop | None) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int]:
+    """rank_plans, and how many plans the deadline or Ctrl-C left unsimulated."""
     rows, dropped = [], []
     for plan in plans:
+        if rows and (time.perf_counter() > deadline or (stop is not None and stop.requested)):
+            break
         try:
             check_plan(problem, plan)
         except InfeasiblePlan as e:
@@ -116,7 +165,7 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensiti
                                                        throughput_per_s=real.throughput_per_s),
                               float(p.predicted.get("milp_period_s", float("nan"))), ideal.period_s, real)
                    for i, (p, real, ideal) in enumerate(rows))
-    return ranked, tuple(dropped)
+    return ranked, tuple(dropped), len(plans) - len(rows) - len(dropped)
 
 
 def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool = False) -> SolveReport:
@@ -125,16 +174,26 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
     realistic simulation overflows a device's memory, or (after coarsening) breaks the
     sensitivity budget on the original graph, is dropped and the report says why.
 
+    ``options.time_limit_s`` bounds the whole call (module docstring); what the clock or
+    a Ctrl-C cut short is listed in ``SolveReport.cut_short``.
+
     ``trace=True`` keeps each simulation's events (for ``SolveReport.write_trace`` and
     the report plots). Raises DistplanError when no plan exists."""
     options = options or SolveOptions()
-    solved, plans, coarse_ops = _milp_plans(problem, options)
-    if not plans:
-        raise DistplanError(f"the solver returned no plan (status {solved.status})")
-    ranked, dropped = rank_plans(problem, plans, trace=trace, sensitivity_budget=options.sensitivity_budget)
+    deadline = time.perf_counter() + options.time_limit_s
+    with stop_on_interrupt() as stop:
+        solved, plans, coarse_ops = _milp_plans(problem, options, deadline)
+        if not plans:
+            raise DistplanError(f"the solver returned no plan (status {solved.status})")
+        ranked, dropped, unranked = _rank(problem, plans, trace, options.sensitivity_budget, deadline, stop)
     if not ranked:
         raise DistplanError(f"none of the {len(plans)} plans the solver found is usable: {dropped[0][1]}"
                             + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")
                             + "; give the devices more memory, or fewer microbatches in flight")
+    cut = list(solved.cut_short)
+    if unranked:
+        cut.append(f"ranking: {unranked} of {len(plans)} plans not simulated "
+                   f"({'interrupted' if stop.requested else 'time limit'})")
     return SolveReport(problem=problem, solver=solved, plans=ranked, coarse_ops=coarse_ops,
-                       options=dataclasses.replace(options, progress=None), dropped=dropped)
+                       options=dataclasses.replace(options, progress=None), dropped=dropped,
+                       cut_short=tuple(cut), interrupted=stop.requested)

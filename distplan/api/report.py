@@ -84,7 +84,9 @@ class SolveReport:
     coarsened solve they are the coarse problem's). ``coarse_ops``: the coarse op count,
     None when the graph was solved as it is. ``dropped``: plans the solver returned that
     were not ranked (simulated memory overflow, or a budget broken on the original
-    graph), each with the reason."""
+    graph), each with the reason. ``cut_short``: what the time limit or a Ctrl-C left
+    undone, one line each (the solver's, then the ranking's: plans not simulated).
+    ``interrupted``: a Ctrl-C stopped the run (the plans are the best found so far)."""
 
     problem: Problem
     solver: SolveResult
@@ -92,6 +94,8 @@ class SolveReport:
     coarse_ops: int | None = None
     options: SolveOptions | None = None
     dropped: tuple[tuple[Plan, str], ...] = ()
+    cut_short: tuple[str, ...] = ()
+    interrupted: bool = False
 
     @property
     def best(self) -> RankedPlan:
@@ -111,7 +115,9 @@ class SolveReport:
             "precisions_allowed": list(p.precisions), "microbatches": p.microbatches,
             "solver": {"status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
                        "gap": s.gap, "seconds": s.seconds, "build_seconds": s.build_seconds,
-                       "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops},
+                       "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops,
+                       "time_limit_s": self.options.time_limit_s if self.options is not None else None,
+                       "cut_short": list(self.cut_short), "interrupted": self.interrupted},
             "plans": [{
                 "rank": r.rank, "milp_period_s": r.milp_period_s, "sim_period_s": r.sim.period_s,
                 "sim_ideal_period_s": r.ideal_period_s, "throughput_per_s": r.sim.throughput_per_s,
@@ -145,12 +151,18 @@ class SolveReport:
                          + f"{len(r.plan.used_stages()):>6} {lanes(r.plan):>5} "
                          f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {note}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
+        size = (f"{s.n_binaries} binaries, {s.n_constraints} constraints" if s.n_constraints
+                 else "no MILP built (the heuristics' plan and bounds)")
         lines.append(f"solver: {s.status}, objective {s.objective_s:.6g} s, proven bound "
-                     f"{s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s solve + {s.build_seconds:.1f} s build, "
-                     f"{s.n_binaries} binaries, {s.n_constraints} constraints")
-        if s.status != "optimal":
+                     f"{s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s solve + {s.build_seconds:.1f} s build, {size}")
+        if self.interrupted:
+            lines.append("note: interrupted (Ctrl-C): the plans above are the best found so far, with the "
+                         "bound proven so far")
+        elif s.status != "optimal":
             lines.append(f"note: the solver stopped at '{s.status}' before proving its gap target; "
                          "the plans above are the best found, with the gap shown")
+        for what in self.cut_short:
+            lines.append(f"note: cut short: {what}")
         if self.coarse_ops is not None:
             lines.append(f"note: solved on a {self.coarse_ops}-op coarsening of the {p.n_ops}-op graph; the bound "
                          "and gap above are for the coarse problem, periods are for the expanded plans on the "

@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -58,3 +59,19 @@ def check_output_folder(path: str | None, flag: str) -> None:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise DistplanError(f"{flag} {path!r} cannot be created: {str(existing)!r} is not a writable folder")
+
+
+def process_started_at() -> float:
+    """When this process started, on the time.perf_counter scale (Linux: /proc/self/stat;
+    elsewhere, or if that cannot be read: now). A command line's time limit counts from
+    there, its imports included."""
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")   # field 22: start time in clock ticks
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0 <= age < 60 else now   # a long-lived process (a notebook) counts from now

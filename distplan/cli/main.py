@@ -3,13 +3,24 @@ call the API, print. Errors a user can cause print one ``error:`` line, exit 2."
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
+import time
 
 from distplan import api
 from distplan.core.errors import DistplanError
-from distplan.cli.args import Parser, check_output_file, check_output_folder, finite_float
+from distplan.core.interrupt import current_stop, stop_on_interrupt
+from distplan.cli.args import Parser, check_output_file, check_output_folder, finite_float, process_started_at
 from distplan.core.schedules import SCHEDULES
+from distplan.model.highs import abandoned_alive
+
+#: written to stderr when a first Ctrl-C asks the run to stop with what it has
+INTERRUPT_NOTICE = ("Ctrl-C: stopping with the best plan so far (simulated, written and reported); "
+                    "press Ctrl-C again to abort")
+#: exit status after a Ctrl-C (128 + SIGINT), also when the best plan so far was kept
+EXIT_INTERRUPTED = 130
 
 DESCRIPTION = ("Plan placement, pipeline stages and precision of a network on many devices: "
                "solve the MILP, re-rank the plans in the simulator, report and write the winner.")
@@ -43,7 +54,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="solve on a graph coarsened to this many ops (default: 150 when the graph has > 300; 0: never)")
     s.add_argument("--stages", type=int, default=None, help="pipeline stages (default: up to the device count)")
     s.add_argument("--top-k", type=int, default=5)
-    s.add_argument("--time-limit", type=finite_float, default=60.0, help="time limit of the solve in seconds")
+    s.add_argument("--time-limit", type=finite_float, default=60.0,
+                   help="time limit of the whole run in seconds (solve, simulation and ranking); what it cuts "
+                        "short is listed in the output")
     s.add_argument("--gap", type=finite_float, default=0.01, help="relative optimality gap to stop at")
     s.add_argument("--threads", type=int, default=None, help="solver threads (default: all cores)")
     s.add_argument("--seed", type=int, default=0)
@@ -88,16 +101,23 @@ def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
     c = api.compare(problem, args.compare, budget, seed=args.seed, solve_options=opts,
                     sensitivity_budget=opts.sensitivity_budget, progress=progress, candidates=args.candidates)
     print(json.dumps(c.to_json(), indent=1, default=float) if args.json else c.table())
-    return 0
+    stop = current_stop()
+    return EXIT_INTERRUPTED if stop is not None and stop.requested else 0
 
 
-def run_solve(problem: api.Problem, args: argparse.Namespace) -> int:
-    """Solve, rank, print, write the winner's plan/trace/report."""
+def run_solve(problem: api.Problem, args: argparse.Namespace, started: float | None = None) -> int:
+    """Solve, rank, print, write the winner's plan/trace/report. ``started``: when the
+    run began (perf_counter); the time limit counts from there. Returns 130 after a
+    Ctrl-C that kept the best plan so far."""
     if args.top_k < 1:
         raise DistplanError("--top-k must be >= 1")
     if args.compare:
         return run_compare(problem, args)
-    report = api.solve(problem, solve_options(args, problem), trace=bool(args.trace or args.report))
+    opts = solve_options(args, problem)
+    if started is not None:   # what the start (imports, loading the workload) took is spent
+        opts = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - (time.perf_counter() - started),
+                                                          0.05))
+    report = api.solve(problem, opts, trace=bool(args.trace or args.report))
     if args.plan_out:
         report.write_plan(args.plan_out)
     if args.trace:
@@ -111,10 +131,25 @@ def run_solve(problem: api.Problem, args: argparse.Namespace) -> int:
         outs = [p for p in (args.plan_out, args.trace, args.report) if p]
         if outs:
             print("wrote " + ", ".join(outs))
+    if report.interrupted:
+        print("interrupted: kept the best plan found so far", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
 def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
+    """The command line; ``argv`` None: the process's own (the time limit then counts
+    from the process's start)."""
+    started = process_started_at() if argv is None else time.perf_counter()
+    rc = _main(argv, prog, started)
+    if argv is None and abandoned_alive():   # a HiGHS run left going after Ctrl-C: do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
+def _main(argv: list[str] | None, prog: str, started: float) -> int:
     args = parse_args(argv, prog)
     try:
         if not (args.list or args.describe):
@@ -135,13 +170,14 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
 
             print(describe(problem))
             return 0
-        return run_solve(problem, args)
+        with stop_on_interrupt(notice=INTERRUPT_NOTICE):
+            return run_solve(problem, args, started)
     except DistplanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `python solve.py --list | head`
         sys.stderr.close()
         return 0
