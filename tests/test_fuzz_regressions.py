@@ -259,3 +259,69 @@ def test_huge_numbers_are_brief_in_messages(tmp_path, capsys):
     g = tmp_path / "g.json"
     g.write_text('{"format": "distplan-graph", "version": ' + str(10**30) + ', "name": "g", "ops": [], "tensors": []}')
     _one_error_line(capsys, ["--workload", str(g), "--describe"], "v1.00000e+30 unsupported")
+
+
+# --- found by exploring other seeds (DISTPLAN_FUZZ_SEED=1, 2) ------------------------------------
+@pytest.mark.parametrize("kind", [{"a": 1}, ["matmul"], 7, None])
+def test_graph_file_op_kind_must_be_a_string(tmp_path, capsys, kind):
+    """Was: TypeError (unhashable type) while costing the sensitivity of a dict/list kind."""
+    import json
+
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({"format": "distplan-graph", "version": 1, "name": "g", "tensors": [],
+                             "ops": [{"name": "a", "kind": kind, "fwd_flops": 1e6}]}))
+    _one_error_line(capsys, ["--workload", str(p), "--topology", "mcm2x2", "--describe"], "'kind' must be a string")
+
+
+def test_yaml_reader_errors_are_one_line(tmp_path, capsys):
+    """Was: PyYAML's ReaderError text over two lines (an error line and '  in "<unicode string>"')."""
+    p = tmp_path / "t.yaml"
+    p.write_text("\x00\x01")
+    _one_error_line(capsys, ["--topology", str(p), "--describe"], "not valid YAML", "position 0")
+
+
+@pytest.mark.parametrize("order", [None, [], "x"])
+def test_plan_file_device_order_must_be_a_mapping(tmp_path, order):
+    """Was: AttributeError ('NoneType' object has no attribute 'items')."""
+    from distplan.core.plan import plan_from_dict
+    from distplan.costs.plan_file import problem_from_document
+
+    d = _plan_doc(tmp_path)
+    d["device_order"] = order
+    with pytest.raises(DistplanError, match="device_order must map device names"):
+        plan_from_dict(d, problem_from_document(d))
+
+
+@pytest.mark.parametrize("flag", ["--dp", "--tp", "--pp", "--global-batch"])
+def test_whatif_counts_must_be_positive(capsys, flag):
+    """Was: ZeroDivisionError in api.configs.whatif for --dp 0 (and 'microbatches must be >= 1,
+    got -8' for --dp -1)."""
+    from distplan.cli import replay
+
+    argv = ["--workload", "gpt3-64x1x2", "--topology", "mcm2x2", "--dp", "1", "--seq-len", "16"]
+    for value in ("0", "-1"):
+        rc = replay.main(argv + [flag, value])
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert rc == 2 and lines == [f"error: {flag} must be >= 1, got {value}"], err
+
+
+def test_whatif_checks_the_trace_path_before_simulating(capsys, tmp_path):
+    from distplan.cli import replay
+
+    rc = replay.main(["--workload", "gpt3-64x1x2", "--topology", "mcm2x2", "--dp", "1", "--seq-len", "16",
+                      "--trace", str(tmp_path / "no" / "t.json")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.startswith("error: --trace"), (out, err)
+
+
+def test_studies_out_that_is_a_file(tmp_path, capsys, monkeypatch):
+    """Was: FileExistsError traceback after the whole sweep had run."""
+    from distplan.cli import studies
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "existing.json").write_text("{}")
+    rc = studies.main(["--workloads", "mlp-xs", "--topologies", "mcm1x2", "--out", "existing.json", "--workers", "1"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and "--out 'existing.json' is a file" in lines[0], err

@@ -142,8 +142,8 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        return f"{e.problem or e.context}{where}"
-    return str(e)
+        return " ".join(f"{e.problem or e.context}{where}".split())
+    return " ".join(str(e).split())   # e.g. a ReaderError spans two lines
 
 
 def write_document(doc: object, path: str | Path) -> None:

@@ -71,6 +71,9 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
     for i, od in enumerate(d["ops"]):
         _strict(od, _OP_KEYS, {"name", "kind", "fwd_flops"}, f"{source}: ops[{i}]")
         od = dict(od)
+        if not isinstance(od["kind"], str):
+            raise DistplanError(f"{source}: ops[{i}]: 'kind' must be a string such as \"matmul\", "
+                                f"got {brief(od['kind'])}")
         name = od["name"] if isinstance(od["name"], str) else None
         if "out_elems" not in od:
             # a tensor is (part of) its producer's output: an omitted out_elems is the widest

@@ -99,12 +99,16 @@ def _whatif(args) -> int:
         if args.dp is None or not args.workload or not args.topology:
             raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
                                 "simulate a named configuration")
+        for flag, v in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp),
+                        ("--microbatch-size", args.microbatch_size), ("--global-batch", args.global_batch)):
+            if v is not None and v < 1:
+                raise DistplanError(f"{flag} must be >= 1, got {v}")
+        check_output_file(args.trace, "--trace")
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
                    args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce)
         print(json.dumps(w.to_json(), indent=1) if args.json else w.table())
         if args.trace:
-            check_output_file(args.trace, "--trace")
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
     except DistplanError as e:
         print(f"error: {e}", file=sys.stderr)

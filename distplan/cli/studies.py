@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from distplan.cli.args import Parser, finite_float
+from distplan.cli.args import Parser, check_output_folder, finite_float
 from distplan.core.errors import DistplanError
 
 
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = out / "results.csv"
     say = (lambda m: None) if args.quiet else stderr_progress
     try:
+        check_output_folder(args.out, "--out")
         if not args.plot_only:
             try:
                 seeds = [int(s) for s in _list(args.seeds)]

@@ -167,6 +167,9 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
         stages = tuple(_stage_from_doc(s, topo, f"{source}: stage {k}") for k, s in enumerate(d["stages"]))
         order = None
         if "device_order" in d:
+            if not isinstance(d["device_order"], dict):
+                raise DistplanError(f"{source}: device_order must map device names to lists of "
+                                    f"[microbatch, op, phase], got {type(d['device_order']).__name__}")
             order = {topo.device_index(dev): tuple((_whole(m, f"{source}: a microbatch of device_order"), g.index(v),
                                                     str(ph)) for m, v, ph in seq)
                      for dev, seq in d["device_order"].items()}
