@@ -175,6 +175,8 @@ def format_comparison(c: Comparison) -> str:
             note = f"{r.status}, gap {_num(100 * r.gap, '.2f')} %, top-{r.candidates} simulated; {plan_shape(r.plan)}"
         else:
             note = "no feasible plan found" if r.plan is None else f"{plan_shape(r.plan)}; {r.rejected} infeasible"
+            if r.extra.get("stopped_by") == "interrupted":
+                note += "; stopped by Ctrl-C"
             if r.extra.get("stopped_by") == "time" and c.candidates is not None:
                 note += f"; cut by the {c.budget_s:g} s safety cap before {c.candidates} candidates: not reproducible"
             if r.implausible:

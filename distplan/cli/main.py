@@ -17,8 +17,7 @@ from distplan.core.schedules import SCHEDULES
 from distplan.model.highs import abandoned_alive
 
 #: written to stderr when a first Ctrl-C asks the run to stop with what it has
-INTERRUPT_NOTICE = ("Ctrl-C: stopping with the best plan so far (simulated, written and reported); "
-                    "press Ctrl-C again to abort")
+INTERRUPT_NOTICE = "Ctrl-C: stopping with the best plan found so far (press Ctrl-C again to abort)"
 #: exit status after a Ctrl-C (128 + SIGINT), also when the best plan so far was kept
 EXIT_INTERRUPTED = 130
 
