@@ -132,10 +132,13 @@ class HighsRun:
         """h.run() in a worker thread while this (main) thread waits and sees Ctrl-C; False
         when a requested stop left it running (module docstring)."""
         done = threading.Event()
+        failed: list[BaseException] = []
 
         def work() -> None:
             try:
                 self.h.run()
+            except BaseException as e:   # raised again in the waiting thread
+                failed.append(e)
             finally:
                 done.set()
 
@@ -149,6 +152,8 @@ class HighsRun:
             if not done.is_set():   # a requested stop, or KeyboardInterrupt (abort)
                 self._thread = th
                 _abandoned.append(th)
+        if failed:
+            raise failed[0]
         return done.is_set()
 
     def run(self, time_limit_s: float, rel_gap: float) -> HighsOutcome:
