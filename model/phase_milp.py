@@ -158,7 +158,7 @@ def _no_plan(problem: Problem, options: SolveOptions, c: Candidate, status: str)
             + (f" and the sensitivity budget {budget:.6g}" if budget is not None else "")
             + (" and the extra_constraints" if options.extra_constraints is not None else "")
             + "; allow lower precisions, more stages or a larger budget")
-    return DistplanError(f"no plan found within the time limit of {options.time_limit_s:g} s "
+    return DistplanError(f"no plan found in the {options.time_limit_s:.3g} s the solve had "
                          f"(HiGHS status {status}); raise the time limit")
 
 

@@ -53,6 +53,10 @@ def _run(spec: RunSpec) -> list[dict[str, Any]]:
                             top_k=spec.top_k, rel_gap=spec.rel_gap)
         c = compare(problem, spec.methods, spec.time_limit_s, seed=spec.seed, solve_options=opts,
                     candidates=spec.candidate_budget)
+        if c.milp.status == "interrupted":
+            # a Ctrl-C during the MILP kept its best plan (distplan.core.interrupt); a sweep
+            # stops instead, and records no cut-short run (it resumes on the next call)
+            raise KeyboardInterrupt
     except DistplanError as e:
         now = time.strftime("%Y-%m-%dT%H:%M:%S")
         return [{**base, "method": m, "status": "error", "error": str(e), "finished_at": now}

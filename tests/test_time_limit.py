@@ -274,3 +274,21 @@ def test_ctrl_c_during_highs_keeps_the_plan_writes_it_and_exits_130(tmp_path):
     assert "interrupted" in stdout and "Ctrl-C: stopping with the best plan" in stderr
     plan, problem = load_plan_file(out)
     assert problem.graph.name == "bert-large" and plan.n_stages >= 1
+
+
+def test_ctrl_c_during_a_study_run_stops_the_sweep_instead_of_recording_a_cut_run(monkeypatch):
+    """A study records finished runs and resumes the rest; a run whose MILP a Ctrl-C cut
+    short must not be recorded as finished."""
+    import distplan.model.planner as planner
+    from distplan.studies.runner import run_one
+    from distplan.studies.spec import RunSpec
+
+    real = planner.budget_phase
+
+    def interrupted(*a, **kw):   # after the fast phase: a plan exists, the Ctrl-C is graceful
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(planner, "budget_phase", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_one(RunSpec("mlp-xs", "mcm2x2", methods=("random",), time_limit_s=5))
