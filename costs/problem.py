@@ -21,6 +21,10 @@ from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 
 
+#: the most microbatches a problem may have (every plan is simulated microbatch by microbatch)
+MAX_MICROBATCHES = 100_000
+
+
 @dataclass(frozen=True)
 class ProblemOptions:
     """What the user asks for: precisions allowed, microbatches, pipeline schedule.
@@ -126,6 +130,9 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     precs = parse_precisions(options.precisions)
     if options.microbatches < 1:
         raise DistplanError(f"microbatches must be >= 1, got {options.microbatches}")
+    if options.microbatches > MAX_MICROBATCHES:
+        raise DistplanError(f"microbatches {options.microbatches} is more than distplan simulates "
+                            f"({MAX_MICROBATCHES:,} at most); a step of that many microbatches is not a real run")
     training = graph.mode == "training"
     if training and graph.bwd_flops == 0 and graph.fwd_flops > 0:
         raise DistplanError(f"graph {graph.name!r} has no backward FLOPs (every bwd_flops is 0), so training would "

@@ -145,8 +145,8 @@ def test_plan_file_device_order_microbatch_must_be_whole(tmp_path):
         plan_from_dict(d, problem)
 
 
-# --- known bugs outside this suite's files (distplan/cli/main.py, sim/): pinned reproducers -----
-# Each asserts the fuzz suite's property on one minimal case and is a strict xfail: when the
+# --- bugs the fuzz suite found in distplan/cli/main.py and the microbatch count: fixed --------
+# Each asserts the fuzz suite's property on one minimal case (they were strict xfails until fixed; the
 # owner fixes it, the XPASS fails the run and the mark (and the fuzz generator's exclusion
 # of that case, see tests/test_fuzz_cli.py) should go.
 def _property(argv, tmp_path, limit_s=None):
@@ -182,27 +182,19 @@ def _property(argv, tmp_path, limit_s=None):
 TINY = ["--workload", "g.json", "--topology", "mcm2x2", "--time-limit", "3", "--quiet", "--top-k", "1"]
 
 
-@pytest.mark.xfail(strict=True, reason="distplan/cli/main.py: --trace is written over --plan-out when both name "
-                                       "the same file (exit 0; plan.json then holds a trace, not a plan)")
 def test_known_trace_and_plan_out_on_one_file(tmp_path):
     _property(TINY + ["--trace", "plan.json"], tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="distplan/cli/main.py: --report naming the --plan-out file: FileExistsError "
-                                       "traceback after the solve (the paths are checked one by one, not together)")
 def test_known_report_and_plan_out_on_one_path(tmp_path):
     _property(TINY + ["--report", "plan.json"], tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="sim/execute.py (via api.solve): --microbatches 10**12 is a MemoryError "
-                                       "traceback; nothing bounds the microbatch count before the simulation")
 def test_known_huge_microbatch_count(tmp_path):
     _property(TINY + ["--microbatches", str(10**12)], tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="time limit: the simulations after the solve are not bounded by it; "
-                                       "--microbatches 1000000 on a 3-op graph takes ~6-15 s at --time-limit 1")
 def test_known_simulation_outlasts_the_time_limit(tmp_path):
     _property(["--workload", "g.json", "--topology", "mcm2x2", "--time-limit", "1", "--quiet", "--top-k", "1",
                "--microbatches", "1000000"], tmp_path, limit_s=1)

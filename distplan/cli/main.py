@@ -3,6 +3,7 @@ call the API, print. Errors a user can cause print one ``error:`` line, exit 2."
 from __future__ import annotations
 
 import argparse
+import pathlib
 import dataclasses
 import json
 import os
@@ -155,6 +156,12 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
             check_output_file(args.plan_out, "--plan-out")
             check_output_file(args.trace, "--trace")
             check_output_folder(args.report, "--report")
+            named = [(f, pathlib.Path(x).resolve()) for f, x in (("--plan-out", args.plan_out), ("--trace", args.trace),
+                                                                ("--report", args.report)) if x]
+            for i, (fa, a) in enumerate(named):
+                for fb, b in named[i + 1:]:
+                    if a == b:
+                        raise DistplanError(f"{fa} and {fb} name the same path {str(a)!r}; give each its own")
         if args.list:
             from distplan.api.describe import listing
 
