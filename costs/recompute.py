@@ -12,23 +12,14 @@ is held only until its consumers on the stage have run (memory), like inference.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from distplan.core.plan import Plan
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
+from distplan.workloads.graph import layer_index
 
 SELECTIVE_KINDS = ("attn_score", "softmax")
-_LAYER = re.compile(r"^l(\d+)\.")
-
-
-def _layer(name: str) -> int | None:
-    m = _LAYER.match(name)
-    return int(m.group(1)) if m else None
-
-
 def recomputed(problem: Problem, plan: Plan) -> np.ndarray:
     """Per operator: True when its stage recomputes it (module docstring)."""
     V = problem.n_ops
@@ -36,7 +27,7 @@ def recomputed(problem: Problem, plan: Plan) -> np.ndarray:
     if not problem.training or all(s.recompute == "none" for s in plan.stages):
         return out
     ops = problem.graph.ops
-    layer = [_layer(op.name) for op in ops]
+    layer = [layer_index(op.name) for op in ops]
     sends_later = np.zeros(V, dtype=bool)
     leaves_layer = np.zeros(V, dtype=bool)
     for u, v in problem.edges:

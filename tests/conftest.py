@@ -32,3 +32,13 @@ def chain4() -> Graph:
 @pytest.fixture
 def line2() -> Topology:
     return line_topology(2)
+
+
+def write_unreadable(path, content) -> None:
+    """Make ``path`` a file no reader accepts: "dir" (a folder), bytes, or text."""
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)

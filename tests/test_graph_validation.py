@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from conftest import CHIP, chain_graph
+from conftest import write_unreadable, CHIP, chain_graph
 from distplan.core.errors import DistplanError
 from distplan.topologies.topology import Device, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
@@ -129,11 +129,6 @@ def test_training_a_graph_without_backward_flops_is_refused():
 def test_unreadable_graph_files_are_one_error(tmp_path, content):
     from distplan.workloads.io import load_graph
     path = tmp_path / "g.json"
-    if content == "dir":
-        path.mkdir()
-    elif isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
+    write_unreadable(path, content)
     with pytest.raises(DistplanError, match="graph file"):
         load_graph(path)

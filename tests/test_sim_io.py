@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import write_unreadable
+
 from distplan.costs.problem import ProblemOptions, build_problem
 from distplan.core.plan import Plan, Stage, plan_from_dict, plan_to_dict
 from distplan.costs.plan_file import load_plan_file, save_plan
@@ -196,12 +198,7 @@ def test_an_edited_embedded_graph_or_a_v1_file_is_refused(tmp_path):
 @pytest.mark.parametrize("content", ["dir", b"\xff\xfe\x00bad", '{"format": "distplan-plan", "version": 2}'])
 def test_unreadable_plan_files_are_one_line(tmp_path, content):
     path = tmp_path / "p.json"
-    if content == "dir":
-        path.mkdir()
-    elif isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
+    write_unreadable(path, content)
     out = _cli(path)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error:")

@@ -63,3 +63,8 @@ def test_a_graph_without_layer_names_splits_by_operator_count():
     assert stage_of_ops(p, 2) == (0, 0, 0, 1, 1, 1)
     with pytest.raises(DistplanError, match="dp 2 x tp 1 x pp 2 = 4 devices"):
         megatron_plan(p, 2, 1, 2, "fp16")
+
+
+def test_zero_degrees_are_an_error_in_python_too():
+    with pytest.raises(DistplanError, match="--dp must be a positive whole number"):
+        whatif("gpt3-125m", "dgx-a100", dp=0, tp=1, pp=1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from dataclasses import dataclass, field
 
 from distplan.core.errors import DistplanError
@@ -234,3 +235,13 @@ def graph_send_elems(graph) -> list[float]:
         out[u].append(float(e))
     return [send_elems(op.out_elems, out[v]) if op.send_elems is None else float(op.send_elems)
             for v, op in enumerate(graph.ops)]
+
+
+_LAYER = re.compile(r"^l(\d+)\.")
+
+
+def layer_index(name: str) -> int | None:
+    """The transformer layer an operator belongs to by the zoo's naming (``l<i>.…``),
+    or None for operators outside the layers (embedding, head)."""
+    m = _LAYER.match(name)
+    return int(m.group(1)) if m else None

@@ -12,7 +12,6 @@ devices from ``r*tp``). ``whatif`` simulates one optimizer step of it.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,19 +23,17 @@ from distplan.costs.check import plan_violations
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Topology
+from distplan.workloads.graph import layer_index
 
 #: above this many operator tasks a configuration is refused (about a minute here)
 MAX_TASKS = 20_000_000
-
-_LAYER = re.compile(r"^l(\d+)\.")
-
 
 def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     """Each op's pipeline stage: equal layer counts per stage (layers are the zoo's
     ``l<i>.`` prefixes; ops before the first layer go with it, ops after the last with
     it); without layer names, equal operator counts."""
     names = [op.name for op in problem.graph.ops]
-    layer = [int(m.group(1)) if (m := _LAYER.match(n)) else None for n in names]
+    layer = [layer_index(n) for n in names]
     known = [x for x in layer if x is not None]
     if not known:
         V = len(names)
@@ -52,14 +49,19 @@ def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def check_degrees(dp: int, tp: int, pp: int) -> None:
+    """dp, tp and pp are positive whole numbers (before anything divides by them)."""
+    for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
+        if not isinstance(x, int) or x < 1:
+            raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
+
+
 def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
                   recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
                   dp_allreduce: str = "ring", overlap_grad_reduce: bool = False) -> Plan:
     """The Megatron-style plan of ``problem`` (module docstring), with the training
     options of ``core.plan.Stage`` / ``Plan`` on every stage."""
-    for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
-        if not isinstance(x, int) or x < 1:
-            raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
+    check_degrees(dp, tp, pp)
     need = dp * tp * pp
     if need > problem.n_devices:
         raise DistplanError(f"dp {dp} x tp {tp} x pp {pp} = {need} devices, but {problem.topology.name!r} has "
@@ -134,6 +136,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
            overlap_grad_reduce: bool = False) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring)."""
+    check_degrees(dp, tp, pp)
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8
