@@ -73,6 +73,30 @@ def switched_cluster(name: str, n_nodes: int, per_node: int, kind: DeviceKind,
                       fabric_bw_bytes_per_s, fabric_latency_s, description)
 
 
+def rail_cluster(name: str, n_nodes: int, per_node: int, kind: DeviceKind,
+                 dev_bw_bytes_per_s: float, dev_latency_s: float,
+                 rail_bw_bytes_per_s: float, rail_latency_s: float, description: str = "") -> Topology:
+    """``n_nodes`` nodes of ``per_node`` devices ``n<i>.gpu<j>`` (``node=i``): inside a node
+    every device is linked to the node's switch ``n<i>.nvswitch``; every device also has
+    its own network port (a rail) linked to one non-blocking fabric switch ``ib``. Inside
+    a node the switch route wins (same hop count, higher bandwidth); between nodes a
+    transfer leaves on the sender's port and enters on the receiver's, so GPUs of one
+    node do not share a network link (as on DGX nodes, one HCA per GPU)."""
+    kinds = {kind.name: kind}
+    devices, links, switches = [], [], []
+    for i in range(n_nodes):
+        sw = f"n{i}.nvswitch"
+        switches.append(sw)
+        for j in range(per_node):
+            d = Device(f"n{i}.gpu{j}", kind.name, node=i)
+            devices.append(d)
+            links += duplex(d.name, sw, dev_bw_bytes_per_s, dev_latency_s)
+            links += duplex(d.name, "ib", rail_bw_bytes_per_s, rail_latency_s)
+    switches.append("ib")
+    return Topology(name, kinds, tuple(devices), tuple(links), tuple(switches),
+                    routing="shortest", description=description)
+
+
 def _two_level(name: str, groups: list[tuple[DeviceKind, int]], device_name, group_switch, top: str,
                leaf_bw_bytes_per_s: float, leaf_latency_s: float, top_bw_bytes_per_s: float,
                top_latency_s: float, description: str) -> Topology:

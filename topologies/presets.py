@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from distplan.core.errors import DistplanError
 from distplan.topologies import kinds as K
-from distplan.topologies.builders import hosts_on_network, mesh, ring, switched_cluster
+from distplan.topologies.builders import hosts_on_network, mesh, ring, rail_cluster, switched_cluster
 from distplan.topologies.topology import Topology
 
 DEFAULT_TOPOLOGY = "mcm4x4"
@@ -67,12 +67,10 @@ def _cluster(gpu: str, n: int) -> Topology:
         kind, nvl, port = K.A100, K.NVLINK3_BW_BYTES_PER_S, K.IB_HDR_PORT_BW_BYTES_PER_S
     else:
         kind, nvl, port = K.H100, K.NVLINK4_BW_BYTES_PER_S, K.IB_NDR_PORT_BW_BYTES_PER_S
-    fabric = K.IB_PORTS_PER_NODE * port
     ib = "HDR" if gpu == "a100" else "NDR"
-    return switched_cluster(f"{gpu}x{n}", n // 8, 8, kind, nvl, K.NVLINK_LATENCY_S,
-                            fabric, K.IB_LATENCY_S,
-                            description=f"{n // 8} DGX {gpu.upper()} node{'s' if n > 8 else ''}, NVSwitch inside, "
-                                        f"8x{ib} InfiniBand ({fabric / 1e9:g} GB/s) between")
+    return rail_cluster(f"{gpu}x{n}", n // 8, 8, kind, nvl, K.NVLINK_LATENCY_S, port, K.IB_LATENCY_S,
+                        description=f"{n // 8} DGX {gpu.upper()} node{'s' if n > 8 else ''}, NVSwitch inside, "
+                                    f"one {ib} InfiniBand port ({port / 1e9:g} GB/s) per GPU to the fabric")
 
 
 def _hybrid() -> Topology:
@@ -123,9 +121,9 @@ _PATTERNS: list[tuple[str, re.Pattern, Callable[[re.Match, str], Topology], str]
     ("dgx-h100", re.compile(r"dgx-h100"), lambda m, n: _dgx("h100"),
      "8 H100 80 GB (fp8 too) on one NVSwitch, 450 GB/s per direction per GPU"),
     ("a100x<N>", re.compile(r"(a100)x(\d+)"), _build_cluster,
-     "N A100 (multiple of 8) in DGX nodes joined by 8x HDR InfiniBand, e.g. a100x16"),
+     "N A100 (multiple of 8) in DGX nodes, one HDR InfiniBand port per GPU, e.g. a100x16"),
     ("h100x<N>", re.compile(r"(h100)x(\d+)"), _build_cluster,
-     "N H100 (multiple of 8) in DGX nodes joined by 8x NDR InfiniBand, e.g. h100x32"),
+     "N H100 (multiple of 8) in DGX nodes, one NDR InfiniBand port per GPU, e.g. h100x32"),
     ("hybrid-v100-t4", re.compile(r"hybrid-v100-t4"), lambda m, n: _hybrid(),
      "QSync-style mixed fleet: 4 V100 (fp16/fp32) + 4 T4 (int8/fp16/fp32) on two hosts, "
      "PCIe + 100 Gb/s network"),
