@@ -12,6 +12,7 @@ devices from ``r*tp``). ``whatif`` simulates one optimizer step of it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +75,11 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
                 schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)
 
 
+def _unbounded_memory(problem: Problem) -> Problem:
+    """The same problem with unlimited device memory (the checker then skips its bound)."""
+    return dataclasses.replace(problem, device_mem_bytes=np.full_like(problem.device_mem_bytes, np.inf))
+
+
 def _no_comm(topology: Topology) -> Topology:
     """The same devices with links that cost nothing (to split exposed communication
     from the pipeline bubble)."""
@@ -134,8 +140,14 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            global_batch: int | None = None, precision: str = "bf16", mode: str = "training",
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
-           overlap_grad_reduce: bool = False) -> WhatIf:
-    """Simulate one step of ``workload`` under dp x tp x pp (module docstring)."""
+           overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True) -> WhatIf:
+    """Simulate one step of ``workload`` under dp x tp x pp (module docstring).
+
+    ``check_memory=False`` skips the checker's static memory bound (an upper bound that
+    counts every activation of a stage at once, unsharded); the simulated peak is still
+    reported in ``peak_memory_bytes``. ``breakdown=False`` skips the second simulation
+    with free links: the shares are then NaN (exposed communication is not split from
+    the bubble) and the call takes half the time."""
     check_degrees(dp, tp, pp)
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
@@ -153,17 +165,20 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
                             "simulator does not yet collapse identical replicas)")
     plan = megatron_plan(p, dp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
                          overlap_grad_reduce)
-    bad = plan_violations(p, plan)
+    bad = plan_violations(p if check_memory else _unbounded_memory(p), plan)
     if bad:
         raise DistplanError("the configuration does not fit: " + "; ".join(bad[:3]))
     sim = simulate(p, plan)
-    free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=(precision,), microbatches=M,
-                                 schedule=plan.schedule), plan)
     used = sorted({d for s in plan.stages for d in s.devices})
     busy = float(np.mean(sim.device_busy_s[used]))
     it = sim.iteration_s
     flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M   # model FLOPs: no recomputation
-    comm = max(0.0, it - free.iteration_s)
+    if breakdown:
+        free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=(precision,), microbatches=M,
+                                     schedule=plan.schedule), plan)
+        comm = max(0.0, it - free.iteration_s)
+        shares = (busy / it, comm / it, max(0.0, 1.0 - busy / it - comm / it))
+    else:
+        shares = (busy / it, math.nan, math.nan)
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
-                  float(np.max(sim.peak_memory_bytes[used])), busy / it, comm / it,
-                  max(0.0, 1.0 - busy / it - comm / it), global_batch)
+                  float(np.max(sim.peak_memory_bytes[used])), *shares, global_batch)
