@@ -55,9 +55,12 @@ def test_mlp_flops_params_and_edges_by_hand():
 
 def test_cnn_flops_and_params_by_hand():
     B, ch, img, classes = 4, (3, 8, 16), 16, 10
-    g = import_onnx(cnn_onnx(B, ch, img, classes), mode="training")
+    g = import_onnx(cnn_onnx(B, ch, img, classes), mode="training", fuse=False)
     kinds = [op.kind for op in g.ops]
     assert kinds == ["conv", "activation", "elementwise"] * 2 + ["reshape", "head"]
+    fused = import_onnx(cnn_onnx(B, ch, img, classes), mode="training")  # ReLU + pool one kernel, Flatten a view
+    assert [op.kind for op in fused.ops] == ["conv", "activation"] * 2 + ["head"]
+    assert (fused.fwd_flops, fused.bwd_flops, fused.param_elems) == (g.fwd_flops, g.bwd_flops, g.param_elems)
     conv1_out, conv2_out = B * 8 * 16 * 16, B * 16 * 8 * 8
     conv = 2 * conv1_out * 3 * 9 + conv1_out + 2 * conv2_out * 8 * 9 + conv2_out
     relu = conv1_out + conv2_out
@@ -248,7 +251,7 @@ def test_exporter_expand_pattern_is_folded_before_shape_inference():
     assert all(static_dims(vi.type) is None for vi in plain.graph.value_info if vi.name == "xe")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        g = import_onnx(m)
+        g = import_onnx(m, fuse=False)
     assert [op.name for op in g.ops] == ["e_expand", "mm"]
     assert g.op("mm").fwd_flops == 2 * 8 * 32 * 64 and g.op("e_expand").out_elems == 8 * 64
 
@@ -263,7 +266,7 @@ def test_shape_of_a_static_tensor_is_a_constant():
              helper.make_node("Constant", [], ["m1"], value=helper.make_tensor("m", TensorProto.INT64, [1], [-1])),
              helper.make_node("Concat", ["b", "m1"], ["shape2"], axis=0),
              helper.make_node("Reshape", ["a", "shape2"], ["y"], name="view")]
-    g = import_onnx(_model(nodes, [_vi("x", [4, 2, 8])], [_vi("y", None)]))
+    g = import_onnx(_model(nodes, [_vi("x", [4, 2, 8])], [_vi("y", None)]), fuse=False)
     assert [op.name for op in g.ops] == ["r", "view"]
 
 

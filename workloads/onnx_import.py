@@ -47,6 +47,7 @@ from distplan.workloads import op_costs as oc
 from distplan.workloads.graph import Graph, Operator
 from distplan.workloads.import_common import (HEAD_TAIL, UnknownOperatorWarning, Walk, build_graph, check_mode,
                                               family_table)
+from distplan.workloads.fuse import fuse_graph
 from distplan.workloads.onnx_fold import fold_and_infer
 from distplan.workloads.onnx_fold import static_dims as _dims
 
@@ -70,14 +71,16 @@ _FAMILY: dict[str, str] = family_table({
     "batchnorm": "BatchNormalization",
     "view": "Reshape Squeeze Unsqueeze Flatten Identity Dropout Shape Size",
     "move": "Transpose Concat Split Slice Expand Tile Cast CastLike GatherElements GatherND ScatterND ScatterElements Pad "
-            "ConstantOfShape Range DepthToSpace SpaceToDepth Trilu OneHot NonZero Resize "
-            "Upsample ReverseSequence Compress",
+            "ConstantOfShape Range DepthToSpace SpaceToDepth Trilu OneHot NonZero "
+            "ReverseSequence Compress GatherBlockQuantized",
     "reduce": "ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare "
               "ReduceLogSum ReduceLogSumExp ArgMax ArgMin GlobalAveragePool GlobalMaxPool CumSum TopK",
     "pool": "MaxPool AveragePool LpPool",
 })
 _MATMUL = {"MatMul", "MatMulInteger", "Gemm", "Conv", "ConvTranspose", "ConvInteger",
-           "Attention", "MultiHeadAttention", "Einsum", "Gather"}
+           "Attention", "MultiHeadAttention", "Einsum", "Gather", "LSTM", "GRU", "RNN", "Resize", "Upsample"}
+#: scatters that combine the updates with the data (one FLOP per update element)
+_SCATTERS = {"ScatterND", "ScatterElements"}
 
 
 def _require_onnx() -> Any:
@@ -167,12 +170,13 @@ def _sorted_nodes(nodes: list[Any], available: set[str]) -> list[Any]:
 
 def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = None,
                 input_shapes: dict[str, tuple[int, ...]] | None = None,
-                batch_size: int | None = None, seq_len: int | None = None) -> Graph:
+                batch_size: int | None = None, seq_len: int | None = None, fuse: bool = True) -> Graph:
     """Import an ONNX model (path, bytes or ``onnx.ModelProto``) as a Graph.
 
     ``mode`` is 'inference' or 'training' (backward FLOPs are filled either way);
     ``input_shapes`` fixes symbolic input dimensions; ``batch_size``/``seq_len`` override
-    the values read from the first input.
+    the values read from the first input; ``fuse`` contracts the graph to the kernels a
+    compiler would launch (``workloads/fuse.py``; False: one operator per ONNX node).
     """
     onnx = _require_onnx()
     check_mode(mode)
@@ -233,7 +237,8 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
             UnknownOperatorWarning, stacklevel=2)
     ops = _label_heads(ops, st, outputs)
     b, s = _batch_and_seq(graph_inputs, st, onnx)
-    return build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s)
+    g = build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s)
+    return fuse_graph(g) if fuse else g
 
 
 def _score_constants(ins: list[str], st: _State) -> None:
@@ -381,6 +386,8 @@ def _cost(node: Any, name: str, ins: list[str], param: int, st: _State) -> tuple
             fwd = None
             if fam == "reduce":
                 fwd = sum(in_elems[:1])
+            elif t in _SCATTERS and _attr(node, "reduction", b"none") not in (b"none", "none"):
+                fwd = in_elems[-1] if len(in_elems) == 3 else 0
             elif fam == "pool":
                 fwd = out_elems * oc.numel(_attr(node, "kernel_shape", []))
             return oc.family_operator(name, fam, param, in_elems, out_elems, fwd), fam
@@ -468,6 +475,15 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
         return mk(name, "reshape", 0, param, in_elems, out_elems), "move"
     if t == "Einsum":
         return mk(name, "matmul", _einsum_flops(node, ins, st), param, in_elems, out_elems), "matmul"
+    if t in ("LSTM", "GRU", "RNN"):
+        return mk(name, "matmul", _rnn_flops(node, ins, st), param, in_elems, out_elems), "matmul"
+    if t in ("Resize", "Upsample"):
+        x, y = _shape(ins[0], st), _shape(node.output[0], st)
+        mode = _attr(node, "mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        axes = sum(1 for a, b in zip(x, y) if a != b)
+        return oc.family_operator(name, "move", param, in_elems, out_elems,
+                                  oc.resize_flops(out_elems, mode, axes)), "move"
     if t in ("Attention", "MultiHeadAttention"):
         fwd = _attention_flops(node, ins, st)
         return mk(name, "attn_score", fwd, param, in_elems, out_elems), "matmul"
@@ -481,6 +497,23 @@ def _einsum_flops(node: Any, ins: list[str], st: _State) -> int:
         return oc.einsum_flops(eq, (_shape(x, st) for x in ins))
     except ValueError:  # an ellipsis: costed as an unknown operator
         raise _NoRule("einsum with ellipsis") from None
+
+
+def _rnn_flops(node: Any, ins: list[str], st: _State) -> int:
+    """ONNX LSTM / GRU / RNN (one layer): X (T, B, I), or (B, T, I) with ``layout=1``;
+    W (directions, G*H, I); an optional bias B; the cell from the node type (an RNN's
+    first activation tanh or relu)."""
+    x, w = _shape(ins[0], st), _shape(ins[1], st)
+    steps, batch = (x[1], x[0]) if _attr(node, "layout", 0) else (x[0], x[1])
+    hidden = int(_attr(node, "hidden_size", 0)) or w[1] // oc.RNN_GATES[node.op_type.lower()
+                                                                       if node.op_type != "RNN" else "rnn_tanh"]
+    cell = node.op_type.lower()
+    if cell == "rnn":
+        acts = _attr(node, "activations", [b"Tanh"])
+        first = acts[0].decode() if isinstance(acts[0], bytes) else acts[0]
+        cell = "rnn_relu" if first.lower() == "relu" else "rnn_tanh"
+    bias = len(ins) > 3 and bool(node.input[3])
+    return oc.rnn_flops(cell, steps, batch, x[2], hidden, 1, w[0], bias)
 
 
 def _attention_flops(node: Any, ins: list[str], st: _State) -> int:

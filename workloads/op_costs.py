@@ -18,6 +18,13 @@ of the same model agree):
   (the Problem reads them only in training), so ``Graph.with_mode`` stays honest.
 - ``touched_elems`` = elements of every input (activations and weights) plus every
   output; for a lookup into a table only the gathered rows are read.
+- recurrent layers (``rnn_flops``): per time step, batch element, direction and layer,
+  the two gate products ``2 G H (I + H)`` (G = 4 gates for LSTM, 3 for GRU, 1 for a
+  plain RNN; I the layer's input size), their sum ``G H``, two biases ``2 G H``, and the
+  cell's point-wise work (``RNN_POINTWISE_PER_HIDDEN`` per hidden unit: LSTM 24, GRU 18,
+  tanh RNN 4, ReLU RNN 1, sigmoid and tanh at 4 FLOPs each); backward 2x;
+- resizing (``resize_flops``): nearest 0, (bi/tri)linear ``2 * 2**d``, cubic ``2 * 4**d``
+  FLOPs per output element over d resized axes (a multiply-add per tap);
 - unknown operators: ``UNKNOWN_FLOPS_PER_ELEM`` (4) FLOPs per touched element, 2x backward,
   kind ``other`` — deliberately pessimistic, and the importer warns.
 
@@ -121,16 +128,44 @@ def unknown_operator(name: str, param_elems: int, in_elems: Sequence[int], out_e
 
 def einsum_flops(equation: str, shapes: Iterable[Sequence[int]]) -> int:
     """``2 x`` the product of every index's size (a multiply-add per point of the joint index
-    space); ``shapes`` are the operands' (read lazily, one per input term). Raises
-    ValueError for an equation with an ellipsis."""
+    space); ``shapes`` are the operands' (read lazily, one per input term). An ellipsis
+    stands for the leading axes a term does not name (broadcast: the larger size wins)."""
     lhs = equation.replace(" ", "").split("->")[0]
-    if "." in lhs:
-        raise ValueError(f"einsum equation {equation!r} has an ellipsis")
     sizes: dict[str, int] = {}
     for term, shape in zip(lhs.split(","), shapes):
+        shape = tuple(shape)
+        if "..." in term:  # ellipsis axes align from the right across operands (broadcasting)
+            head, tail = term.split("...")
+            n = len(shape) - len(head) - len(tail)
+            term = head + "".join(chr(0x100 + j) for j in range(n - 1, -1, -1)) + tail
         for c, d in zip(term, shape):
             sizes[c] = max(sizes.get(c, 1), d)
     return 2 * math.prod(sizes.values())
+
+
+#: point-wise FLOPs per hidden unit and step of a recurrent cell (see the module docstring)
+RNN_POINTWISE_PER_HIDDEN = {"lstm": 24, "gru": 18, "rnn_tanh": 4, "rnn_relu": 1}
+RNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def rnn_flops(cell: str, steps: int, batch: int, input_size: int, hidden: int, layers: int = 1,
+              directions: int = 1, bias: bool = True) -> int:
+    """Forward FLOPs of a (multi-layer, possibly bidirectional) LSTM / GRU / RNN over
+    ``steps`` time steps; layer l > 0 reads the ``directions * hidden`` outputs of l - 1."""
+    g, total = RNN_GATES[cell], 0
+    for layer in range(layers):
+        i = input_size if layer == 0 else directions * hidden
+        per = 2 * g * hidden * (i + hidden) + g * hidden + (2 * g * hidden if bias else 0) \
+            + RNN_POINTWISE_PER_HIDDEN[cell] * hidden
+        total += per * steps * batch * directions
+    return int(total)
+
+
+def resize_flops(out_elems: int, mode: str, resized_axes: int) -> int:
+    """FLOPs of an interpolating resize: a multiply-add per tap (2 taps per axis for
+    linear, 4 for cubic); nearest neighbour copies."""
+    taps = {"nearest": 0, "linear": 2, "cubic": 4}.get(mode, 2)
+    return 0 if taps == 0 else int(2 * out_elems * taps ** max(resized_axes, 1))
 
 
 def tie_operator(op: Operator, tied: dict[str, int]) -> Operator:

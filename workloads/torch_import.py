@@ -1,5 +1,12 @@
-"""``torch.nn.Module`` -> Graph through ``torch.fx``: symbolic tracing, shape propagation
-on the example inputs, then the costs of ``workloads/op_costs.py`` per traced node.
+"""``torch.nn.Module`` -> Graph: ``torch.export`` (non-strict; the ATen graph with the
+shapes of the example inputs), or ``torch.fx`` symbolic tracing plus shape propagation
+when export fails or ``tracer='fx'``; then the costs of ``workloads/op_costs.py`` per node
+and kernel fusion (``workloads/fuse.py``).
+
+``torch.export`` handles data-dependent Python control flow on the example inputs (it
+runs the model), so ``transformers`` models trace; a model's non-tensor outputs (a
+key/value cache object) are dropped. Inputs: a tensor, a tuple of tensors (positional) or
+a dict (keyword arguments, e.g. ``{"input_ids": ids}``).
 
 What becomes what (the same rules as the ONNX importer):
 - every ``call_module`` / ``call_function`` / ``call_method`` node that produces a tensor
@@ -10,6 +17,8 @@ What becomes what (the same rules as the ONNX importer):
   ``x.shape``: evaluated at trace time) are not operators; nodes computed from
   parameters and buffers alone (``self.weight.t()``) are folded like constants and pass
   their parameters on to their consumers;
+- export's parameter, buffer and constant placeholders are constants (folded like
+  ``get_attr``); its user inputs are graph inputs;
 - parameters are counted once (by identity, so tied weights are shared), on the first
   operator that reads them; buffers are not parameters. The parameter total therefore
   equals ``sum(p.numel() for p in module.parameters())`` when forward uses them all;
@@ -26,6 +35,7 @@ from typing import Any
 
 from distplan.core.errors import DistplanError
 from distplan.workloads import op_costs as oc
+from distplan.workloads.fuse import fuse_graph
 from distplan.workloads.graph import Graph, Operator
 from distplan.workloads.import_common import HEAD_TAIL, Walk, build_graph, check_mode, family_table
 
@@ -36,21 +46,29 @@ _FN_FAMILY: dict[str, str] = family_table({
              "maximum minimum clamp clip where masked_fill masked_fill_ reciprocal mod square addcmul "
              "lerp fmod sign",
     "compare": "eq ne lt gt le ge logical_and logical_or logical_not isnan isinf",
-    "relu": "relu relu_ leaky_relu hardtanh relu6",
+    "relu": "relu relu_ leaky_relu hardtanh relu6 hardtanh_",
     "gelu": "gelu",
     "tanh": "tanh",
-    "transcendental": "exp log sigmoid erf sin cos softplus elu selu celu mish hardswish hardsigmoid log1p",
+    "transcendental": "exp log sigmoid erf sin cos softplus elu selu celu mish hardswish hardsigmoid log1p "
+                      "logsigmoid log_sigmoid",
     "silu": "silu",
-    "softmax": "softmax log_softmax",
-    "layernorm": "layer_norm group_norm instance_norm",
+    "softmax": "softmax log_softmax _softmax _log_softmax _safe_softmax",
+    "layernorm": "layer_norm group_norm instance_norm native_layer_norm native_group_norm",
     "rmsnorm": "rms_norm",
-    "batchnorm": "batch_norm",
+    "batchnorm": "batch_norm _native_batch_norm_legit_no_training native_batch_norm",
     "view": "view transpose permute split chunk getitem flatten unflatten unsqueeze squeeze expand "
-            "expand_as narrow select t dropout detach unbind movedim swapaxes view_as getattr",
+            "expand_as narrow select t dropout detach unbind movedim swapaxes view_as getattr "
+            "detach_ alias slice _unsafe_view split_with_sizes feature_dropout alpha_dropout native_dropout "
+            "lift_fresh_copy",
     "move": "reshape contiguous cat concat stack repeat float half bfloat16 to type_as type clone "
-            "index_select gather tril triu zeros_like ones_like full_like new_zeros new_ones flip roll pad",
-    "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min",
-    "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d",
+            "index_select gather tril triu zeros_like ones_like full_like new_zeros new_ones flip roll pad "
+            "_to_copy copy copy_ index masked_select constant_pad_nd scatter index_put index_put_ "
+            "repeat_interleave upsample_nearest1d upsample_nearest2d upsample_nearest3d pixel_shuffle "
+            "pixel_unshuffle one_hot full fill fill_ empty_like new_full new_empty",
+    "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min var_mean "
+              "adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool2d "
+              "scatter_add scatter_reduce index_add",
+    "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d max_pool2d_with_indices",
 })
 
 # torch.nn module class names -> family (the matmul family is costed per type below)
@@ -81,7 +99,8 @@ def _require_torch() -> Any:
 
 
 def _shapes(meta: Any) -> list[tuple[int, ...]]:
-    """Shapes of every tensor in a (possibly nested) ShapeProp ``tensor_meta``."""
+    """Shapes of every tensor in a (possibly nested) ShapeProp ``tensor_meta`` (or
+    export's ``val``)."""
     if meta is None:
         return []
     if hasattr(meta, "shape"):
@@ -93,29 +112,112 @@ def _shapes(meta: Any) -> list[tuple[int, ...]]:
     return []
 
 
+def _meta(node: Any) -> Any:
+    """What a node records of its output tensors: fx's ``tensor_meta``, else export's ``val``."""
+    m = node.meta.get("tensor_meta")
+    return m if m is not None else node.meta.get("val")
+
+
 def _target_name(node: Any) -> str:
+    """The operation's name in lower case: a method or module name, a function's name, an
+    ATen overload's packet name (``aten.add.Tensor`` -> ``add``)."""
     t = node.target
     if isinstance(t, str):
         return t.rsplit(".", 1)[-1].lower()
-    return getattr(t, "__name__", str(t)).lower()
+    name = getattr(t, "__name__", str(t))
+    return name.split(".", 1)[0].lower()
 
 
-def import_module(module: Any, example_inputs: Any, mode: str = "inference", name: str | None = None) -> Graph:
-    """Trace ``module`` with ``torch.fx.symbolic_trace``, propagate the shapes of
-    ``example_inputs`` (a tensor or a tuple of tensors), and build its Graph."""
+#: how the model is traced: ``auto`` tries torch.export, then torch.fx
+TRACERS = ("auto", "export", "fx")
+
+
+def import_module(module: Any, example_inputs: Any, mode: str = "inference", name: str | None = None,
+                  fuse: bool = True, tracer: str = "auto") -> Graph:
+    """Trace ``module`` on ``example_inputs`` (a tensor, a tuple of tensors, or a dict of
+    keyword arguments) with ``torch.export`` (``tracer='export'``), ``torch.fx``
+    (``'fx'``), or export falling back to fx (``'auto'``), and build its Graph (fused
+    into kernels unless ``fuse=False``)."""
     torch = _require_torch()
-    from torch.fx.passes.shape_prop import ShapeProp  # noqa: PLC0415
-
     check_mode(mode)
+    if tracer not in TRACERS:
+        raise DistplanError(f"tracer {tracer!r} unknown; use one of {TRACERS}")
     if not isinstance(module, torch.nn.Module):
         raise DistplanError(f"import_module needs a torch.nn.Module, got {type(module).__name__}")
-    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if isinstance(example_inputs, dict):
+        args, kwargs = (), dict(example_inputs)
+    else:
+        args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        kwargs = {}
     label = name or type(module).__name__
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    errors: list[str] = []
+    if tracer in ("auto", "export"):
+        try:
+            gm, lifted = _export(torch, module, args, kwargs)
+        except Exception as e:  # export raises many types; the fallback or the error names it
+            errors.append(f"torch.export: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
+        else:
+            return _finish(_build(gm, torch, first, mode, label, lifted), fuse)
+        if tracer == "export" or kwargs:
+            raise DistplanError(f"could not trace {label!r} ({errors[0]})"
+                                + ("; torch.fx needs positional inputs (a tensor or a tuple)" if kwargs else ""))
+    gm = _fx(torch, module, args, label, errors)
+    return _finish(_build(gm, torch, first, mode, label, {}), fuse)
+
+
+def _finish(g: Graph, fuse: bool) -> Graph:
+    return fuse_graph(g) if fuse else g
+
+
+def _tensor_outputs(torch: Any, module: Any) -> Any:
+    """``module`` wrapped so that only its tensor outputs leave it (a ``transformers``
+    model returns a ModelOutput holding a key/value cache object export cannot return)."""
+
+    class TensorOutputs(torch.nn.Module):
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, *a: Any, **k: Any) -> Any:
+            out = self.m(*a, **k)
+            if isinstance(out, torch.Tensor):
+                return out
+            if hasattr(out, "to_tuple"):
+                out = out.to_tuple()
+            elif isinstance(out, dict):
+                out = tuple(out.values())
+            items = out if isinstance(out, (tuple, list)) else (out,)
+            return tuple(x for x in items if isinstance(x, torch.Tensor))
+
+    return TensorOutputs(module)
+
+
+def _export(torch: Any, module: Any, args: tuple, kwargs: dict) -> tuple[Any, dict[str, Any]]:
+    """(the graph module of ``torch.export.export(..., strict=False)``, {placeholder name:
+    the parameter, buffer or constant it lifts}); its nodes carry their shapes."""
+    import warnings  # noqa: PLC0415
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        ep = torch.export.export(_tensor_outputs(torch, module), args, kwargs=kwargs, strict=False)
+    lifted: dict[str, Any] = {}
+    for spec in ep.graph_signature.input_specs:
+        if str(spec.kind).rsplit(".", 1)[-1] != "USER_INPUT":
+            lifted[spec.arg.name] = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
+    return ep.graph_module, lifted
+
+
+def _fx(torch: Any, module: Any, inputs: tuple, label: str, errors: list[str]) -> Any:
+    """``torch.fx.symbolic_trace`` and shape propagation on ``inputs``."""
+    from torch.fx.passes.shape_prop import ShapeProp  # noqa: PLC0415
+
     try:
         gm = torch.fx.symbolic_trace(module)
     except Exception as e:
+        also = f"; {errors[0]}" if errors else ""
         raise DistplanError(
-            f"torch.fx could not trace {label!r} ({type(e).__name__}: {e}); data-dependent control "
+            f"torch.fx could not trace {label!r} ({type(e).__name__}: {e}){also}; data-dependent control "
             "flow must be removed or the model exported to ONNX instead"
         ) from None
     try:
@@ -126,7 +228,7 @@ def import_module(module: Any, example_inputs: Any, mode: str = "inference", nam
             f"running {label!r} on the example inputs failed ({type(e).__name__}: {e}); "
             "pass inputs of the shapes and dtypes the model expects"
         ) from None
-    return _build(gm, torch, inputs, mode, label)
+    return gm
 
 
 class _Walk(Walk):
@@ -137,10 +239,10 @@ class _Walk(Walk):
         self.gm, self.torch = gm, torch
 
     def elems(self, node: Any) -> int:
-        return sum(oc.numel(s) for s in _shapes(node.meta.get("tensor_meta")))
+        return sum(oc.numel(s) for s in _shapes(_meta(node)))
 
     def shape(self, node: Any) -> tuple[int, ...]:
-        s = _shapes(node.meta.get("tensor_meta"))
+        s = _shapes(_meta(node))
         if not s:
             raise DistplanError(f"no shape recorded for traced node {node.name!r}")
         return s[0]
@@ -154,18 +256,23 @@ class _Walk(Walk):
         return frozenset(out)
 
 
-def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
+def _build(gm: Any, torch: Any, first: Any, mode: str, label: str, lifted: dict[str, Any]) -> Graph:
+    """The Graph of a traced module; ``lifted``: export's placeholders that hold a
+    parameter, buffer or constant (by placeholder name), not a user input."""
     w = _Walk(gm, torch)
     ops: list[Operator] = []
     edges: dict[tuple[int, int], int] = defaultdict(int)
     for node in gm.graph.nodes:
+        if node.op == "placeholder" and node.name in lifted:
+            w.origin[node] = w.params_of([lifted[node.name]])
+            continue
         if node.op in ("placeholder", "output"):
             continue
         if node.op == "get_attr":
             w.origin[node] = w.params_of([_fetch_attr(gm, node.target)])
             continue
         deps = list(dict.fromkeys(node.all_input_nodes))
-        is_tensor = bool(_shapes(node.meta.get("tensor_meta")))
+        is_tensor = bool(_shapes(_meta(node)))
         if not is_tensor or all(d in w.origin for d in deps):
             # a shape query, or a function of parameters / buffers alone: folded
             w.origin[node] = frozenset().union(*(w.origin.get(d, frozenset()) for d in deps))
@@ -189,7 +296,6 @@ def _build(gm: Any, torch: Any, inputs: tuple, mode: str, label: str) -> Graph:
         raise DistplanError(f"module {label!r} traced to no tensor operation")
     w.warn_unknown("torch import", "node(s)", "operation", stacklevel=3)
     ops = _label_heads(gm, w, ops)
-    first = inputs[0] if inputs else None
     b, s = 1, None
     if isinstance(first, torch.Tensor) and first.dim() >= 1:
         b = int(first.shape[0])
@@ -245,6 +351,14 @@ def _cost(node: Any, w: _Walk, deps: list[Any], param: int) -> tuple[Operator, s
         if cls == "Embedding":
             return mk(name, "embedding", 0, param, in_elems, out, bwd_flops=out,
                       reads=w.elems(x) + out), "embedding"
+        if cls in ("LSTM", "GRU", "RNN"):
+            cell = cls.lower() if cls != "RNN" else f"rnn_{mod.nonlinearity}"
+            xs = w.shape(x)
+            steps, batch = (xs[-2], xs[0] if len(xs) == 3 else 1) if mod.batch_first or len(xs) == 2 \
+                else (xs[0], xs[1])
+            fwd = oc.rnn_flops(cell, steps, batch, mod.input_size, mod.hidden_size, mod.num_layers,
+                               2 if mod.bidirectional else 1, mod.bias)
+            return mk(name, "matmul", fwd, param, in_elems, out), "matmul_w"
         if cls == "MultiheadAttention":
             return mk(name, "attn_score", _mha_flops(node, mod, w), param, in_elems, out), "matmul"
         fam = _MOD_FAMILY.get(cls)
@@ -261,6 +375,25 @@ def _cost(node: Any, w: _Walk, deps: list[Any], param: int) -> tuple[Operator, s
         return mk(name, "attn_score", fwd, param, in_elems, out), "matmul"
     if t == "einsum":
         return mk(name, "matmul", _einsum_flops(node, w), param, in_elems, out), "matmul"
+    if t in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+        return mk(name, "matmul", _aten_rnn_flops(node, t, w), param, in_elems, out), "matmul_w"
+    if t in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d",
+             "conv_transpose2d", "conv_transpose3d"):
+        x, wt = node.args[0], node.args[1]
+        bias = _arg(node, 2, "bias") is not None
+        transposed = t.startswith("conv_transpose") or (t in ("convolution", "_convolution") and bool(_arg(node, 6, "transposed")))
+        if transposed:  # every input element meets (C_out / groups) * prod(kernel) weights
+            fwd = 2 * w.elems(x) * oc.numel(w.shape(wt)[1:]) + (out if bias else 0)
+        else:
+            fwd = oc.conv_flops(out, w.shape(wt), bias)
+        return mk(name, "conv", fwd, param, in_elems, out), "conv"
+    if t.startswith("upsample_") or t == "interpolate":
+        mode = "nearest" if "nearest" in t else "cubic" if "cubic" in t else "linear"
+        if t == "interpolate":
+            m = str(_arg(node, 3, "mode", "nearest"))
+            mode = "nearest" if "nearest" in m else "cubic" if "cubic" in m else "linear"
+        dims = max(1, len(w.shape(node)) - 2)
+        return oc.family_operator(name, "move", param, in_elems, out, oc.resize_flops(out, mode, dims)), "move"
     if t == "embedding":
         return mk(name, "embedding", 0, param, in_elems, out, bwd_flops=out,
                   reads=w.elems(node.args[0]) + out), "embedding"
@@ -276,7 +409,7 @@ def _family_op(node: Any, fam: str, name: str, param: int, in_elems: list[int], 
         fwd = in_elems[0] if in_elems else out
     elif fam == "pool":
         k = getattr(mod, "kernel_size", None) if mod is not None else _arg(node, 1, "kernel_size", 1)
-        dims = max(1, len(_shapes(node.meta.get("tensor_meta"))[0]) - 2)
+        dims = max(1, len(_shapes(_meta(node))[0]) - 2)
         ks = k if isinstance(k, (tuple, list)) else (k,) * dims
         fwd = out * math.prod(int(x) for x in ks)
     else:
@@ -317,6 +450,21 @@ def _einsum_flops(node: Any, w: _Walk) -> int:
     except ValueError:
         raise DistplanError(f"einsum node {node.name!r}: equations with '...' are not supported; "
                             "spell out the indices") from None
+
+
+def _aten_rnn_flops(node: Any, cell: str, w: _Walk) -> int:
+    """``aten.lstm/gru/rnn_*.input(input, hx, params, has_biases, num_layers, dropout,
+    train, bidirectional, batch_first)``; the hidden size from the output's last axis."""
+    xs = w.shape(node.args[0])
+    has_biases, layers, bidir, batch_first = (bool(node.args[3]), int(node.args[4]), bool(node.args[7]),
+                                              bool(node.args[8]))
+    dirs = 2 if bidir else 1
+    hidden = w.shape(node)[-1] // dirs
+    if len(xs) == 2:
+        steps, batch = xs[0], 1
+    else:
+        steps, batch = (xs[1], xs[0]) if batch_first else (xs[0], xs[1])
+    return oc.rnn_flops(cell, steps, batch, xs[-1], hidden, layers, dirs, has_biases)
 
 
 def _mha_flops(node: Any, mod: Any, w: _Walk) -> int:

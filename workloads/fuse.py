@@ -1,0 +1,219 @@
+"""Kernel fusion: an imported fine graph costed as a compiler would run it.
+
+An importer writes one operator per framework node. A compiler (XLA, TorchInductor,
+TensorRT, onnxruntime's graph optimiser) launches far fewer kernels, and ``fuse_graph``
+contracts the graph to those kernels, so that the cost model and the simulator both see
+them (a launch and a memory round trip per kernel, not per node):
+
+1. **views** (kind ``reshape`` with no work and no traffic: Reshape, Squeeze, Flatten,
+   Identity, Dropout, torch's view/transpose/permute/split) join their producer (or,
+   reading only graph inputs, their consumer): they cost nothing, not even a launch;
+2. **bias epilogues**: an ``add`` with parameters whose only producer is a matrix
+   product read by nothing else joins that product (cuBLASLt / addmm epilogue; the zoo's
+   matmuls carry their bias so too);
+3. **layout moves next to a matrix product** (zero-FLOP copies, kind ``reshape``:
+   Transpose, Split, Slice, Expand, Concat, ...) whose only producer is a matrix
+   product, or whose only consumer is one, join it: the product reads or writes that
+   layout through its strides (Transpose-as-view);
+4. **element-wise chains**: connected operators of the fusible kinds (``elementwise``,
+   ``activation``, ``add``, ``reshape``, ``softmax``, ``layernorm``) between heavy ops
+   become one kernel, as long as the graph stays acyclic (an edge is contracted only
+   when it is the only path between its ends).
+
+A fused operator keeps the exact sums of its members' forward and backward FLOPs and
+parameters; it pays **one** memory round trip: ``touched_elems`` = what its members
+read from outside the kernel (each outside tensor once, however many members read it),
+their parameters and graph inputs, plus what it writes that leaves it;
+``out_elems`` = the outputs that leave it (an intermediate held in registers is neither
+written nor kept as an activation). Edges between two fused operators carry each
+outside tensor once. Tied weights point at the fused operator that owns the table
+(dropped when both end in the same one); ``tp_role`` is kept when the members that have
+one agree. The operator count never grows; the result is a valid DAG.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from distplan.workloads.coarsen import _Contractor
+from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.op_costs import tie_operator
+
+#: kinds whose operators are (batched) matrix products: they absorb bias adds and layouts
+GEMM_KINDS = frozenset({"matmul", "attn_score", "attn_context", "head"})
+#: kinds fused into element-wise kernels (step 4)
+FUSIBLE_KINDS = frozenset({"elementwise", "activation", "add", "reshape", "softmax", "layernorm"})
+
+
+def is_view(op: Operator) -> bool:
+    """An operator that only re-labels its input's storage: no FLOPs, no traffic, no output."""
+    return op.kind == "reshape" and op.fwd_flops == 0 and op.touched_elems == 0 and op.out_elems == 0
+
+
+def _is_move(op: Operator) -> bool:
+    return op.kind == "reshape" and op.fwd_flops == 0 and not is_view(op)
+
+
+def fuse_graph(graph: Graph) -> Graph:
+    """The graph with views, bias epilogues, layout moves and element-wise chains fused
+    (see the module docstring); the same graph when nothing fuses."""
+    c = _Contractor(graph)
+    ops = graph.ops
+    owner = {v: v for v in range(len(ops))}
+
+    def find(v: int) -> int:
+        while owner[v] != v:
+            owner[v] = owner[owner[v]]
+            v = owner[v]
+        return v
+
+    def join(u: int, v: int) -> bool:
+        """Contract the groups of u and v (in topological order) if that keeps a DAG."""
+        a, b = find(u), find(v)
+        if a == b:
+            return True
+        if c.pos[a] > c.pos[b]:
+            a, b = b, a
+        if b not in c.succ[a] or not c.try_merge(a, b):
+            return False
+        owner[b] = a
+        return True
+
+    absorbed: set[int] = set()   # moves that became views of a matrix product
+    gemm = {v for v, op in enumerate(ops) if op.kind in GEMM_KINDS}
+    has_gemm = lambda v: any(m in gemm for m in c.members[find(v)])  # noqa: E731
+    preds, succs = graph.preds(), graph.succs()
+    # 1. views
+    for v, op in enumerate(ops):
+        if not is_view(op):
+            continue
+        if len(set(preds[v])) == 1:
+            join(preds[v][0], v)
+        elif not preds[v] and succs[v]:
+            join(v, min(succs[v], key=lambda y: c.pos[find(y)]))
+    # 2. bias epilogues
+    for v, op in enumerate(ops):
+        ps = set(preds[v])
+        if op.kind == "add" and (op.param_elems or op.tied_elems) and len(ps) == 1:
+            (u,) = ps
+            if has_gemm(u) and _only_consumer(c, find(u), find(v)):
+                join(u, v)
+    # 3. layout moves next to a matrix product
+    for v, op in enumerate(ops):
+        if not _is_move(op) or find(v) != v or any(not is_view(ops[m]) for m in c.members[v] if m != v):
+            continue
+        ps, ss = list(c.pred[v]), list(c.succ[v])
+        if len(ps) == 1 and has_gemm(ps[0]) and _only_consumer(c, ps[0], v) and join(ps[0], v):
+            absorbed.add(v)
+        elif len(ss) == 1 and len(ps) <= 1 and has_gemm(ss[0]) and join(v, ss[0]):
+            absorbed.add(v)
+    # 4. element-wise chains
+    fusible = lambda g: all(ops[m].kind in FUSIBLE_KINDS for m in c.members[g])  # noqa: E731
+    for u, w, _ in graph.edges():
+        a, b = find(u), find(w)
+        if a != b and fusible(a) and fusible(b):
+            join(a, b)
+    if c.size == len(ops):
+        return graph
+    return _build(graph, c, absorbed)
+
+
+def _only_consumer(c: _Contractor, g: int, v: int) -> bool:
+    return set(c.succ[g]) == {v}
+
+
+def _build(g: Graph, c: _Contractor, absorbed: set[int]) -> Graph:
+    ops = g.ops
+    live = c.live_order()
+    grp = {v: k for k in live for v in c.members[k]}
+    viewlike = [is_view(op) or v in absorbed for v, op in enumerate(ops)]
+    preds: list[list[tuple[int, int]]] = [[] for _ in ops]
+    succs: list[list[tuple[int, int]]] = [[] for _ in ops]
+    for u, w, e in g.edges():
+        preds[w].append((u, e))
+        succs[u].append((w, e))
+
+    root = list(range(len(ops)))   # a view-like op's data is its (only) producer's
+    for v in range(len(ops)):      # topological order: producers first
+        if viewlike[v] and len({u for u, _ in preds[v]}) == 1:
+            root[v] = root[preds[v][0][0]]
+
+    def leaves(v: int) -> bool:
+        """v's output is read outside its group, or is a graph output (through views)."""
+        if not succs[v]:
+            return True
+        return any(grp[w] != grp[v] or (viewlike[w] and leaves(w)) for w, _ in succs[v])
+
+    def written(v: int) -> int:
+        return 0 if viewlike[v] else ops[v].out_elems
+
+    def size(r: int, es: list[int]) -> int:
+        """Elements of producer r's data read through edges ``es`` (each tensor once)."""
+        return min(sum(es), max([written(r), *es]))
+
+    names = {k: _anchor(ops, c.members[k]) for k in live}
+    new_ops: list[Operator] = []
+    for k in live:
+        mem = sorted(c.members[k])
+        if len(mem) == 1:
+            op = ops[mem[0]]
+            new_ops.append(_retie(op, grp, names, g))
+            continue
+        touched = math.fsum(0.0 if viewlike[v] else ops[v].touched_elems for v in mem)
+        outside: dict[int, list[int]] = defaultdict(list)
+        for v in mem:
+            for u, e in preds[v]:
+                if not viewlike[v]:
+                    touched -= e                      # every read of a tensor is re-counted below
+                if grp[u] != k:
+                    outside[root[u]].append(e)
+            if not viewlike[v] and not leaves(v):
+                touched -= ops[v].out_elems           # an intermediate: never written
+        touched += sum(size(r, es) for r, es in outside.items())
+        out = sum(written(v) for v in mem if leaves(v))
+        anchor = ops[names[k]]
+        tied: dict[str, int] = {}
+        for v in mem:
+            t = ops[v].tied_to
+            if t is not None and grp[g.index(t)] != k:
+                own = ops[names[grp[g.index(t)]]].name
+                tied[own] = tied.get(own, 0) + ops[v].tied_elems
+        roles = {ops[v].tp_role for v in mem} - {None}
+        new_ops.append(tie_operator(Operator(
+            name=anchor.name, kind=anchor.kind,
+            fwd_flops=math.fsum(ops[v].fwd_flops for v in mem),
+            bwd_flops=math.fsum(ops[v].bwd_flops for v in mem),
+            param_elems=sum(ops[v].param_elems for v in mem), out_elems=int(out),
+            touched_elems=float(max(touched, 0.0)),
+            tp_role=roles.pop() if len(roles) == 1 else None), tied))
+    flows: dict[tuple[int, int], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for u, w, e in g.edges():
+        if grp[u] != grp[w]:
+            flows[(grp[u], grp[w])][root[u]].append(e)
+    tensors = tuple(Tensor(ops[names[a]].name, ops[names[b]].name, int(sum(size(r, es) for r, es in by.items())))
+                    for (a, b), by in flows.items())
+    return Graph(name=g.name, ops=tuple(new_ops), tensors=tensors, mode=g.mode, batch_size=g.batch_size,
+                 seq_len=g.seq_len)
+
+
+def _anchor(ops: tuple[Operator, ...], mem: list[int]) -> int:
+    """The member a fused operator is named after: a non-fusible one first, then by kind
+    (softmax, norm, activation, element-wise, add), then the most FLOPs."""
+    return max(sorted(mem), key=lambda v: (ops[v].kind not in FUSIBLE_KINDS, _RANK.get(ops[v].kind, 0),
+                                            not is_view(ops[v]), ops[v].fwd_flops, -v))
+
+
+#: which fusible member names a fused kernel (its kind drives the precision sensitivity)
+_RANK = {"softmax": 5, "layernorm": 4, "activation": 3, "elementwise": 2, "add": 1}
+
+
+def _retie(op: Operator, grp: dict[int, int], names: dict[int, int], g: Graph) -> Operator:
+    """A single-member operator whose tied owner may now be part of another fused operator."""
+    if op.tied_to is None:
+        return op
+    own = g.ops[names[grp[g.index(op.tied_to)]]].name
+    if own == op.tied_to:
+        return op
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.replace(op, tied_to=own)
