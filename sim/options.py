@@ -1,4 +1,4 @@
-"""What a simulation run may vary: ideal mode, the link model, trace recording."""
+"""What a simulation run may vary: ideal mode, the link model, trace recording, symmetry."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,11 +27,15 @@ class SimOptions:
     period of a plan with single-device stages equals ``costs.evaluate.plan_cost``'s period.
     Launch overheads are kept (they are part of each operator's time).
     ``trace``: keep the per-task spans for :func:`sim.trace.write_chrome_trace`.
+    ``symmetry``: simulate identical data-parallel replicas and tensor-parallel ranks once
+    when the run is provably symmetric (``sim.symmetry``; exact, same figures); False
+    simulates every copy.
     """
 
     ideal: bool = False
     link_model: str = "fifo"
     trace: bool = False
+    symmetry: bool = True
 
     def __post_init__(self) -> None:
         if self.link_model not in LINK_MODELS:

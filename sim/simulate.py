@@ -13,6 +13,7 @@ from distplan.sim.options import SimOptions
 from distplan.sim.period import steady_period
 from distplan.sim.program import build_program
 from distplan.sim.schedule import repeats
+from distplan.sim.symmetry import Symmetry, find_symmetry
 from distplan.sim.taskgraph import K_B, K_F, K_XFER, KIND_NAMES
 from distplan.sim.iteration import iteration_s
 from distplan.sim.result import SimResult
@@ -23,10 +24,11 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) ->
     opts = options or SimOptions()
     _validate(problem, plan)
     static_links = opts.ideal and opts.link_model == "fifo"
-    prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links)
-    net = expand(prog, plan)
+    sym = find_symmetry(problem, plan, opts.ideal, opts.trace) if opts.symmetry else None
+    prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links, sym=sym)
+    net = expand(prog, plan if sym is None else sym.reduced)
     r = run(net, prog, opts.link_model)
-    return _measure(problem, plan, opts, prog, net, r)
+    return _measure(problem, plan, opts, prog, net, r, sym)
 
 
 def _validate(problem: Problem, plan: Plan) -> None:
@@ -60,7 +62,12 @@ def _either(names: tuple[str, ...]) -> str:
     return " or ".join(repr(n) for n in names)
 
 
-def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> SimResult:
+def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: Symmetry | None) -> SimResult:
+    """The run's figures; under a symmetry reduction, the full run's (every device and
+    link repeats its representative's timeline, microbatch m completes with the copy's
+    m // replicas)."""
+    rr = sym.replicas if sym is not None else 1
+    factor = sym.factor if sym is not None else 1
     D, L = prog.D, prog.L
     T, U, units = net.T, net.U, net.units
     beg, fin = r.beg, r.fin
@@ -72,11 +79,11 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
         lat = np.asarray(prog.server_latency)[server]
         end = np.where(ran & (server >= D), fin - lat, end)
     makespan = float(fin[ran].max(initial=0.0))
-    M = prog.M
-    done = _completions(prog, net, fin)
-    period, steady = _period(plan, prog, done, makespan, opts.link_model)
+    M = plan.microbatches
+    done = np.repeat(_completions(prog, net, fin), rr)
+    period, steady = _period(plan, prog, done, makespan, opts.link_model, rr)
     if not steady and repeats(plan.schedule):
-        period, steady = _period_from_longer_run(plan, prog, opts, period)
+        period, steady = _period_from_longer_run(plan, prog, opts, period, sym)
     if not period > 0:
         period = makespan / M if makespan > 0 else 0.0
     thr = problem.graph.batch_size / period if period > 0 else float("inf")
@@ -90,8 +97,11 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
     node_bytes = _per_node(prog.nbytes, prog.x_nbytes, U, float)
     link_bytes = np.bincount(server[link_mask] - D, weights=node_bytes[link_mask], minlength=L)[:L]
     kind = np.tile(np.asarray(prog.kind), U)
-    n_tasks = int(np.count_nonzero(net.valid & ((kind == K_F) | (kind == K_B))))
+    n_tasks = factor * int(np.count_nonzero(net.valid & ((kind == K_F) | (kind == K_B))))
     peak_all, peak_own = peak_memory(prog, units, T, beg, end, fin, net.micro)
+    if sym is not None:   # every device / link repeats its representative
+        dev_busy, peak_all, peak_own = dev_busy[sym.device_rep], peak_all[sym.device_rep], peak_own[sym.device_rep]
+        link_busy, link_bytes = link_busy[sym.link_rep], link_bytes[sym.link_rep]
     span = makespan if makespan > 0 else 1.0
     events = _events(problem, prog, net, beg, end - beg, ran) if opts.trace else None
     it_s, opt_s = iteration_s(problem, plan, makespan)
@@ -100,7 +110,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r) -> Si
         device_busy_s=dev_busy, device_busy_fraction=dev_busy / span,
         link_busy_s=link_busy, link_busy_fraction=link_busy / span, link_bytes=link_bytes,
         peak_memory_bytes=peak_all, peak_own_memory_bytes=peak_own, microbatch_done_s=done,
-        n_tasks=n_tasks, n_nodes=int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
+        n_tasks=n_tasks, n_nodes=factor * int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
         iteration_s=it_s, optimizer_s=opt_s,
         step_throughput_per_s=M * problem.graph.batch_size / it_s if it_s > 0 else float("inf"),
     )
@@ -124,14 +134,17 @@ def _completions(prog, net, fin: np.ndarray) -> np.ndarray:
     return done[:prog.M]
 
 
-def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str) -> tuple[float, bool]:
-    """(period, steady); never below the busiest server's work per microbatch."""
+def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str,
+            replicas: int = 1) -> tuple[float, bool]:
+    """(period, steady); never below the busiest server's work per microbatch. ``prog``
+    may be a reduced program of ``replicas`` identical copies (its rounds and work per
+    microbatch then count one copy's microbatches; ``done`` is the full run's)."""
     M = len(done)
-    floor = work_per_microbatch(prog, link_model)
+    floor = work_per_microbatch(prog, link_model) / replicas
     if plan.schedule == "gpipe" or not np.all(np.isfinite(done)):
         return max(makespan / M, floor), False
     off = prog.offset
-    tail = (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
+    tail = replicas * (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
     return steady_period(done, tail, floor)
 
 
@@ -152,25 +165,34 @@ def work_per_microbatch(prog, link_model: str) -> float:
 PERIOD_NODE_BUDGET = 1_000_000
 
 
-def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float) -> tuple[float, bool]:
+def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float,
+                            sym: Symmetry | None = None) -> tuple[float, bool]:
     """The steady-state period does not depend on the microbatch count. When the plan's
     run is too short to reach it (pipeline fill, or two servers whose loads nearly tie
     and take long to settle which one paces the pipeline), run the same program with
-    4 x (rounds of fill) + 64 microbatches, then 4 times more each time, within
-    PERIOD_NODE_BUDGET nodes; the longest run's estimate stands if none settles."""
+    4 x (rounds of fill) + 64 microbatches (rounded up to whole replica cycles), then 4
+    times more each time, within PERIOD_NODE_BUDGET nodes of the full run; the longest
+    run's estimate stands if none settles. A reduced program (``sym``) runs its copy's
+    share of those microbatches."""
     import dataclasses
 
+    rr = sym.replicas if sym is not None else 1
+    factor = sym.factor if sym is not None else 1
+    run_plan = plan if sym is None else sym.reduced
     off = prog.offset
-    M2 = max(4 * ((max(off) - min(off)) if off else 0) + 64, 2 * prog.M)
+    C = prog.C * rr
+    M2 = max(4 * rr * ((max(off) - min(off)) if off else 0) + 64, 2 * plan.microbatches)
+    M2 = -(-M2 // C) * C
     best = (period, False)
-    while M2 * prog.T <= PERIOD_NODE_BUDGET:
-        prog2 = dataclasses.replace(prog, M=M2)
-        plan2 = dataclasses.replace(plan, microbatches=M2)
+    while M2 * prog.T * factor <= PERIOD_NODE_BUDGET:
+        prog2 = dataclasses.replace(prog, M=M2 // rr)
+        plan2 = dataclasses.replace(run_plan, microbatches=M2 // rr)
         net2 = expand(prog2, plan2)
         r2 = run(net2, prog2, opts.link_model)
         fin2 = r2.fin
-        done2 = _completions(prog2, net2, fin2)
-        best = _period(plan2, prog2, done2, float(fin2.max(initial=0.0)), opts.link_model)
+        done2 = np.repeat(_completions(prog2, net2, fin2), rr)
+        best = _period(dataclasses.replace(plan, microbatches=M2), prog2, done2, float(fin2.max(initial=0.0)),
+                       opts.link_model, rr)
         if best[1]:
             break
         M2 *= 4

@@ -21,6 +21,7 @@ from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
+from distplan.sim.symmetry import Symmetry, hierarchical_groups
 
 # node kinds
 K_F, K_B, K_CAST_F, K_CAST_B, K_XFER, K_COLL = range(6)
@@ -140,7 +141,12 @@ class Program:
 
 
 class _Builder:
-    def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool):
+    def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool, sym: Symmetry | None = None):
+        # with a symmetry reduction, ``plan`` is the reduced plan and ``full`` the user's
+        self.full = plan
+        self.sym = sym
+        if sym is not None:
+            plan = sym.reduced
         self.pb, self.plan = problem, plan
         topo = problem.topology
         self.topo = topo
@@ -149,7 +155,9 @@ class _Builder:
         self.prog = Program(self.D, self.L, C, plan.microbatches, problem.training, plan.schedule,
                             static_links=static_links)
         self.qs = [problem.q_index(p) for p in plan.op_precision]
-        self.again = recomputed(problem, plan)
+        self.again = recomputed(problem, self.full)
+        self.one_rank = sym is not None and sym.ranks > 1      # simulate rank 0 of each group
+        self.one_replica = sym is not None and sym.replicas > 1
         self.bwd_nodes: dict[int, list[list[int]]] = {}
         self.bw = [float(x) for x in problem.link_bw_bytes_per_s]
         self.lat = [0.0 if ideal else float(x) for x in problem.link_latency_s]
@@ -162,6 +170,14 @@ class _Builder:
         self.edges = problem.edges.tolist()
 
     # --- pieces ---------------------------------------------------------------
+    def route(self, a: int, b: int) -> tuple[int, ...]:
+        """The links a -> b (representative links under a symmetry reduction)."""
+        return self.topo.route(a, b) if self.sym is None else self.sym.route(self.topo, a, b)
+
+    def ranks(self, G) -> list[tuple[int, int]]:
+        """(rank, device) of a group that are simulated: all, or rank 0 alone."""
+        return [(0, G[0])] if self.one_rank else list(enumerate(G))
+
     def chain(self, src: int, path: list[int], nbytes: float, p: int, phase: int, e: int, op: int):
         """Link nodes carrying ``nbytes`` along the devices ``path`` (hop by hop, each hop
         on its route). Returns (last node, first link node or None). Relay buffers are
@@ -171,7 +187,7 @@ class _Builder:
         first_preds = src if isinstance(src, list) else [src]
         pending_relay = None  # (device, arrival node) waiting for the next hop's first link
         for a, b in zip(path, path[1:]):
-            route = topo.route(a, b)
+            route = self.route(a, b)
             if not route:
                 continue
             for i, l in enumerate(route):
@@ -195,12 +211,13 @@ class _Builder:
         n = len(devs)
         chunk = nbytes / n
         arrived = list(own)
-        for _ in range(2 * (n - 1)):
-            nxt = [0] * n
-            for i in range(n):
+        m = len(own)   # n, or 1 under a rank reduction: by symmetry rank n-1's chunk
+        for _ in range(2 * (n - 1)):   # reaches rank 0 when rank 0's reaches rank 1
+            nxt = [0] * m
+            for i in range(m):
                 preds = [arrived[i]] if arrived[i] == own[i] else [arrived[i], own[i]]
                 last, _ = self.chain(preds, [devs[i], devs[(i + 1) % n]], chunk, p, phase, -1, op)
-                nxt[(i + 1) % n] = last
+                nxt[(i + 1) % m] = last
             arrived = nxt
         return arrived
 
@@ -227,7 +244,7 @@ class _Builder:
                 u = self.edges[e][0]
                 ku = plan.op_stage[u]
                 Gu = where[ku]
-                for j, d in enumerate(G):
+                for j, d in self.ranks(G):
                     first = None
                     if ku == k:
                         ju, src = j, out_at[u][j]
@@ -256,7 +273,7 @@ class _Builder:
                     fpreds[j].append(cast if cast is not None else src)
             op = pb.graph.ops[v]
             tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
-            for j, d in enumerate(G):
+            for j, d in self.ranks(G):
                 f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
                              K_F, p, v, fpreds[j], 0)
                 Fn[v].append(f)
@@ -275,7 +292,7 @@ class _Builder:
             nb = float(pb.act_bytes[v, qs[v]]) * (tp_output_share(pb.graph.ops[v], len(G), sp) if len(G) > 1 else 1.0)
             # stream: what no other op reads (a fused op's inner tensors) dies with the op
             inner = 0.0 if pb.training else max(0.0, nb - float(pb.send_bytes[v, qs[v]]))
-            for j, d in enumerate(G):
+            for j, d in self.ranks(G):
                 rel = tuple(releases[v][j]) or (Fn[v][j],)
                 if inner > 0:
                     prog.buffers.append(Buffer(d, inner, Fn[v][j], False, (Fn[v][j],), True))
@@ -300,13 +317,13 @@ class _Builder:
             k = plan.op_stage[v]
             G = where[k]
             tv = len(G)
-            bpreds: list[list[int]] = [[Fn[v][j]] for j in range(tv)]
+            bpreds: list[list[int]] = [[Fn[v][j]] for j in range(len(Fn[v]))]
             patch_buf: list[list[int]] = [[] for _ in range(tv)]
             for e in self.out_edges[v]:
                 w = self.edges[e][1]
                 kw = plan.op_stage[w]
                 Gw = where[kw]
-                for j, d in enumerate(G):
+                for j, d in self.ranks(G):
                     jw = j % len(Gw)
                     dw = Gw[jw]
                     src = grad_at[w][jw]
@@ -329,7 +346,7 @@ class _Builder:
                         bpreds[j].append(last)
             op = pb.graph.ops[v]
             tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
-            for j, d in enumerate(G):
+            for j, d in self.ranks(G):
                 bt = tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
                 if self.again[v]:   # recomputation: the forward runs again first
                     bt += tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
@@ -358,7 +375,7 @@ class _Builder:
             o = pb.tied_owner[v]
             tied = pb.tied_bytes[v, self.qs[v]] if o >= 0 and plan.op_stage[o] != k else 0.0
             for d in st.devices:
-                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel - zero_saved_bytes(pb, plan, v)
+                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v)
         prog.static_bytes = stat
         if pb.training:
             self.allreduce()
@@ -376,7 +393,7 @@ class _Builder:
         It starts after each replica's last task, or with ``plan.overlap_grad_reduce``
         one bucket per op right after that op's last backward on the device."""
         pb, plan = self.pb, self.plan
-        for k, st in enumerate(plan.stages):
+        for k, st in enumerate(self.full.stages):   # the user's replicas, also when reduced
             r, tp = st.replicas, st.tensor_parallel
             if r < 2:
                 continue
@@ -386,10 +403,10 @@ class _Builder:
                 nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[self.qs[v]] for v in bucket) / tp
                 if nbytes <= 0:
                     continue
-                for j in range(tp):
+                for j in range(1 if self.one_rank else tp):
                     devs = [st.devices[i * tp + j] for i in range(r)]
                     start = [self._anchor(d, k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
-                             for i, d in enumerate(devs)]
+                             for i, d in enumerate(devs[:1] if self.one_replica else devs)]
                     self._reduce(devs, start, nbytes, k, st.zero)
 
     def _anchor(self, d: int, k: int, replica: int, rank: int, op: int | None) -> int:
@@ -405,28 +422,24 @@ class _Builder:
 
     def _ring_steps(self, devs: list[int], arrived: list[int], chunk: float, steps: int, k: int) -> list[int]:
         n = len(devs)
+        m = len(arrived)   # n, or 1 under a replica reduction (as in ``ring``)
         for _ in range(steps):
-            nxt = [0] * n
-            for i in range(n):
+            nxt = [0] * m
+            for i in range(m):
                 last = arrived[i]
-                for l in self.topo.route(devs[i], devs[(i + 1) % n]):
+                for l in self.route(devs[i], devs[(i + 1) % n]):
                     last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], k)
-                nxt[(i + 1) % n] = last
+                nxt[(i + 1) % m] = last
             arrived = nxt
         return arrived
 
     def _reduce(self, devs: list[int], start: list[int], nbytes: float, k: int, zero: int) -> None:
         r = len(devs)
-        nodes = [self.topo.devices[d].node for d in devs]
-        groups: dict[int, list[int]] = {}
-        for i, nd in enumerate(nodes):
-            groups.setdefault(nd, []).append(i)
-        sizes = {len(g) for g in groups.values()}
-        if self.plan.dp_allreduce != "hierarchical" or len(groups) < 2 or len(sizes) != 1 or sizes == {1}:
+        members = hierarchical_groups(self.topo, devs) if self.plan.dp_allreduce == "hierarchical" else None
+        if members is None:
             self._ring_steps(devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), k)
             return
-        g = sizes.pop()
-        members = list(groups.values())
+        g = len(members[0])
         arrived = list(start)
         for grp in members:   # reduce-scatter inside each node
             out = self._ring_steps([devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1, k)
@@ -455,7 +468,8 @@ class _Builder:
         return len(prog.x_server) - 1
 
 
-def build_task_graph(problem: Problem, plan: Plan, ideal: bool = False, static_links: bool = False) -> Program:
+def build_task_graph(problem: Problem, plan: Plan, ideal: bool = False, static_links: bool = False,
+                     sym: Symmetry | None = None) -> Program:
     """The node types, buffers and collectives of ``plan`` on ``problem`` (no schedule yet);
-    ``ideal``: links have no latency."""
-    return _Builder(problem, plan, ideal, static_links).build()
+    ``ideal``: links have no latency; ``sym``: simulate one copy (``sim.symmetry``)."""
+    return _Builder(problem, plan, ideal, static_links, sym).build()
