@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.api.problem import problem as make_problem
+from distplan.sim.symmetry import find_symmetry
+from distplan.costs.recompute import recomputed
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.check import plan_violations
@@ -100,6 +102,7 @@ class WhatIf:
     samples_per_s: float
     model_tflops_per_device: float
     peak_memory_bytes: float
+    hardware_tflops_per_device: float   # with the recomputed forwards
     compute_share: float
     exposed_comm_share: float
     bubble_share: float
@@ -116,7 +119,8 @@ class WhatIf:
             f"{s.op_precision[0]}, {s.schedule}",
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
-            f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device",
+            f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
+            f"{self.hardware_tflops_per_device:.4g})",
             f"memory           {self.peak_memory_bytes / 2**30:.2f} GiB peak per device (capacity {cap / 2**30:.1f} GiB)"
             + ("  OVER CAPACITY" if self.peak_memory_bytes > cap else ""),
             f"time             compute {self.compute_share:.1%}, exposed communication {self.exposed_comm_share:.1%}, "
@@ -131,6 +135,7 @@ class WhatIf:
                 "microbatches": self.plan.microbatches, "iteration_s": self.iteration_s,
                 "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
                 "model_tflops_per_device": self.model_tflops_per_device,
+                "hardware_tflops_per_device": self.hardware_tflops_per_device,
                 "peak_memory_bytes": self.peak_memory_bytes, "compute_share": self.compute_share,
                 "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
                 "optimizer_s": self.sim.optimizer_s}
@@ -158,13 +163,15 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     M = global_batch // microbatch_size
     p = make_problem(workload, topology, batch_size=microbatch_size, seq_len=seq_len, mode=mode,
                      precisions=(precision,), microbatches=M, schedule=schedule)
-    tasks = p.n_ops * tp * M * (2 if p.training else 1)
-    if tasks > MAX_TASKS:
-        raise DistplanError(f"this configuration expands to {tasks:,} operator tasks, more than the simulator "
-                            f"takes here ({MAX_TASKS:,}); use a smaller global batch, dp or tp (the "
-                            "simulator does not yet collapse identical replicas)")
     plan = megatron_plan(p, dp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
                          overlap_grad_reduce)
+    sym = find_symmetry(p, plan, ideal=False, trace=False)
+    copies = sym.factor if sym is not None else 1   # identical replicas/ranks simulated once
+    tasks = p.n_ops * tp * M * (2 if p.training else 1) // copies
+    if tasks > MAX_TASKS:
+        raise DistplanError(f"this configuration expands to {tasks:,} operator tasks after merging identical "
+                            f"replicas and ranks, more than the simulator takes here ({MAX_TASKS:,}); use a "
+                            "smaller global batch, dp or tp")
     bad = plan_violations(p if check_memory else _unbounded_memory(p), plan)
     if bad:
         raise DistplanError("the configuration does not fit: " + "; ".join(bad[:3]))
@@ -180,5 +187,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         shares = (busy / it, comm / it, max(0.0, 1.0 - busy / it - comm / it))
     else:
         shares = (busy / it, math.nan, math.nan)
+    again = recomputed(p, plan)
+    hw = flops + M * math.fsum(op.fwd_flops for v, op in enumerate(p.graph.ops) if again[v])
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
-                  float(np.max(sim.peak_memory_bytes[used])), *shares, global_batch)
+                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch)
