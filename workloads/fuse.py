@@ -161,13 +161,12 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int]) -> Graph:
             continue
         touched = math.fsum(0.0 if viewlike[v] else ops[v].touched_elems for v in mem)
         outside: dict[int, list[int]] = defaultdict(list)
-        for v in mem:
+        for v in (v for v in mem if not viewlike[v]):
             for u, e in preds[v]:
-                if not viewlike[v]:
-                    touched -= e                      # every read of a tensor is re-counted below
-                if grp[u] != k:
+                touched -= e                          # every read of a tensor is re-counted below:
+                if grp[root[u]] != k:                 # once if its data comes from outside, else never
                     outside[root[u]].append(e)
-            if not viewlike[v] and not leaves(v):
+            if not leaves(v):
                 touched -= ops[v].out_elems           # an intermediate: never written
         touched += sum(size(r, es) for r, es in outside.items())
         out = sum(written(v) for v in mem if leaves(v))
@@ -193,7 +192,7 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int]) -> Graph:
     tensors = tuple(Tensor(ops[names[a]].name, ops[names[b]].name, int(sum(size(r, es) for r, es in by.items())))
                     for (a, b), by in flows.items())
     return Graph(name=g.name, ops=tuple(new_ops), tensors=tensors, mode=g.mode, batch_size=g.batch_size,
-                 seq_len=g.seq_len)
+                 seq_len=g.seq_len, import_warnings=g.import_warnings)
 
 
 def _anchor(ops: tuple[Operator, ...], mem: list[int]) -> int:

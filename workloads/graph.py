@@ -87,11 +87,14 @@ class Graph:
     mode: str = "inference"
     batch_size: int = 1
     seq_len: int | None = None
+    #: what the importer warned about (unknown operators, estimated sizes), one line each
+    import_warnings: tuple[str, ...] = field(default=(), repr=False, compare=False, hash=False)
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
         object.__setattr__(self, "tensors", tuple(self.tensors))
+        object.__setattr__(self, "import_warnings", tuple(str(w) for w in self.import_warnings))
         _validate(self)
         order = _topological_order(self.ops, self.tensors, self.name)
         object.__setattr__(self, "ops", tuple(self.ops[i] for i in order))
@@ -139,7 +142,7 @@ class Graph:
 
     def with_mode(self, mode: str) -> "Graph":
         """The same graph run for ``mode`` ('inference' or 'training')."""
-        return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len)
+        return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len, self.import_warnings)
 
 
 def _check_number(value: float, what: str) -> None:

@@ -88,19 +88,21 @@ class Walk:
                 return "attn_context"
         return "attn_score"
 
-    def warn_unknown(self, source: str, noun: str, what: str, stacklevel: int) -> None:
+    def warn_unknown(self, source: str, noun: str, what: str, stacklevel: int) -> list[str]:
         """One UnknownOperatorWarning per unknown type (``stacklevel`` counted from the
-        caller of this method)."""
+        caller of this method); returns the messages (the Graph keeps them)."""
+        out = []
         for kind, where in self.unknown.items():
-            warnings.warn(
-                f"{source}: {len(where)} {noun} of unknown {what} {kind!r} (first: {where[0]!r}) "
-                f"imported with a pessimistic cost of {oc.UNKNOWN_FLOPS_PER_ELEM} FLOPs per touched element",
-                UnknownOperatorWarning, stacklevel=stacklevel + 1)
+            out.append(f"{source}: {len(where)} {noun} of unknown {what} {kind!r} (first: {where[0]!r}) "
+                       f"imported with a pessimistic cost of {oc.UNKNOWN_FLOPS_PER_ELEM} FLOPs per touched element")
+            warnings.warn(out[-1], UnknownOperatorWarning, stacklevel=stacklevel + 1)
+        return out
 
 
 def build_graph(name: str, ops: list[Operator], edges: Mapping[tuple[int, int], int], mode: str,
-                batch_size: int, seq_len: int | None) -> Graph:
+                batch_size: int, seq_len: int | None, import_warnings: Iterable[str] = ()) -> Graph:
     """The Graph of ``ops`` with one Tensor per (producer, consumer) pair of ``edges``
-    (elements summed)."""
+    (elements summed), keeping the importer's warnings."""
     tensors = tuple(Tensor(ops[u].name, ops[w].name, int(n)) for (u, w), n in edges.items())
-    return Graph(name=name, ops=tuple(ops), tensors=tensors, mode=mode, batch_size=batch_size, seq_len=seq_len)
+    return Graph(name=name, ops=tuple(ops), tensors=tensors, mode=mode, batch_size=batch_size, seq_len=seq_len,
+                 import_warnings=tuple(import_warnings))

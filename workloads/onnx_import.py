@@ -23,8 +23,10 @@ What becomes what:
   that parameter again (a tie: GPT-2's head after the exporter folded ``Transpose(wte)``);
   a constant-filled one (zero biases, unit norm scales of a fresh model, which exporters
   merge into one initializer) is owned by every operator that reads it; one of leading
-  size 1 added to attention scores is a mask or position bias the exporter folded, not a
-  parameter;
+  size 1 (or constant-filled) added to attention scores is a mask or position bias the
+  exporter folded, not a parameter; one that repeats a parameter along its leading axis
+  is that parameter (a folded ``Expand``: ViT's class token over the batch); the
+  initial states of LSTM/GRU/RNN nodes are inputs, not parameters;
 - a tensor from one operator to another becomes a ``Tensor`` edge (several tensors
   between the same two operators are summed, each distinct tensor counted once);
   graph inputs and outputs are not operators;
@@ -79,6 +81,8 @@ _FAMILY: dict[str, str] = family_table({
 })
 _MATMUL = {"MatMul", "MatMulInteger", "Gemm", "Conv", "ConvTranspose", "ConvInteger",
            "Attention", "MultiHeadAttention", "Einsum", "Gather", "LSTM", "GRU", "RNN", "Resize", "Upsample"}
+#: recurrent layers: inputs X, W, R, B are read as weights; sequence_lens and the initial states are not
+_RECURRENT = {"LSTM", "GRU", "RNN"}
 #: scatters that combine the updates with the data (one FLOP per update element)
 _SCATTERS = {"ScatterND", "ScatterElements"}
 
@@ -212,7 +216,8 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         if _FAMILY.get(node.op_type) == "add" and any(ops[st.producer[x]].kind == "attn_score"
                                                       for x in ins if x in st.producer):
             _score_constants(ins, st)
-        param, tied = st.claim([p for x in dict.fromkeys(ins) for p in sorted(st.origin.get(x, ()))
+        weights = [x for x in node.input[:4] if x] if node.op_type in _RECURRENT else ins  # not initial states
+        param, tied = st.claim([p for x in dict.fromkeys(weights) for p in sorted(st.origin.get(x, ()))
                                 if p in st.param_elems], op_name)
         op, family = _cost(node, op_name, ins, param, st)
         op = oc.tie_operator(op, tied)
@@ -227,17 +232,18 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
                 st.producer[y] = v
     if not ops:
         raise DistplanError(f"ONNX model {default_name!r} has no operator that depends on an input")
-    st.warn_unknown("ONNX import", "operator(s)", "type", stacklevel=2)
+    said = st.warn_unknown("ONNX import", "operator(s)", "type", stacklevel=2)
     if st.guessed:
         first = next(iter(st.guessed))
-        warnings.warn(
+        said.append(
             f"ONNX import: shape inference gave no static shape for {len(st.guessed)} tensor(s) behind "
             f"operators of unknown type (first: {first!r}, behind {st.guessed[first]!r}); each was taken to be "
-            f"as large as its operator's largest input",
-            UnknownOperatorWarning, stacklevel=2)
+            f"as large as its operator's largest input")
+        warnings.warn(said[-1], UnknownOperatorWarning, stacklevel=2)
     ops = _label_heads(ops, st, outputs)
     b, s = _batch_and_seq(graph_inputs, st, onnx)
-    g = build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s)
+    g = build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s,
+                    said)
     return fuse_graph(g) if fuse else g
 
 
@@ -252,7 +258,7 @@ def _score_constants(ins: list[str], st: _State) -> None:
     for x in ins:
         for p in st.origin.get(x, ()):
             shape = st.shape[p]
-            if p in st.param_elems and p not in st.claimed and len(shape) >= 2 and shape[0] == 1:
+            if p in st.param_elems and p not in st.claimed and len(shape) >= 2 and (shape[0] == 1 or p in st.copies):
                 del st.param_elems[p]
                 st.copies.discard(p)
 
@@ -280,9 +286,33 @@ def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
         except ValueError:  # dims without data (a model built for its shapes alone): no values to compare
             pass
     st.copies.update(n for n, a in arrays.items() if a.size > 1 and bool((a == a.flat[0]).all()))
-    for alias, owner in _same_values({n: a for n, a in arrays.items() if n not in st.copies}).items():
+    distinct = {n: a for n, a in arrays.items() if n not in st.copies}
+    for alias, owner in {**_broadcasts(distinct), **_same_values(distinct)}.items():
+        if owner == alias:   # a broadcast whose source was folded away: one row is the parameter
+            st.param_elems[alias] = int(arrays[alias][0].size)
+            continue
         del st.param_elems[alias]
         st.origin[alias] = frozenset({owner})
+
+
+def _broadcasts(arrays: dict[str, Any]) -> dict[str, str]:
+    """{initializer: the parameter it repeats along its leading axis (itself when that
+    parameter is not stored apart)}: a folded ``Expand(param, batch)`` (ViT's class token
+    expanded over the batch)."""
+    import numpy as np  # noqa: PLC0415
+
+    by_size: dict[int, list[str]] = defaultdict(list)
+    for n, a in arrays.items():
+        by_size[a.size].append(n)
+    out: dict[str, str] = {}
+    for n, a in arrays.items():
+        if a.ndim < 2 or a.shape[0] < 2 or not bool((a == a[:1]).all()):
+            continue
+        row = a[0].reshape(-1)
+        owner = next((k for k in by_size.get(row.size, ()) if k != n
+                      and np.array_equal(arrays[k].reshape(-1), row)), None)
+        out[n] = owner if owner is not None else n
+    return out
 
 
 def _same_values(arrays: dict[str, Any]) -> dict[str, str]:

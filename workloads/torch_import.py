@@ -294,14 +294,14 @@ def _build(gm: Any, torch: Any, first: Any, mode: str, label: str, lifted: dict[
         w.producer[node] = v
     if not ops:
         raise DistplanError(f"module {label!r} traced to no tensor operation")
-    w.warn_unknown("torch import", "node(s)", "operation", stacklevel=3)
+    said = w.warn_unknown("torch import", "node(s)", "operation", stacklevel=3)
     ops = _label_heads(gm, w, ops)
     b, s = 1, None
     if isinstance(first, torch.Tensor) and first.dim() >= 1:
         b = int(first.shape[0])
         if first.dim() == 2 and not first.is_floating_point():
             s = int(first.shape[1])
-    return build_graph(label, ops, edges, mode, b, s)
+    return build_graph(label, ops, edges, mode, b, s, said)
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:

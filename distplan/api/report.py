@@ -131,6 +131,7 @@ class SolveReport:
                 "plan": plan_to_dict(r.plan, p),
             } for r in self.plans],
             "dropped": [{"reason": why, "plan": plan_to_dict(plan, p)} for plan, why in self.dropped],
+            "warnings": list(g.import_warnings),
         })
 
     def table(self) -> str:
@@ -172,6 +173,8 @@ class SolveReport:
                          f"{p.microbatches} microbatches (fill, drain, exposed all-reduce, optimizer update)")
         for _, why in self.dropped:
             lines.append(f"note: a plan the solver returned was dropped: {why}")
+        for what in g.import_warnings:
+            lines.append(f"warning: {what}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
