@@ -22,7 +22,10 @@ from distplan.workloads.zoo import get_workload  # noqa: E402
 def test_onnx_gpt2_within_5_percent_of_zoo_gpt2():
     topo, opts = get_topology("mcm4x4"), ProblemOptions()
     zoo = get_workload("gpt2", seq_len=512)
-    fine = import_onnx(transformer_onnx(GPT2_SMALL, zoo.batch_size, zoo.seq_len), name="gpt2-onnx")
+    model = transformer_onnx(GPT2_SMALL, zoo.batch_size, zoo.seq_len)
+    fused = import_onnx(model, name="gpt2-onnx")   # kernel fusion (issue 12): fewer kernels than the zoo's ops
+    assert len(fused.ops) <= len(zoo.ops) and fused.fwd_flops == import_onnx(model, fuse=False).fwd_flops
+    fine = import_onnx(model, name="gpt2-onnx", fuse=False)
     assert fine.param_elems == zoo.param_elems
     assert len(fine.ops) > 300     # the solve goes through coarsening, as solve.py's would
     pz = build_problem(zoo, topo, opts)
