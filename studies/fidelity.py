@@ -1,0 +1,279 @@
+"""Fidelity against published measurements: large GPT training runs on A100 clusters,
+simulated through the what-if path (``api.configs.whatif``) and compared with the
+figure their paper reports.
+
+Every row is a published configuration with its citation (``Row``); nothing here is
+fitted per row. The device figures are the presets' (``topologies.kinds``: A100 dense
+bf16 peak 312 TFLOP/s, one efficiency for every matmul, ``GPU_EFFICIENCY``), sourced in
+docs/HARDWARE.md. Two kinds of figure are compared:
+
+- ``iteration_s``: seconds per optimizer step (Korthikanti et al. 2022, Table 5);
+- ``paper_tflops``: per-GPU TFLOP/s as Narayanan et al. 2021 count them (their Eq. 3,
+  ``F = 96 B s l h^2 (1 + s/6h + V/16lh)``, which includes the recomputed forward),
+  i.e. F / (GPUs x simulated iteration time).
+
+``stored`` is the simulated figure this module last produced (``--update`` prints the
+values to paste); ``tests/test_fidelity.py`` keeps it from drifting. Run
+``python -m distplan.studies.fidelity [--rows K1,K2] [--json] [--markdown] [--cap-s S]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from distplan.api.configs import whatif
+from distplan.core.errors import DistplanError
+
+NARAYANAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
+             "Using Megatron-LM (SC21)")
+NARAYANAN_URL = "https://arxiv.org/abs/2104.04473"
+KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (MLSys23)"
+KORTHIKANTI_URL = "https://arxiv.org/abs/2205.05198"
+#: both papers: sequence 2048, vocabulary 51,200 (the zoo's GPT-3 graphs use 50,257)
+SEQ_LEN = 2048
+PAPER_VOCAB = 51200
+DEFAULT_CAP_S = 900.0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published run. ``metric`` is ``iteration_s`` or ``paper_tflops``; ``stored``
+    the simulated figure last recorded (None: not run yet)."""
+
+    key: str
+    source: str
+    url: str
+    table: str
+    hidden: int
+    layers: int
+    heads: int
+    tp: int
+    pp: int
+    dp: int
+    microbatch: int
+    global_batch: int
+    recompute: str
+    sequence_parallel: bool
+    metric: str
+    published: float
+    stored: float | None = None
+    note: str = ""
+    kind: str = "a100"
+    seq_len: int = SEQ_LEN
+    vocab: int = PAPER_VOCAB
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def workload(self) -> str:
+        """The zoo's GPT-3-shaped decoder of this size (workloads/zoo/catalog.py)."""
+        return "gpt3-175b" if (self.hidden, self.layers, self.heads) == (12288, 96, 96) else \
+            f"gpt3-{self.hidden}x{self.layers}x{self.heads}"
+
+    @property
+    def topology(self) -> str:
+        return f"{self.kind}x{self.gpus}"
+
+    def describe(self) -> str:
+        sp = " +SP" if self.sequence_parallel else ""
+        return (f"h{self.hidden} L{self.layers} a{self.heads}, tp{self.tp} pp{self.pp} dp{self.dp} = {self.gpus} GPUs, "
+                f"mb {self.microbatch} gb {self.global_batch}, recompute {self.recompute}{sp}")
+
+
+def paper_flops(row: Row) -> float:
+    """FLOPs of one iteration as Narayanan et al. count them (Eq. 3: matmuls only, the
+    recomputed forward included)."""
+    B, s, l, h, V = row.global_batch, row.seq_len, row.layers, row.hidden, row.vocab
+    return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+_N = dict(source=NARAYANAN, url=NARAYANAN_URL, recompute="full", sequence_parallel=False,
+          metric="paper_tflops", microbatch=1)
+_K = dict(source=KORTHIKANTI, url=KORTHIKANTI_URL, dp=1, metric="iteration_s")
+_INTERLEAVED = "published run used the interleaved 1F1B schedule (3 chunks per stage), which the simulator lacks"
+_MB = "microbatch size not published for Table 1; 1 assumed (as Table 2's PTD-P rows)"
+
+ROWS: tuple[Row, ...] = (
+    Row("K1", table="Table 5 (config Table 3), selective recompute + SP", hidden=6144, layers=48, heads=64, tp=8,
+        pp=1, microbatch=4, global_batch=4, recompute="selective", sequence_parallel=True, published=1.10,
+        stored=1.010133405581311, **_K),
+    Row("K2", table="Table 5 (config Table 3), full recompute", hidden=6144, layers=48, heads=64, tp=8, pp=1,
+        microbatch=4, global_batch=4, recompute="full", sequence_parallel=False, published=1.42,
+        stored=1.3045364291304389, **_K),
+    Row("K3", table="Table 5 (config Table 3), selective recompute + SP", hidden=12288, layers=96, heads=96, tp=8,
+        pp=8, microbatch=1, global_batch=64, recompute="selective", sequence_parallel=True, published=13.75,
+        stored=14.21268020410302, note=_INTERLEAVED, **_K),
+    Row("K4", table="Table 5 (config Table 3), full recompute", hidden=12288, layers=96, heads=96, tp=8, pp=8,
+        microbatch=1, global_batch=64, recompute="full", sequence_parallel=False, published=18.13,
+        stored=18.64926049281852, note=_INTERLEAVED, **_K),
+    Row("K5", table="Table 5 (config Table 3), selective recompute + SP", hidden=20480, layers=105, heads=128, tp=8,
+        pp=35, microbatch=1, global_batch=280, recompute="selective", sequence_parallel=True, published=37.83,
+        stored=41.019544271801955, note=_INTERLEAVED, **_K),
+    Row("K6", table="Table 5 (config Table 3), full recompute", hidden=20480, layers=105, heads=128, tp=8, pp=35,
+        microbatch=1, global_batch=280, recompute="full", sequence_parallel=False, published=49.05,
+        stored=53.65788746457747, note=_INTERLEAVED, **_K),
+    Row("K7", table="Table 5 (config Table 3), selective recompute + SP", hidden=25600, layers=128, heads=160, tp=8,
+        pp=64, microbatch=1, global_batch=512, recompute="selective", sequence_parallel=True, published=71.49,
+        stored=77.0530839527594, **_K),
+    Row("K8", table="Table 5 (config Table 3), full recompute", hidden=25600, layers=128, heads=160, tp=8, pp=64,
+        microbatch=1, global_batch=512, recompute="full", sequence_parallel=False, published=94.42,
+        stored=100.61272788668836, **_K),
+    Row("N1", table="Table 1 (1.7B)", hidden=2304, layers=24, heads=24, tp=1, pp=1, dp=32, global_batch=512,
+        published=137.0, stored=158.54213684677012, note=_MB, **_N),
+    Row("N2", table="Table 1 (3.6B)", hidden=3072, layers=30, heads=32, tp=2, pp=1, dp=32, global_batch=512,
+        published=138.0, stored=152.18265733859675, note=_MB, **_N),
+    Row("N3", table="Table 1 (7.5B)", hidden=4096, layers=36, heads=32, tp=4, pp=1, dp=32, global_batch=512,
+        published=142.0, stored=145.04109441845029, note=_MB, **_N),
+    Row("N4", table="Table 1 (18.4B)", hidden=6144, layers=40, heads=48, tp=8, pp=1, dp=32, global_batch=1024,
+        published=135.0, stored=136.75729792829523, note=_MB, **_N),
+    Row("N5", table="Table 1 (39.1B)", hidden=8192, layers=48, heads=64, tp=8, pp=2, dp=32, global_batch=1536,
+        published=138.0, stored=148.49020713923443, note=_MB, **_N),
+    # not run yet: over whatif's 20 M operator-task limit until identical replicas are collapsed
+    Row("N6", table="Table 1 (76.1B)", hidden=10240, layers=60, heads=80, tp=8, pp=4, dp=32, global_batch=1792,
+        published=140.0, note=_MB, **_N),
+    Row("N7", table="Table 2 (PTD-P, 174.6B, 384 GPUs)", hidden=12288, layers=96, heads=96, tp=8, pp=12, dp=4,
+        global_batch=1536, published=153.0, **_N),
+    Row("N8", table="Table 2 (PTD-P, 174.6B, 768 GPUs)", hidden=12288, layers=96, heads=96, tp=8, pp=12, dp=8,
+        global_batch=1536, published=149.0, **_N),
+)
+BY_KEY = {r.key: r for r in ROWS}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A row simulated (``simulated``, ``error`` = simulated / published - 1) or skipped
+    (``skipped`` says why). ``fits``: the simulated peak memory is within the device's."""
+
+    key: str
+    published: float
+    simulated: float | None
+    error: float | None
+    wall_s: float
+    iteration_s: float | None = None
+    peak_memory_gib: float | None = None
+    fits: bool | None = None
+    skipped: str = ""
+
+
+class RowTimeout(Exception):
+    """A row ran past its wall-time cap."""
+
+
+def _alarm(signum, frame):   # noqa: ARG001 (signal handler signature)
+    raise RowTimeout
+
+
+def simulate_row(row: Row, cap_s: float | None = None) -> Outcome:
+    """Simulate ``row`` through ``whatif`` (memory reported, not enforced: the checker's
+    static bound over-counts activations under tensor parallelism) and compare it with
+    the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread only)."""
+    t0 = time.perf_counter()
+    use_alarm = bool(cap_s) and hasattr(signal, "setitimer")
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, cap_s)
+    try:
+        w = whatif(row.workload, row.topology, dp=row.dp, tp=row.tp, pp=row.pp, microbatch_size=row.microbatch,
+                   global_batch=row.global_batch, precision="bf16", seq_len=row.seq_len, recompute=row.recompute,
+                   sequence_parallel=row.sequence_parallel, check_memory=False, breakdown=False)
+    except RowTimeout:
+        return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
+                       skipped=f"over the {cap_s:.0f} s wall-time cap")
+    except DistplanError as e:
+        return Outcome(row.key, row.published, None, None, time.perf_counter() - t0, skipped=str(e))
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    it = w.iteration_s
+    sim = it if row.metric == "iteration_s" else paper_flops(row) / (row.gpus * it) / 1e12
+    cap = float(w.problem.device_mem_bytes.min())
+    return Outcome(row.key, row.published, sim, sim / row.published - 1, time.perf_counter() - t0, it,
+                   w.peak_memory_bytes / 2**30, w.peak_memory_bytes <= cap)
+
+
+def summary(outcomes: list[Outcome]) -> tuple[float, float]:
+    """(mean absolute error, worst absolute error) over the rows that ran (NaN if none)."""
+    errs = [abs(o.error) for o in outcomes if o.error is not None]
+    if not errs:
+        return math.nan, math.nan
+    return math.fsum(errs) / len(errs), max(errs)
+
+
+UNITS = {"iteration_s": "s/iter", "paper_tflops": "TFLOP/s/GPU"}
+
+
+def _fmt(x: float | None, metric: str) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f} s" if metric == "iteration_s" else f"{x:.1f} TF/s"
+
+
+def markdown(outcomes: list[Outcome]) -> str:
+    """The README table: source, configuration, published, simulated, error."""
+    lines = ["| row | source | configuration | published | simulated | error |", "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        r = BY_KEY[o.key]
+        src = f"[{r.source.split(',')[0]}]({r.url}) {r.table}"
+        err = f"{o.error:+.1%}" if o.error is not None else f"not run: {o.skipped}"
+        lines.append(f"| {r.key} | {src} | {r.workload}: {r.describe()} | {_fmt(r.published, r.metric)} | "
+                     f"{_fmt(o.simulated, r.metric)} | {err} |")
+    mae, worst = summary(outcomes)
+    lines.append("")
+    lines.append(f"Mean absolute error {mae:.1%}, worst {worst:.1%} over "
+                 f"{sum(o.error is not None for o in outcomes)} rows.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m distplan.studies.fidelity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default=",".join(r.key for r in ROWS), help="comma-separated row keys (default: all)")
+    ap.add_argument("--cap-s", type=float, default=DEFAULT_CAP_S, help="wall-time cap per row, seconds (0: none)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document")
+    ap.add_argument("--markdown", action="store_true", help="print the README table")
+    args = ap.parse_args(argv)
+    keys = [k.strip() for k in args.rows.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in BY_KEY]
+    if unknown:
+        print(f"error: unknown row(s) {', '.join(unknown)}; rows are {', '.join(BY_KEY)}", file=sys.stderr)
+        return 2
+    outcomes = []
+    for i, k in enumerate(keys, 1):
+        r = BY_KEY[k]
+        print(f"[{i}/{len(keys)}] {k} {r.workload} on {r.topology} ...", file=sys.stderr, flush=True)
+        o = simulate_row(r, args.cap_s or None)
+        outcomes.append(o)
+        res = f"skipped ({o.skipped})" if o.error is None else \
+            f"{_fmt(o.simulated, r.metric)} vs {_fmt(r.published, r.metric)} ({o.error:+.1%})"
+        print(f"      {res}, {o.wall_s:.1f} s wall", file=sys.stderr, flush=True)
+    mae, worst = summary(outcomes)
+    if args.json:
+        print(json.dumps({"rows": [asdict(BY_KEY[o.key]) | asdict(o) for o in outcomes],
+                          "mae": mae, "worst": worst}, indent=1))
+    elif args.markdown:
+        print(markdown(outcomes))
+    else:
+        print(f"{'row':4} {'source':34} {'configuration':88} {'published':>13} {'simulated':>13} {'error':>7} "
+              f"{'wall':>7}")
+        for o in outcomes:
+            r = BY_KEY[o.key]
+            err = f"{o.error:+.1%}" if o.error is not None else "skip"
+            print(f"{r.key:4} {r.source.split(',')[0] + ' ' + r.table.split(' (')[0]:34} "
+                  f"{r.workload + ': ' + r.describe():88} {_fmt(r.published, r.metric):>13} "
+                  f"{_fmt(o.simulated, r.metric):>13} {err:>7} {o.wall_s:6.1f}s")
+            if o.skipped:
+                print(f"     not run: {o.skipped}")
+        print(f"MAE {mae:.1%}, worst {worst:.1%} over {sum(o.error is not None for o in outcomes)} of "
+              f"{len(outcomes)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
