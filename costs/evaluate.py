@@ -11,8 +11,9 @@ The period is the largest device or link load; in the simulator's ideal mode (no
 latency, overlap of compute and transfers) the steady-state period equals it.
 Recomputation (``Stage.recompute``, costs.recompute) adds the recomputed operators'
 forward time again and holds their outputs once; ZeRO-1 stages hold 1/r of the
-optimizer state. Tensor parallelism (tp > 1) is outside this model: the simulator
-handles it.
+optimizer state. Tensor parallelism (tp > 1) is outside this steady-state model; the
+training iteration of a dp x tp x pp plan, Megatron's collectives included, is
+``costs.iteration.estimate_iteration``.
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
+from distplan.costs.collectives import hierarchical_groups
 
 
 @dataclass(frozen=True)
@@ -88,18 +89,6 @@ def flat_ring(problem: Problem, plan: Plan) -> bool:
             if hierarchical_groups(topo, ring) is not None:
                 return False
     return True
-
-
-def hierarchical_groups(topology, devs: list[int]) -> list[list[int]] | None:
-    """The per-node groups (indices into ``devs``) of a hierarchical reduction, or None
-    when it is a flat ring (one node, one device per node, or unequal groups)."""
-    groups: dict[int, list[int]] = {}
-    for i, d in enumerate(devs):
-        groups.setdefault(topology.devices[d].node, []).append(i)
-    sizes = {len(g) for g in groups.values()}
-    if len(groups) < 2 or len(sizes) != 1 or sizes == {1}:
-        return None
-    return list(groups.values())
 
 
 def _dev(plan: Plan, k: int, i: int, j: int) -> int:
@@ -187,4 +176,4 @@ def _symmetry(problem: Problem, plan: Plan, rr: int, tt: int, link_rep: np.ndarr
     return Symmetry(rr, tt, reduced, dev_rep, link_rep)
 
 
-__all__ = ["Symmetry", "find_symmetry", "flat_ring", "hierarchical_groups"]
+__all__ = ["Symmetry", "find_symmetry", "flat_ring"]

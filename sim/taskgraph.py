@@ -17,50 +17,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from distplan.costs.compute import tp_shard_time_s
+from distplan.costs.tensor_parallel import (TP_ALLREDUCE_KINDS, tp_backward_allreduce, tp_divides,
+                                            tp_forward_allreduce, tp_output_share)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.sim.symmetry import Symmetry, hierarchical_groups
+from distplan.costs.collectives import hierarchical_groups
+from distplan.sim.symmetry import Symmetry
 
 # node kinds
 K_F, K_B, K_CAST_F, K_CAST_B, K_XFER, K_COLL = range(6)
 KIND_NAMES = ("F", "B", "cast", "cast_grad", "xfer", "allreduce")
-TP_ALLREDUCE_KINDS = ("matmul", "head")   # the generic rule, for ops without a tp_role
-
-
-def tp_forward_allreduce(op) -> bool:
-    """Does a tensor-parallel op all-reduce its output after the forward? (Megatron: the
-    row-parallel matmuls and the vocabulary-parallel embedding.)"""
-    if op.tp_role is None:
-        return op.kind in TP_ALLREDUCE_KINDS
-    return op.tp_role in ("row", "vocab_embedding")
-
-
-def tp_backward_allreduce(op) -> bool:
-    """Does it all-reduce its input gradient after the backward? (Megatron: the
-    column-parallel matmuls and the vocabulary-parallel head.)"""
-    if op.tp_role is None:
-        return op.kind in TP_ALLREDUCE_KINDS
-    return op.tp_role in ("column", "vocab_head")
-
-
-def tp_divides(op, sequence_parallel: bool = False) -> bool:
-    """Does the op's work divide over the group? (Not for replicated norms and adds,
-    unless sequence parallelism shards them along the sequence.)"""
-    return op.tp_role != "replicated" or sequence_parallel
-
-
-def tp_output_share(op, tv: int, sequence_parallel: bool = False) -> float:
-    """Share of the op's output one rank holds: 1/t for outputs that stay sharded
-    (column-parallel, sharded work, the vocabulary-parallel head; with sequence
-    parallelism also the norms, adds and row-parallel outputs, which are reduce-
-    scattered), else all of it."""
-    if op.tp_role in ("column", "sharded", "vocab_head"):
-        return 1.0 / tv
-    if sequence_parallel and op.tp_role in ("replicated", "row"):
-        return 1.0 / tv
-    return 1.0
 
 
 @dataclass

@@ -1,0 +1,194 @@
+"""The analytic training iteration of a dp x tp x pp plan: what the simulator's
+``iteration_s`` measures, in closed form (for planners and quick what-ifs).
+
+Per stage k, one microbatch on one rank of one replica (devices of the stage's replica 0):
+- ``F_k``: every op's forward share (``costs.compute.tp_shard_time_s``: the work divides
+  over the tensor-parallel group for the ops whose role divides, the launch does not),
+  the casts of incoming tensors, and the ring all-reduces Megatron's pattern needs after
+  the forward (``costs.tensor_parallel``): 2(t-1) steps of bytes/t, each step the
+  slowest neighbour route's sum of bytes/bandwidth + latency per link;
+- ``B_k``: the backward shares, the forward again for recomputed ops, the gradient casts,
+  and the backward all-reduces;
+- ``c_b``: the bytes crossing boundary b -> b+1 (one rank's share) over its route,
+  store and forward, both ways in training.
+
+1F1B with m_k = M / r_k microbatches per replica: the first microbatch's forward and the
+last one's backward traverse every stage (sum of F_k + B_k + 2 c_b) and in between the
+pipeline advances one microbatch per period ``P = max_k (F_k + B_k)`` (m - 1 times,
+m the largest m_k). Stage k's last backward ends sum_{j<k} (B_j + c_j) before stage
+0's; its gradient reduction (``allreduce_s``: a ring over the replicas, or reduce-scatter
+/ ring / all-gather by node when hierarchical; only the reduce-scatter under ZeRO-1)
+starts then, or is overlapped with the stage's last backward (``overlap_grad_reduce``:
+only the part longer than that backward is exposed). The optimizer step
+(``optimizer_step_per_device_s``) follows. Ignored: link contention between transfers,
+and bubbles from uneven communication inside the 1F1B window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+from distplan.costs.collectives import gradient_reduction_parts, ring_allreduce_s, ring_step_s, route_s
+from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
+from distplan.costs.problem import Problem
+from distplan.costs.recompute import recomputed
+from distplan.costs.tensor_parallel import tp_backward_allreduce, tp_divides, tp_forward_allreduce
+
+
+@dataclass(frozen=True)
+class IterationEstimate:
+    """The analytic iteration and its parts (seconds)."""
+
+    iteration_s: float
+    pipeline_s: float           # fill, steady state and drain of all microbatches
+    period_s: float             # one microbatch per replica in the steady state
+    stage_forward_s: np.ndarray   # (K,) F_k
+    stage_backward_s: np.ndarray  # (K,) B_k
+    boundary_s: np.ndarray        # (K-1,) c_b, one way
+    allreduce_s: np.ndarray       # (K,) the stage's gradient reduction
+    exposed_allreduce_s: float
+    optimizer_s: float
+
+
+def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
+    """Seconds after the run until each device has its updated parameters (0 in
+    inference): its optimizer update (Adam, memory-bound, over the parameters the device
+    holds, tensor-parallel shares divided, 1/r of them under ZeRO-1) and under ZeRO-1 the
+    parameters' all-gather (r-1 ring steps of bytes/r, without contention)."""
+    out = np.zeros(problem.n_devices)
+    if not problem.training:
+        return out
+    elems_on = np.zeros(problem.n_devices)
+    bytes_on = np.zeros(problem.n_devices)
+    gather = np.zeros(problem.n_devices)
+    for k, st in enumerate(plan.stages):
+        share = st.replicas if st.zero and st.replicas > 1 else 1
+        stage_bytes = 0.0
+        for v in plan.ops_in_stage(k):
+            elems = problem.graph.ops[v].param_elems / st.tensor_parallel
+            b = float(problem.bytes_per_elem[problem.q_index(plan.op_precision[v])])
+            stage_bytes += elems * b
+            for d in st.devices:
+                elems_on[d] += elems / share
+                bytes_on[d] += elems * b / share
+        if share > 1 and stage_bytes > 0:
+            tp = st.tensor_parallel
+            for j in range(tp):
+                devs = [st.devices[i * tp + j] for i in range(st.replicas)]
+                t = (st.replicas - 1) * ring_step_s(problem, devs, stage_bytes / st.replicas)
+                for d in devs:
+                    gather[d] = max(gather[d], t)
+    for d in range(problem.n_devices):
+        if elems_on[d] > 0:
+            kind = problem.topology.kind_of(d)
+            # Adam's 24 bytes per parameter plus the gradient read and the working copy written
+            out[d] = optimizer_step_s(elems_on[d], 0, kind) + bytes_on[d] * 2 / kind.mem_bw_bytes_per_s
+    return out + gather
+
+
+def _stage_times(problem: Problem, plan: Plan, k: int) -> tuple[float, float, dict[int, float]]:
+    """(F_k, B_k, each op's backward end within B_k) of one microbatch on rank 0 of
+    replica 0 of stage k (ops run backward in reverse order, the casts last)."""
+    st = plan.stages[k]
+    G = list(st.replica_devices(0))
+    tv = len(G)
+    c = int(problem.device_kind[G[0]])
+    launch = float(problem.cast_fixed_s[c])
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    again = recomputed(problem, plan)
+    cast_share = 0.5 if problem.training else 1.0
+    fwd = bwd = 0.0
+    ops = plan.ops_in_stage(k)
+    bwd_of: dict[int, float] = {}
+    for v in ops:
+        op = problem.graph.ops[v]
+        q = qs[v]
+        tdiv = tv if tp_divides(op, st.sequence_parallel) else 1
+        f = tp_shard_time_s(float(problem.fwd_time_s[v, q, c]), launch, tdiv)
+        fwd += f
+        if problem.training:
+            bwd_of[v] = tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, tdiv) + (f if again[v] else 0.0)
+        if tv > 1 and tp_forward_allreduce(op):
+            fwd += ring_allreduce_s(problem, G, float(problem.act_bytes[v, q]))
+        if problem.training and tv > 1 and tp_backward_allreduce(op):
+            nb_in = sum(float(problem.edge_elems[e] * problem.bytes_per_elem[qs[int(problem.edges[e][0])]])
+                        for e in np.nonzero(problem.edges[:, 1] == v)[0])
+            bwd_of[v] += ring_allreduce_s(problem, G, nb_in)
+    end: dict[int, float] = {}
+    for v in reversed(ops):
+        bwd += bwd_of.get(v, 0.0)
+        end[v] = bwd
+    for e, (u, v) in enumerate(problem.edges.tolist()):
+        if plan.op_stage[v] == k and qs[u] != qs[v]:   # casts on the consumer, the gradient's back
+            t = tp_shard_time_s(problem.cast_time_s(e, qs[u], qs[v], c) * cast_share, launch, tv)
+            fwd += t
+            if problem.training:
+                bwd += t
+    return fwd, bwd, end
+
+
+def _boundary_s(problem: Problem, plan: Plan, b: int) -> float:
+    """One rank's bytes crossing stage boundary b -> b+1, store and forward over its route."""
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    nbytes = 0.0
+    for e, (u, v) in enumerate(problem.edges.tolist()):
+        if plan.op_stage[u] <= b < plan.op_stage[v]:
+            tv = plan.stages[plan.op_stage[v]].tensor_parallel
+            nbytes += float(problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]) / tv
+    if nbytes <= 0:
+        return 0.0
+    a, c = plan.stages[b].replica_devices(0)[0], plan.stages[b + 1].replica_devices(0)[0]
+    return route_s(problem, a, c, nbytes)
+
+
+def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
+    """The analytic iteration of a training plan under 1F1B (module docstring)."""
+    if not problem.training:
+        raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
+    if plan.schedule != "1f1b":
+        raise DistplanError(f"the analytic iteration models the 1f1b schedule, not {plan.schedule!r}")
+    K = plan.n_stages
+    FB = [_stage_times(problem, plan, k) for k in range(K)]
+    F = np.array([x[0] for x in FB])
+    B = np.array([x[1] for x in FB])
+    c = np.array([_boundary_s(problem, plan, b) for b in range(K - 1)])
+    m = max(-(-plan.microbatches // s.replicas) for s in plan.stages)
+    period = float((F + B).max(initial=0.0))
+    pipeline = float(F.sum() + B.sum() + 2 * c.sum() + (m - 1) * period)
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    ar = np.zeros(K)
+    done_after = np.zeros(K)   # the stage's reduction ends this long after its last backward
+    for k, st in enumerate(plan.stages):
+        if st.replicas < 2:
+            continue
+        devs = [st.devices[i * st.tensor_parallel] for i in range(st.replicas)]
+        hier = plan.dp_allreduce == "hierarchical"
+
+        def reduce_s(vs: list[int]) -> tuple[float, float]:
+            nbytes = sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]])
+                         for v in vs) / st.tensor_parallel
+            return gradient_reduction_parts(problem, devs, nbytes, hier, st.zero) if nbytes > 0 else (0.0, 0.0)
+
+        with_params = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
+        ar[k] = reduce_s(with_params)[0]
+        if not plan.overlap_grad_reduce:
+            done_after[k] = ar[k]
+            continue
+        # one bucket per op, ready when the op's last backward ends; the buckets' rings
+        # pipeline over the links, which carry one bucket's chunks after another
+        free = finish = 0.0
+        ends = FB[k][2]
+        for v in sorted(with_params, key=lambda v: ends[v]):
+            total, busy = reduce_s([v])
+            start = max(free, ends[v])
+            free = start + busy
+            finish = max(finish, start + total)
+        done_after[k] = max(0.0, finish - B[k])
+    # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
+    last_b = pipeline - np.concatenate(([0.0], np.cumsum(B[:-1] + np.append(c, 0.0)[:K - 1])))
+    run = float(np.max(last_b + done_after)) if K else 0.0
+    opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
+    return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
