@@ -222,7 +222,7 @@ def markdown(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         r = BY_KEY[o.key]
         src = f"[{r.source.split(',')[0]}]({r.url}) {r.table}"
-        err = f"{o.error:+.1%}" if o.error is not None else f"not run: {o.skipped}"
+        err = f"{o.error:+.1%}" if o.error is not None else f"not run: {o.skipped.split(';')[0]}"
         lines.append(f"| {r.key} | {src} | {r.workload}: {r.describe()} | {_fmt(r.published, r.metric)} | "
                      f"{_fmt(o.simulated, r.metric)} | {err} |")
     mae, worst = summary(outcomes)
