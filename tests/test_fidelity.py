@@ -88,3 +88,21 @@ def test_cli_json_and_errors(capsys):
 def test_a_row_over_its_cap_is_skipped_with_a_reason():
     out = fid.simulate_row(fid.BY_KEY["N2"], cap_s=1e-3)
     assert out.simulated is None and "wall-time cap" in out.skipped
+
+
+def test_whatif_memory_bound_and_breakdown_switches():
+    """The table needs whatif(check_memory=False): the checker's static bound refuses the
+    22B node that really trains (and that the simulation fits); breakdown=False gives the
+    same step without the free-link rerun."""
+    from distplan.api.configs import whatif
+    from distplan.core.errors import DistplanError
+    r = fid.BY_KEY["K1"]
+    kw = dict(dp=r.dp, tp=r.tp, pp=r.pp, microbatch_size=r.microbatch, global_batch=r.global_batch,
+              seq_len=r.seq_len, recompute=r.recompute, sequence_parallel=r.sequence_parallel)
+    with pytest.raises(DistplanError, match="does not fit"):
+        whatif(r.workload, r.topology, **kw)
+    full = whatif(r.workload, r.topology, check_memory=False, **kw)
+    quick = whatif(r.workload, r.topology, check_memory=False, breakdown=False, **kw)
+    assert quick.iteration_s == full.iteration_s
+    assert quick.exposed_comm_share != quick.exposed_comm_share   # NaN: not split
+    assert full.peak_memory_bytes <= float(full.problem.device_mem_bytes.min())
