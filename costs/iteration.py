@@ -89,6 +89,33 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     return out + gather
 
 
+def op_rank_times(problem: Problem, G: list[int], qs: list[int], ops: list[int], sequence_parallel: bool,
+                  again: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of each op of ``ops`` for one microbatch on rank 0 of
+    the tensor-parallel group ``G``: its share of the work, the recomputed forward, and
+    the ring all-reduces Megatron's pattern puts after it (module docstring)."""
+    tv = len(G)
+    c = int(problem.device_kind[G[0]])
+    launch = float(problem.cast_fixed_s[c])
+    fwd = np.zeros(len(ops))
+    bwd = np.zeros(len(ops))
+    for i, v in enumerate(ops):
+        op = problem.graph.ops[v]
+        q = qs[v]
+        tdiv = tv if tp_divides(op, sequence_parallel) else 1
+        f = tp_shard_time_s(float(problem.fwd_time_s[v, q, c]), launch, tdiv)
+        fwd[i] = f
+        if problem.training:
+            bwd[i] = tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, tdiv) + (f if again[v] else 0.0)
+        if tv > 1 and tp_forward_allreduce(op):
+            fwd[i] += ring_allreduce_s(problem, G, float(problem.act_bytes[v, q]))
+        if problem.training and tv > 1 and tp_backward_allreduce(op):
+            nb_in = sum(float(problem.edge_elems[e] * problem.bytes_per_elem[qs[int(problem.edges[e][0])]])
+                        for e in problem.in_edge_ids(v))
+            bwd[i] += ring_allreduce_s(problem, G, nb_in)
+    return fwd, bwd
+
+
 def _stage_times(problem: Problem, plan: Plan, k: int) -> tuple[float, float, dict[int, float]]:
     """(F_k, B_k, each op's backward end within B_k) of one microbatch on rank 0 of
     replica 0 of stage k (ops run backward in reverse order, the casts last)."""
@@ -98,29 +125,13 @@ def _stage_times(problem: Problem, plan: Plan, k: int) -> tuple[float, float, di
     c = int(problem.device_kind[G[0]])
     launch = float(problem.cast_fixed_s[c])
     qs = [problem.q_index(p) for p in plan.op_precision]
-    again = recomputed(problem, plan)
     cast_share = 0.5 if problem.training else 1.0
-    fwd = bwd = 0.0
     ops = plan.ops_in_stage(k)
-    bwd_of: dict[int, float] = {}
-    for v in ops:
-        op = problem.graph.ops[v]
-        q = qs[v]
-        tdiv = tv if tp_divides(op, st.sequence_parallel) else 1
-        f = tp_shard_time_s(float(problem.fwd_time_s[v, q, c]), launch, tdiv)
-        fwd += f
-        if problem.training:
-            bwd_of[v] = tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, tdiv) + (f if again[v] else 0.0)
-        if tv > 1 and tp_forward_allreduce(op):
-            fwd += ring_allreduce_s(problem, G, float(problem.act_bytes[v, q]))
-        if problem.training and tv > 1 and tp_backward_allreduce(op):
-            nb_in = sum(float(problem.edge_elems[e] * problem.bytes_per_elem[qs[int(problem.edges[e][0])]])
-                        for e in np.nonzero(problem.edges[:, 1] == v)[0])
-            bwd_of[v] += ring_allreduce_s(problem, G, nb_in)
-    end: dict[int, float] = {}
-    for v in reversed(ops):
-        bwd += bwd_of.get(v, 0.0)
-        end[v] = bwd
+    f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan))
+    fwd = float(f_op.sum())
+    ends = np.cumsum(b_op[::-1])[::-1]   # ops run backward last to first
+    end = {v: float(ends[i]) for i, v in enumerate(ops)}
+    bwd = float(b_op.sum())
     for e, (u, v) in enumerate(problem.edges.tolist()):
         if plan.op_stage[v] == k and qs[u] != qs[v]:   # casts on the consumer, the gradient's back
             t = tp_shard_time_s(problem.cast_time_s(e, qs[u], qs[v], c) * cast_share, launch, tv)

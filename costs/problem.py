@@ -97,6 +97,16 @@ class Problem:
         t = self.edge_elems[e] * self.cast_s_per_elem[q_from, q_to, c] + self.cast_fixed_s[c]
         return float(2 * t if self.training else t)
 
+    def in_edge_ids(self, v: int) -> list[int]:
+        """Indices of the edges into op ``v`` (cached per problem)."""
+        cache = self.__dict__.get("_in_edges")
+        if cache is None:
+            cache = [[] for _ in range(self.n_ops)]
+            for e, (_, w) in enumerate(self.edges.tolist()):
+                cache[w].append(e)
+            object.__setattr__(self, "_in_edges", cache)
+        return cache[v]
+
     def sending_edges(self) -> np.ndarray:
         """(E', 2) the tensors (u, v) that carry bytes: the ones that make u hold its sent
         bytes for a later stage (costs.memory.activation_factors)."""

@@ -21,61 +21,15 @@ from distplan.api.problem import problem as make_problem
 from distplan.sim.symmetry import find_symmetry
 from distplan.costs.recompute import recomputed
 from distplan.core.errors import DistplanError
-from distplan.core.plan import Plan, Stage
+from distplan.core.plan import Plan
+from distplan.costs.megatron import check_degrees, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
 from distplan.costs.check import plan_violations
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Topology
-from distplan.workloads.graph import layer_index
 
 #: above this many operator tasks a configuration is refused (about a minute here)
 MAX_TASKS = 20_000_000
-
-def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
-    """Each op's pipeline stage: equal layer counts per stage (layers are the zoo's
-    ``l<i>.`` prefixes; ops before the first layer go with it, ops after the last with
-    it); without layer names, equal operator counts."""
-    names = [op.name for op in problem.graph.ops]
-    layer = [layer_index(n) for n in names]
-    known = [x for x in layer if x is not None]
-    if not known:
-        V = len(names)
-        return tuple(v * pp // V for v in range(V))
-    L = max(known) + 1
-    if pp > L:
-        raise DistplanError(f"--pp {pp} is more stages than the {L} layers of {problem.graph.name!r}")
-    out, last = [], 0
-    for x in layer:
-        if x is not None:
-            last = x * pp // L
-        out.append(last)
-    return tuple(out)
-
-
-def check_degrees(dp: int, tp: int, pp: int) -> None:
-    """dp, tp and pp are positive whole numbers (before anything divides by them)."""
-    for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
-        if not isinstance(x, int) or x < 1:
-            raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
-
-
-def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
-                  recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
-                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False) -> Plan:
-    """The Megatron-style plan of ``problem`` (module docstring), with the training
-    options of ``core.plan.Stage`` / ``Plan`` on every stage."""
-    check_degrees(dp, tp, pp)
-    need = dp * tp * pp
-    if need > problem.n_devices:
-        raise DistplanError(f"dp {dp} x tp {tp} x pp {pp} = {need} devices, but {problem.topology.name!r} has "
-                            f"{problem.n_devices}")
-    if precision not in problem.precisions:
-        raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
-    stages = tuple(Stage(tuple(range(k * dp * tp, (k + 1) * dp * tp)), tp, recompute, sequence_parallel, zero)
-                   for k in range(pp))
-    return Plan(stage_of_ops(problem, pp), (precision,) * problem.n_ops, stages, problem.microbatches,
-                schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)
-
 
 def _unbounded_memory(problem: Problem) -> Problem:
     """The same problem with unlimited device memory (the checker then skips its bound)."""

@@ -1,0 +1,58 @@
+"""The Megatron-style layout of a dp x tp x pp plan (Narayanan et al. 2021): stage k takes
+the next dp x tp devices, as dp replicas of tp consecutive devices (tensor parallelism
+innermost, so a group of up to 8 sits inside one 8-GPU node), and the zoo's layers split
+into pp stages of equal layer counts (ops before the first layer go with it, ops after
+the last with it).
+"""
+from __future__ import annotations
+
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.problem import Problem
+from distplan.workloads.graph import layer_index
+
+
+def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
+    """Each op's pipeline stage: equal layer counts per stage (layers are the zoo's
+    ``l<i>.`` prefixes; ops before the first layer go with it, ops after the last with
+    it); without layer names, equal operator counts."""
+    names = [op.name for op in problem.graph.ops]
+    layer = [layer_index(n) for n in names]
+    known = [x for x in layer if x is not None]
+    if not known:
+        V = len(names)
+        return tuple(v * pp // V for v in range(V))
+    L = max(known) + 1
+    if pp > L:
+        raise DistplanError(f"--pp {pp} is more stages than the {L} layers of {problem.graph.name!r}")
+    out, last = [], 0
+    for x in layer:
+        if x is not None:
+            last = x * pp // L
+        out.append(last)
+    return tuple(out)
+
+
+def check_degrees(dp: int, tp: int, pp: int) -> None:
+    """dp, tp and pp are positive whole numbers (before anything divides by them)."""
+    for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
+        if not isinstance(x, int) or x < 1:
+            raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
+
+
+def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
+                  recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
+                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False) -> Plan:
+    """The Megatron-style plan of ``problem`` (module docstring), with the training
+    options of ``core.plan.Stage`` / ``Plan`` on every stage."""
+    check_degrees(dp, tp, pp)
+    need = dp * tp * pp
+    if need > problem.n_devices:
+        raise DistplanError(f"dp {dp} x tp {tp} x pp {pp} = {need} devices, but {problem.topology.name!r} has "
+                            f"{problem.n_devices}")
+    if precision not in problem.precisions:
+        raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
+    stages = tuple(Stage(tuple(range(k * dp * tp, (k + 1) * dp * tp)), tp, recompute, sequence_parallel, zero)
+                   for k in range(pp))
+    return Plan(stage_of_ops(problem, pp), (precision,) * problem.n_ops, stages, problem.microbatches,
+                schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)
