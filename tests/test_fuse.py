@@ -84,3 +84,63 @@ def test_no_fusion_across_a_second_path():
     ops = [_op("a", "add", 10, 10, 10), _op("h", "matmul", 100, 10, 10), _op("b", "add", 10, 20, 10)]
     g = Graph("g", tuple(ops), (Tensor("a", "h", 10), Tensor("h", "b", 10), Tensor("a", "b", 10)))
     assert [op.name for op in fuse_graph(g).ops] == ["a", "h", "b"]
+
+
+# --- scalings by a constant (the q * d**-0.25, k * d**-0.25 of exported attention) ------------
+def _scaled_attention() -> Graph:
+    """q and k projections, each scaled by a constant (``sq``, ``sk``), into the score
+    product, then softmax; tensors of 100 elements (scores 400)."""
+    ops = [_op("x", "layernorm", 800, 100, 100), _op("q", "matmul", 2000, 200, 100, 100),
+           _op("k", "matmul", 2000, 200, 100, 100), _op("sq", "elementwise", 100, 101, 100),
+           _op("sk", "elementwise", 100, 101, 100), _op("score", "attn_score", 8000, 200, 400),
+           _op("soft", "softmax", 2000, 400, 400)]
+    t = [("x", "q", 100), ("x", "k", 100), ("q", "sq", 100), ("k", "sk", 100), ("sq", "score", 100),
+         ("sk", "score", 100), ("score", "soft", 400)]
+    return Graph("attn", tuple(ops), tuple(Tensor(a, b, e) for a, b, e in t))
+
+
+def test_scalings_join_the_product_they_feed():
+    g = _scaled_attention()
+    assert len(fuse_graph(g).ops) == 7                      # unmarked: element-wise ops between two GEMMs
+    f = fuse_graph(g, scalings=("sq", "sk"))
+    assert [op.name for op in f.ops] == ["x", "q", "k", "score", "soft"]
+    score = f.op("score")
+    # the product reads q and k once each (the scalings' reads and writes vanish), plus the two scalars
+    assert (score.kind, score.fwd_flops, score.touched_elems, score.out_elems) == ("attn_score", 8200, 602, 400)
+    assert (f.fwd_flops, f.bwd_flops) == (g.fwd_flops, g.bwd_flops)
+
+
+def test_scaling_after_a_product_is_its_epilogue():
+    """matmul -> x/c -> softmax: the scaling's only producer is a product it alone reads."""
+    ops = [_op("mm", "attn_score", 8000, 200, 400), _op("div", "elementwise", 400, 401, 400),
+           _op("mask", "add", 400, 800, 400), _op("soft", "softmax", 2000, 400, 400)]
+    t = [("mm", "div"), ("div", "mask"), ("mask", "soft")]
+    g = Graph("g", tuple(ops), tuple(Tensor(a, b, 400) for a, b in t))
+    f = fuse_graph(g, scalings=("div",))
+    assert [op.name for op in f.ops] == ["mm", "soft"]
+    assert f.op("mm").touched_elems == 200 + 400 + 1      # the scalar; the scaled scores are never written
+
+
+def test_a_scaling_of_a_shared_tensor_stays_apart():
+    """The product's output is read by the scaling and by another op: no epilogue."""
+    ops = [_op("mm", "matmul", 2000, 200, 100, 100), _op("s", "elementwise", 100, 101, 100),
+           _op("o", "other", 400, 100, 100), _op("m2", "matmul", 2000, 200, 100)]
+    t = [("mm", "s"), ("mm", "o"), ("s", "m2"), ("o", "m2")]
+    g = Graph("g", tuple(ops), tuple(Tensor(a, b, 100) for a, b in t))
+    f = fuse_graph(g, scalings=("s",))
+    assert "s" not in {op.name for op in f.ops} and f.op("m2").fwd_flops == 2100   # into the product it feeds
+    ops[3] = _op("m2", "softmax", 500, 200, 100)
+    g = Graph("g", tuple(ops), tuple(Tensor(a, b, 100) for a, b in t))
+    assert len(fuse_graph(g, scalings=("s",)).ops) == len(fuse_graph(g).ops)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fine_graphs(), st.data())
+def test_scalings_keep_the_fusion_invariants(g, data):
+    marked = data.draw(st.sets(st.sampled_from([op.name for op in g.ops if op.kind == "elementwise"] or ["-"])))
+    marked -= {"-"}
+    f = fuse_graph(g, scalings=sorted(marked))
+    assert len(f.ops) <= len(g.ops)
+    assert (f.fwd_flops, f.bwd_flops, f.param_elems) == (g.fwd_flops, g.bwd_flops, g.param_elems)
+    assert sum(op.touched_elems for op in f.ops) <= sum(op.touched_elems for op in g.ops)
+    assert sum(op.out_elems for op in f.ops) <= sum(op.out_elems for op in g.ops)

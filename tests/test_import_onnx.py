@@ -120,11 +120,14 @@ def test_shared_initializer_counted_once_and_constants_folded():
              helper.make_node("MatMul", ["a", "wt"], ["b"], name="mm2"),
              helper.make_node("Mul", ["b", "half"], ["y"], name="scale")]
     half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])    # rank 0: a constant
-    g = import_onnx(_model(nodes, [_vi("x", [4, 8])], [_vi("y", None)], [_weight("w", [8, 8]), half]))
+    m = _model(nodes, [_vi("x", [4, 8])], [_vi("y", None)], [_weight("w", [8, 8]), half])
+    g = import_onnx(m, fuse=False)
     assert [op.name for op in g.ops] == ["mm1", "mm2", "scale"]
     assert [op.param_elems for op in g.ops] == [64, 0, 0]
     assert [op.kind for op in g.ops] == ["matmul", "matmul", "elementwise"]
     assert g.fwd_flops == 2 * (2 * 4 * 8 * 8) + 4 * 8
+    fused = import_onnx(m)     # the scaling by a constant is mm2's alpha (workloads/fuse.py)
+    assert [op.name for op in fused.ops] == ["mm1", "mm2"] and fused.fwd_flops == g.fwd_flops
 
 
 def test_attention_operator_opset23():

@@ -15,7 +15,12 @@ them (a launch and a memory round trip per kernel, not per node):
    Transpose, Split, Slice, Expand, Concat, ...) whose only producer is a matrix
    product, or whose only consumer is one, join it: the product reads or writes that
    layout through its strides (Transpose-as-view);
-4. **element-wise chains**: connected operators of the fusible kinds (``elementwise``,
+4. **scalings by a constant** (``scalings``: operators the importer found multiplying or
+   dividing their one input by a constant scalar, e.g. the ``q * d**-0.25`` and
+   ``k * d**-0.25`` an exporter writes for scaled-dot-product attention): a matrix
+   product is linear in each operand, so the scaling is its ``alpha``; it joins the
+   product it alone feeds, else the product whose only consumer it is;
+5. **element-wise chains**: connected operators of the fusible kinds (``elementwise``,
    ``activation``, ``add``, ``reshape``, ``softmax``, ``layernorm``) between heavy ops
    become one kernel, as long as the graph stays acyclic (an edge is contracted only
    when it is the only path between its ends).
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Collection
 
 from distplan.workloads.coarsen import _Contractor
 from distplan.workloads.graph import Graph, Operator, Tensor
@@ -54,9 +60,11 @@ def _is_move(op: Operator) -> bool:
     return op.kind == "reshape" and op.fwd_flops == 0 and not is_view(op)
 
 
-def fuse_graph(graph: Graph) -> Graph:
-    """The graph with views, bias epilogues, layout moves and element-wise chains fused
-    (see the module docstring); the same graph when nothing fuses."""
+def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
+    """The graph with views, bias epilogues, layout moves, constant scalings and
+    element-wise chains fused (see the module docstring); the same graph when nothing
+    fuses. ``scalings``: names of operators that multiply their one activation input by
+    a constant scalar (the importer knows; the Graph does not say)."""
     c = _Contractor(graph)
     ops = graph.ops
     owner = {v: v for v in range(len(ops))}
@@ -107,7 +115,17 @@ def fuse_graph(graph: Graph) -> Graph:
             absorbed.add(v)
         elif len(ss) == 1 and len(ps) <= 1 and has_gemm(ss[0]) and join(v, ss[0]):
             absorbed.add(v)
-    # 4. element-wise chains
+    # 4. scalings by a constant: the alpha of the matrix product next to them
+    for name in scalings:
+        v = graph.index(name)
+        if find(v) != v or len(c.pred[v]) > 1 or any(not is_view(ops[m]) for m in c.members[v] if m != v):
+            continue
+        ss, ps = list(c.succ[v]), list(c.pred[v])
+        if len(ss) == 1 and has_gemm(ss[0]) and join(v, ss[0]):
+            continue
+        if len(ps) == 1 and has_gemm(ps[0]) and _only_consumer(c, ps[0], v):
+            join(ps[0], v)
+    # 5. element-wise chains
     fusible = lambda g: all(ops[m].kind in FUSIBLE_KINDS for m in c.members[g])  # noqa: E731
     for u, w, _ in graph.edges():
         a, b = find(u), find(w)

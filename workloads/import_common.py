@@ -23,6 +23,8 @@ class UnknownOperatorWarning(UserWarning):
 
 #: families that only move or view data
 MOVES = frozenset({"move", "view"})
+#: element-wise families between a softmax and the context product (NaN guards, masks, dropout scaling)
+GUARDS = frozenset({"arith", "compare"})
 #: families that may follow a model's head on the way to a graph output
 HEAD_TAIL = frozenset({"move", "view", "relu", "gelu", "tanh", "transcendental", "silu", "softmax"})
 
@@ -81,9 +83,10 @@ class Walk:
 
     def attn_kind(self, inputs: Iterable[Hashable]) -> str:
         """Activation x activation product: the context product if an operand comes from a
-        softmax (possibly through data movement), else the score product."""
+        softmax (possibly through data movement and element-wise guards such as the
+        exporter's ``Where(IsNaN(p), 0, p)``), else the score product."""
         for x in inputs:
-            v = self.producer_through(x)
+            v = self.producer_through(x, through=MOVES | GUARDS)
             if v is not None and self.family[v] == "softmax":
                 return "attn_context"
         return "attn_score"

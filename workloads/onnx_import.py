@@ -196,6 +196,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     ops: list[Operator] = []
     edges: dict[tuple[int, int], int] = defaultdict(int)
     names: set[str] = set()
+    scalings: list[str] = []   # Mul/Div/Neg by a constant scalar (a matrix product's alpha when fused)
     for i, node in enumerate(_sorted_nodes(list(g.node), set(graph_inputs) | set(st.origin))):
         ins = [x for x in node.input if x]
         if _is_shape_query(node, ins, st):  # Shape(x) / Size(x) of a static x: a constant, no parameter
@@ -222,6 +223,8 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         op, family = _cost(node, op_name, ins, param, st)
         op = oc.tie_operator(op, tied)
         ops.append(op)
+        if _is_scaling(node, ins, st):
+            scalings.append(op_name)
         st.family.append(family)
         st.op_inputs.append(ins)
         for x in dict.fromkeys(ins):
@@ -244,7 +247,19 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     b, s = _batch_and_seq(graph_inputs, st, onnx)
     g = build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s,
                     said)
-    return fuse_graph(g) if fuse else g
+    return fuse_graph(g, scalings) if fuse else g
+
+
+def _is_scaling(node: Any, ins: list[str], st: _State) -> bool:
+    """The node multiplies (or divides) its one activation input by a constant scalar:
+    ``Mul(x, c)``, ``Mul(c, x)``, ``Div(x, c)``, ``Neg(x)`` with ``c`` a one-element constant."""
+    t = node.op_type
+    if t not in ("Mul", "Div", "Neg") or len(ins) != (1 if t == "Neg" else 2):
+        return False
+    consts = [i for i, x in enumerate(ins) if x in st.origin]
+    if len(consts) != len(ins) - 1 or (t == "Div" and consts != [1]):
+        return False
+    return all(st.shape.get(ins[i]) is not None and oc.numel(st.shape[ins[i]]) == 1 for i in consts)
 
 
 def _score_constants(ins: list[str], st: _State) -> None:

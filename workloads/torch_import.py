@@ -158,16 +158,37 @@ def import_module(module: Any, example_inputs: Any, mode: str = "inference", nam
         except Exception as e:  # export raises many types; the fallback or the error names it
             errors.append(f"torch.export: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
         else:
-            return _finish(_build(gm, torch, first, mode, label, lifted), fuse)
+            return _finish(*_build(gm, torch, first, mode, label, lifted), fuse)
         if tracer == "export" or kwargs:
             raise DistplanError(f"could not trace {label!r} ({errors[0]})"
                                 + ("; torch.fx needs positional inputs (a tensor or a tuple)" if kwargs else ""))
     gm = _fx(torch, module, args, label, errors)
-    return _finish(_build(gm, torch, first, mode, label, {}), fuse)
+    return _finish(*_build(gm, torch, first, mode, label, {}), fuse)
 
 
-def _finish(g: Graph, fuse: bool) -> Graph:
-    return fuse_graph(g) if fuse else g
+def _finish(g: Graph, scalings: list[str], fuse: bool) -> Graph:
+    return fuse_graph(g, scalings) if fuse else g
+
+
+#: operations that scale their input: ``x * c``, ``c * x``, ``x / c``, ``-x``
+_SCALES = frozenset({"mul", "mul_", "div", "div_", "truediv", "true_divide", "neg"})
+
+
+def _is_scaling(node: Any, w: _Walk, deps: list[Any]) -> bool:
+    """The node multiplies (or divides) its one activation input by a constant scalar (a
+    Python number or a one-element constant)."""
+    t = _target_name(node)
+    if t not in _SCALES or node.kwargs.get("rounding_mode") is not None:
+        return False
+    acts = [d for d in deps if d not in w.origin]
+    if len(acts) != 1 or any(w.elems(d) != 1 for d in deps if d in w.origin):
+        return False
+    if t == "neg":
+        return len(node.args) == 1
+    if len(node.args) != 2 or not all(a is acts[0] or isinstance(a, (int, float)) or a in w.origin
+                                      for a in node.args):
+        return False
+    return t.startswith("mul") or node.args[0] is acts[0]
 
 
 def _tensor_outputs(torch: Any, module: Any) -> Any:
@@ -256,10 +277,13 @@ class _Walk(Walk):
         return frozenset(out)
 
 
-def _build(gm: Any, torch: Any, first: Any, mode: str, label: str, lifted: dict[str, Any]) -> Graph:
-    """The Graph of a traced module; ``lifted``: export's placeholders that hold a
-    parameter, buffer or constant (by placeholder name), not a user input."""
+def _build(gm: Any, torch: Any, first: Any, mode: str, label: str,
+           lifted: dict[str, Any]) -> tuple[Graph, list[str]]:
+    """The Graph of a traced module and its scalings by a constant (names, for fusion);
+    ``lifted``: export's placeholders that hold a parameter, buffer or constant (by
+    placeholder name), not a user input."""
     w = _Walk(gm, torch)
+    scalings: list[str] = []
     ops: list[Operator] = []
     edges: dict[tuple[int, int], int] = defaultdict(int)
     for node in gm.graph.nodes:
@@ -285,6 +309,8 @@ def _build(gm: Any, torch: Any, first: Any, mode: str, label: str, lifted: dict[
         op, fam = _cost(node, w, deps, param)
         op = oc.tie_operator(op, tied)
         ops.append(op)
+        if _is_scaling(node, w, deps):
+            scalings.append(op.name)
         w.family.append(fam)
         w.op_inputs.append(deps)
         for d in deps:
@@ -301,7 +327,7 @@ def _build(gm: Any, torch: Any, first: Any, mode: str, label: str, lifted: dict[
         b = int(first.shape[0])
         if first.dim() == 2 and not first.is_floating_point():
             s = int(first.shape[1])
-    return build_graph(label, ops, edges, mode, b, s, said)
+    return build_graph(label, ops, edges, mode, b, s, said), scalings
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:
