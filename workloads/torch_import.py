@@ -45,7 +45,8 @@ _FN_FAMILY: dict[str, str] = family_table({
     "arith": "sub isub rsub mul imul rmul truediv itruediv rtruediv div floordiv neg pow sqrt rsqrt abs "
              "maximum minimum clamp clip where masked_fill masked_fill_ reciprocal mod square addcmul "
              "lerp fmod sign",
-    "compare": "eq ne lt gt le ge logical_and logical_or logical_not isnan isinf",
+    "compare": "eq ne lt gt le ge logical_and logical_or logical_not logical_xor isnan isinf bitwise_and "
+               "bitwise_or bitwise_xor bitwise_not __and__ __or__ __xor__ __invert__ and_ or_ xor invert",
     "relu": "relu relu_ leaky_relu hardtanh relu6 hardtanh_",
     "gelu": "gelu",
     "tanh": "tanh",
