@@ -7,6 +7,8 @@ inside; ZeRO-1 keeps only the reduce-scatter halves).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from distplan.costs.problem import Problem
 
 
@@ -32,13 +34,26 @@ def ring_parts(problem: Problem, devs: list[int], nbytes: float, steps: int) -> 
     n = len(devs)
     if n < 2 or nbytes <= 0 or steps <= 0:
         return 0.0, 0.0
+    key = (tuple(devs), float(nbytes), int(steps))
+    memo = problem.__dict__.setdefault("_ring_memo", {})   # the same groups and sizes recur per layer
+    if key in memo:
+        return memo[key]
+    memo[key] = out = _ring_parts(problem, devs, nbytes, steps)
+    return out
+
+
+def _ring_parts(problem: Problem, devs: list[int], nbytes: float, steps: int) -> tuple[float, float]:
+    n = len(devs)
     chunk = nbytes / n
     topo = problem.topology
-    route_t = [route_s(problem, d, devs[(i + 1) % n], chunk) for i, d in enumerate(devs)]
-    chain = max(sum(route_t[(i + s) % n] for s in range(steps)) for i in range(n))
+    route_t = np.array([route_s(problem, d, devs[(i + 1) % n], chunk) for i, d in enumerate(devs)])
+    # the largest sum of ``steps`` consecutive route times around the ring
+    full, rest = divmod(steps, n)
+    c = np.concatenate(([0.0], np.cumsum(np.concatenate((route_t, route_t)))))
+    chain = full * float(route_t.sum()) + (float((c[rest:rest + n] - c[:n]).max()) if rest else 0.0)
     busiest = max(chunk / float(problem.link_bw_bytes_per_s[l])
                   for i, d in enumerate(devs) for l in topo.route(d, devs[(i + 1) % n]))
-    return max(chain, (steps - 1) * busiest + max(route_t)), steps * busiest
+    return max(chain, (steps - 1) * busiest + float(route_t.max())), steps * busiest
 
 
 def ring_s(problem: Problem, devs: list[int], nbytes: float, steps: int) -> float:

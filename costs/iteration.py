@@ -64,23 +64,23 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     elems_on = np.zeros(problem.n_devices)
     bytes_on = np.zeros(problem.n_devices)
     gather = np.zeros(problem.n_devices)
+    bpe = problem.bytes_per_elem[[problem.q_index(p) for p in plan.op_precision]]
+    param = np.array([op.param_elems for op in problem.graph.ops], dtype=float)
+    stage_of = np.asarray(plan.op_stage)
     for k, st in enumerate(plan.stages):
         share = st.replicas if st.zero and st.replicas > 1 else 1
-        stage_bytes = 0.0
-        for v in plan.ops_in_stage(k):
-            elems = problem.graph.ops[v].param_elems / st.tensor_parallel
-            b = float(problem.bytes_per_elem[problem.q_index(plan.op_precision[v])])
-            stage_bytes += elems * b
-            for d in st.devices:
-                elems_on[d] += elems / share
-                bytes_on[d] += elems * b / share
+        mine = stage_of == k
+        elems = float(param[mine].sum()) / st.tensor_parallel
+        stage_bytes = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
+        devs_k = list(st.devices)
+        elems_on[devs_k] += elems / share
+        bytes_on[devs_k] += stage_bytes / share
         if share > 1 and stage_bytes > 0:
             tp = st.tensor_parallel
             for j in range(tp):
                 devs = [st.devices[i * tp + j] for i in range(st.replicas)]
                 t = (st.replicas - 1) * ring_step_s(problem, devs, stage_bytes / st.replicas)
-                for d in devs:
-                    gather[d] = max(gather[d], t)
+                gather[devs] = np.maximum(gather[devs], t)
     for d in range(problem.n_devices):
         if elems_on[d] > 0:
             kind = problem.topology.kind_of(d)

@@ -8,6 +8,10 @@ from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 
 OBJECTIVES = ("throughput", "latency")
+#: plan spaces: "pipeline" (the MILP: stages along device paths, per-op precision,
+#: replicated lanes), "cluster" (model.cluster: Megatron-style dp x tp x pp training
+#: plans), "auto" (cluster for training on one kind of GPU, else pipeline)
+SPACES = ("auto", "pipeline", "cluster")
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class SolveOptions:
     DP and budget phases ignore it: their bounds remain valid lower bounds (a restriction
     cannot lower the optimum) but weaker, so the bound reported is in effect the MILP's
     own, and their plans are used only where they satisfy the MILP (model.admission).
+    ``space``: which plan space to search (``SPACES``).
     """
 
     objective: str = "throughput"
@@ -52,8 +57,11 @@ class SolveOptions:
     progress: Callable[[str], None] | None = field(default=None, compare=False)
     coarsen_ops: int | None = None
     extra_constraints: Callable[..., None] | None = field(default=None, compare=False)
+    space: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.space not in SPACES:
+            raise DistplanError(f"plan space {self.space!r} unknown; use one of {', '.join(SPACES)}")
         if self.objective not in OBJECTIVES:
             raise DistplanError(f"objective {self.objective!r} unknown; use one of {', '.join(OBJECTIVES)}")
         if self.top_k < 1:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from distplan.core.interrupt import stop_on_interrupt
 from distplan.costs.problem import Problem
 from distplan.model.admission import PlanGate
+from distplan.model.cluster_solve import resolve_space, solve_cluster
 from distplan.model.inputs import check_inputs
 from distplan.model.options import SolveOptions, SolveResult
 from distplan.model.phase_budget import BudgetPhase, budget_phase
@@ -75,6 +76,8 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     options = options or SolveOptions()
     with stop_on_interrupt() as stop:
         clock, say = Clock(options.time_limit_s, stop=stop), Log(options.progress)
+        if resolve_space(problem, options) == "cluster":
+            return solve_cluster(problem, options, clock, say)
         check_inputs(problem, options)
         gate = PlanGate(problem, options)
         fast = fast_phase(problem, options, gate, clock, say)

@@ -111,7 +111,7 @@ def test_planner_default_run_reaches_the_optimum(inst):
     """distplan.model.solve with its default layout search and gap 0 must find the proven
     optimum, and its bound must not exceed it."""
     problem = inst.problem()
-    r = solve(problem, SolveOptions(top_k=1, rel_gap=0.0, time_limit_s=120))
+    r = solve(problem, SolveOptions(top_k=1, rel_gap=0.0, time_limit_s=120, space="pipeline"))
     assert r.bound_s <= inst.optimum_s * (1 + 1e-6), f"bound {r.bound_s!r} above the optimum {inst.optimum_s!r}"
     assert math.isclose(r.objective_s, inst.optimum_s, rel_tol=1e-6), (r.objective_s, inst.optimum_s)
     assert_not_better_than_optimum(problem, r.plans[0], inst)

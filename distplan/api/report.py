@@ -12,6 +12,7 @@ from distplan.core.plan import Plan, plan_to_dict
 from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
 from distplan.model import SolveOptions, SolveResult
+from distplan.model.cluster_solve import CLUSTER_SPACE
 from distplan.sim import SimResult
 
 
@@ -113,7 +114,7 @@ class SolveReport:
         return _json_safe({
             "workload": g.name, "mode": g.mode, "topology": p.topology.name,
             "precisions_allowed": list(p.precisions), "microbatches": p.microbatches,
-            "solver": {"status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
+            "solver": {"space": "cluster" if s.path_name == CLUSTER_SPACE else "pipeline", "status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
                        "gap": s.gap, "seconds": s.seconds, "build_seconds": s.build_seconds,
                        "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops,
                        "time_limit_s": self.options.time_limit_s if self.options is not None else None,
@@ -128,6 +129,8 @@ class SolveReport:
                 "differs_from_winner": plan_difference(p, winner, r.plan),
                 "precisions": {op.name: r.plan.op_precision[v] for v, op in enumerate(g.ops)},
                 "peak_memory_bytes": float(max(r.sim.peak_memory_bytes)),
+                "model_iteration_s": r.plan.predicted.get("model_iteration_s"),
+                "configuration": r.plan.predicted.get("cluster_point"),
                 "plan": plan_to_dict(r.plan, p),
             } for r in self.plans],
             "dropped": [{"reason": why, "plan": plan_to_dict(plan, p)} for plan, why in self.dropped],
@@ -138,6 +141,8 @@ class SolveReport:
         """The human-readable table: one row per plan, what each differs in from the
         winner, then the solver's line."""
         p, g, s = self.problem, self.problem.graph, self.solver
+        if s.path_name == CLUSTER_SPACE:
+            return self._cluster_table()
         winner = self.best.plan
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, "
                  f"{p.topology.n_devices} devices, precisions {','.join(p.precisions)}",
@@ -171,6 +176,39 @@ class SolveReport:
         if p.training:
             lines.append("note: samples/s is the steady rate; per step/s counts one optimizer step over all "
                          f"{p.microbatches} microbatches (fill, drain, exposed all-reduce, optimizer update)")
+        for _, why in self.dropped:
+            lines.append(f"note: a plan the solver returned was dropped: {why}")
+        for what in g.import_warnings:
+            lines.append(f"warning: {what}")
+        return "\n".join(lines)
+
+    def _cluster_table(self) -> str:
+        """The table of a cluster-space solve (model.cluster): configuration, the analytic
+        and the simulated iteration, step and steady throughput, peak memory."""
+        p, g, s = self.problem, self.problem.graph, self.solver
+        lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, {p.topology.n_devices} devices, "
+                 f"{p.microbatches} microbatches of {g.batch_size} (global batch {p.microbatches * g.batch_size})",
+                 f"{'rank':>4} {'model iter s':>12} {'sim iter s':>12} {'error':>7} {'per step/s':>11} "
+                 f"{'samples/s':>11} {'peak MiB':>9}  configuration"]
+        for r in self.plans:
+            model = float(r.plan.predicted.get("model_iteration_s", float("nan")))
+            err = model / r.sim.iteration_s - 1 if r.sim.iteration_s > 0 else float("nan")
+            how = [r.plan.predicted.get("cluster_point", "?"), f"{r.plan.op_precision[0]}"]
+            if r.plan.stages[0].replicas > 1:
+                how.append(f"{r.plan.dp_allreduce} reduction" + (", overlapped" if r.plan.overlap_grad_reduce else ""))
+            lines.append(f"{r.rank:>4} {model:>12.5g} {r.sim.iteration_s:>12.5g} {err:>+7.2%} "
+                         f"{r.sim.step_throughput_per_s:>11.5g} {r.sim.throughput_per_s:>11.5g} "
+                         f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {'; '.join(how)}")
+        gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
+        ex = s.explored[0] if s.explored else {}
+        lines.append(f"solver: cluster space, {s.status}, best analytic iteration {s.objective_s:.6g} s, proven "
+                     f"bound {s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s; {ex.get('points', 0):,} points: "
+                     f"{ex.get('visited', 0):,} visited ({ex.get('infeasible', 0):,} over memory), "
+                     f"{ex.get('pruned', 0):,} pruned by bound")
+        lines.append("note: the bound holds over the declared space (README: the cluster plan space) under the "
+                     "analytic iteration; plans are ranked by the simulated iteration")
+        for what in self.cut_short:
+            lines.append(f"note: cut short: {what}")
         for _, why in self.dropped:
             lines.append(f"note: a plan the solver returned was dropped: {why}")
         for what in g.import_warnings:

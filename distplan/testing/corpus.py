@@ -19,9 +19,10 @@ File format ``distplan-corpus-instance`` version 1 (keys checked strictly)::
      "plan": {... distplan-plan v1 (distplan.core.plan.plan_to_dict) ...}}
 
 The objective "throughput" minimises the period: ``costs.evaluate.plan_cost(problem,
-plan).period_s``. The space is the planner's (``distplan.testing.brute_force``):
-single-device stages along the lane layouts of ``topologies.paths``, replicated lanes
-for inference streams. ``bound_s`` is a proven lower bound on every plan of that space;
+plan).period_s``. The space is the pipeline planner's (``distplan.testing.brute_force``;
+``SolveOptions(space="pipeline")``, which training on one kind of GPU no longer gets by
+default): single-device stages along the lane layouts of ``topologies.paths``,
+replicated lanes for inference streams. ``bound_s`` is a proven lower bound on every plan of that space;
 ``optimum_s`` is the period of the stored plan, so ``bound_s <= optimum_s`` and the two
 agree up to the proof's gap (zero for brute force, the solver's tolerance for the MILP).
 """

@@ -27,6 +27,8 @@ Problems and plans
 """
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import assume
 from hypothesis import strategies as st
 
@@ -67,6 +69,8 @@ def graphs(draw, max_ops: int = 8, mode: str | None = None) -> Graph:
         for i in draw(st.sets(st.integers(0, j - 1), max_size=2)):
             tensors.append(Tensor(f"v{i}", f"v{j}", draw(st.integers(0, 10**6))))
     m = mode or draw(st.sampled_from(["inference", "training"]))
+    if m == "training" and not any(op.bwd_flops > 0 for op in ops):   # build_problem refuses a free backward
+        ops = (dataclasses.replace(ops[0], bwd_flops=1.0),) + ops[1:]
     return Graph("rand", ops, tuple(tensors), mode=m)
 
 

@@ -1,0 +1,390 @@
+"""The GPU-cluster plan space: Megatron-style data x tensor x pipeline parallel training
+plans, searched exactly under the analytic iteration (``costs.iteration``).
+
+Declared space (``ClusterPoint``): every stage has the same data-parallel degree ``dp``
+(``dp`` dividing the microbatch count, so every replica runs M / dp microbatches) and
+tensor-parallel degree ``tp`` (a divisor of the device count, at most ``MAX_TP``), ``pp`` stages (1 up to
+the number of layers) with ``dp * tp * pp`` no more than the devices, laid out as Megatron
+does (``costs.megatron``: tp innermost, then dp, then pp); the layers split into ``pp``
+contiguous groups of any sizes (ops before the first layer go with it, after the last
+with it); recomputation none / selective / full; ZeRO-1 on or off (dp > 1); sequence
+parallelism on or off (tp > 1); the gradient reduction a flat ring or hierarchical
+(dp > 1), overlapped with the backward or not. One compute precision for every op: the
+training default (``training_precision``: bf16, else fp16, else fp32 among the allowed
+ones). Schedule 1F1B; the microbatch size is the problem's.
+
+Search, exact under the model. Per (tp, sequence parallel, recomputation) each layer's
+work ``w_l`` (forward + backward of one microbatch on one rank, its tensor-parallel
+all-reduces included) is computed once: it does not depend on dp, pp or the split. A
+point's iteration is at least ``LB0 = sum w + (m - 1) max(sum w / pp, max w_l) +
+optimizer`` (m = M / dp; the optimizer over 1/(tp pp) of the parameters, 1/dp more under
+ZeRO-1) + the gradient reduction of the first parameter op, which nothing hides
+(``exposure_lb_s``): points are visited in increasing LB0 and the search stops when LB0 reaches the
+best iteration found. A visited point gets the split minimising its slowest stage under
+the memory capacity (bisection over the sums of consecutive layers with a greedy check,
+exact because a stage's work and memory only grow with its layers and later stages hold
+fewer microbatches), its bound ``sum w + (m - 1) tau* + optimizer + exposure`` and, for each
+communication option, the analytic iteration of its plan. The reported bound is the
+least over every point of its bound (pruned points: their LB0, >= the incumbent), so
+it holds over the whole declared space, under the analytic model; the simulator then
+judges the best plans.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.collectives import gradient_reduction_parts, hierarchical_groups
+from distplan.costs.compute import optimizer_step_s
+from distplan.costs.iteration import estimate_iteration, op_rank_times
+from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
+from distplan.costs.problem import Problem
+from distplan.costs.recompute import SELECTIVE_KINDS
+from distplan.costs.tensor_parallel import tp_output_share
+from distplan.workloads.graph import layer_index
+
+RECOMPUTE_CHOICES = ("none", "selective", "full")
+TRAINING_PRECISIONS = ("bf16", "fp16", "fp32")
+#: the largest tensor-parallel degree in the space (Megatron splits attention heads)
+MAX_TP = 64
+
+
+@dataclass(frozen=True, order=True)
+class ClusterPoint:
+    """One outer point: the degrees and the options that change the work per layer."""
+
+    dp: int
+    tp: int
+    pp: int
+    recompute: str
+    zero: int
+    sequence_parallel: bool
+
+    def label(self) -> str:
+        extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
+        extra += ["ZeRO-1"] * self.zero + ["sequence parallel"] * self.sequence_parallel
+        return f"dp {self.dp} x tp {self.tp} x pp {self.pp}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    point: ClusterPoint
+    plan: Plan
+    iteration_s: float      # the analytic iteration (costs.iteration)
+    bound_s: float          # the point's lower bound
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    """Best plans first; ``bound_s`` holds over the declared space (module docstring)."""
+
+    plans: list[ClusterPlan]
+    bound_s: float
+    gap: float
+    points: int             # outer points in the space
+    solved: int             # visited: split and estimated
+    pruned: int             # never visited: their bound reached the best plan
+    infeasible: int         # visited, no split fits the memory
+    seconds: float
+    cut_short: list[str] = field(default_factory=list)
+    precision: str = ""
+
+
+def training_precision(problem: Problem) -> str:
+    """The compute precision of the cluster space: bf16, else fp16, else fp32, among the
+    problem's precisions that every device runs (int8/fp8 are not used in training)."""
+    for p in TRAINING_PRECISIONS:
+        if p in problem.precisions and bool(problem.supported[problem.q_index(p)].all()):
+            return p
+    raise DistplanError(f"training on {problem.topology.name!r} needs one of {', '.join(TRAINING_PRECISIONS)} "
+                        f"among the allowed precisions (got {', '.join(problem.precisions)})")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _units(problem: Problem) -> list[list[int]]:
+    """Ops grouped into the units a split moves: layers (ops before the first layer join
+    it, after the last join it), or single ops when the graph has no layer names."""
+    layer = [layer_index(op.name) for op in problem.graph.ops]
+    known = sorted({x for x in layer if x is not None})
+    if not known:
+        return [[v] for v in range(problem.n_ops)]
+    pos = {x: i for i, x in enumerate(known)}
+    units: list[list[int]] = [[] for _ in known]
+    cur = 0
+    for v, x in enumerate(layer):
+        if x is not None:
+            cur = pos[x]
+        units[cur].append(v)
+    return units
+
+
+@dataclass(frozen=True)
+class _Work:
+    """Per unit, for one (tp, sequence parallel, recomputation): seconds of work per
+    microbatch on one rank, activation bytes held per microbatch, and a transient peak."""
+
+    w: np.ndarray
+    act: np.ndarray
+    transient: np.ndarray
+
+
+class _Space:
+    def __init__(self, problem: Problem, precision: str):
+        self.pb = problem
+        self.q = problem.q_index(precision)
+        self.precision = precision
+        self.units = _units(problem)
+        self.static = np.array([sum(float(problem.static_bytes[v, self.q]) for v in u) for u in self.units])
+        self.params = np.array([sum(problem.graph.ops[v].param_elems for v in u) for u in self.units], float)
+        self.cap = float(np.min(problem.device_mem_bytes))
+        self._work: dict[tuple[int, bool, str], _Work] = {}
+
+    def work(self, tp: int, sp: bool, recompute: str) -> _Work:
+        key = (tp, sp, recompute)
+        if key not in self._work:
+            pb = self.pb
+            G = list(range(tp))    # Megatron layout: tp consecutive devices
+            again = _recomputed_ops(pb, self.units, recompute)
+            qs = [self.q] * pb.n_ops
+            w, act, tr = [], [], []
+            for u in self.units:
+                f, b = op_rank_times(pb, G, qs, u, sp and tp > 1, again)
+                w.append(float(f.sum() + b.sum()))
+                held = [float(pb.act_bytes[v, self.q]) * (tp_output_share(pb.graph.ops[v], tp, sp) if tp > 1 else 1.0)
+                        for v in u]
+                act.append(sum(h for v, h in zip(u, held) if not again[v]))
+                tr.append(sum(h for v, h in zip(u, held) if again[v]))
+            self._work[key] = _Work(np.array(w), np.array(act), np.array(tr))
+        return self._work[key]
+
+    def static_per_rank(self, tp: int, dp: int, zero: int) -> np.ndarray:
+        saved = self.params * OPTIMIZER_BYTES_PER_PARAM * (1 - 1 / dp) if zero and dp > 1 else 0.0
+        return (self.static - saved) / tp
+
+    def exposure_lb_s(self, pt: ClusterPoint) -> float:
+        """The gradient reduction no split hides: the first parameter op's (always on
+        stage 0, whose last backward ends the pipeline): reduced after the run, or, when
+        overlapped, after that op's backward, the run's very last task. The least over
+        the flat and hierarchical rings."""
+        if pt.dp < 2:
+            return 0.0
+        first = next((v for u in self.units for v in u if self.pb.graph.ops[v].param_elems > 0), None)
+        if first is None:
+            return 0.0
+        nbytes = self.pb.graph.ops[first].param_elems * float(self.pb.bytes_per_elem[self.q]) / pt.tp
+        devs = [i * pt.tp for i in range(pt.dp)]
+        return min(gradient_reduction_parts(self.pb, devs, nbytes, h, pt.zero)[0] for h in (False, True))
+
+    def optimizer_lb_s(self, pt: ClusterPoint) -> float:
+        kind = self.pb.topology.kind_of(0)
+        share = pt.dp if pt.zero and pt.dp > 1 else 1
+        elems = float(self.params.sum()) / (pt.tp * pt.pp * share)
+        b = float(self.pb.bytes_per_elem[self.q])
+        return optimizer_step_s(elems, 0, kind) + elems * b * 2 / kind.mem_bw_bytes_per_s
+
+
+def _recomputed_ops(problem: Problem, units: list[list[int]], mode: str) -> np.ndarray:
+    """Ops recomputed under ``mode`` when stages split between units (costs.recompute):
+    never an op whose output leaves its layer."""
+    out = np.zeros(problem.n_ops, dtype=bool)
+    if mode == "none":
+        return out
+    layer = [layer_index(op.name) for op in problem.graph.ops]
+    leaves = np.zeros(problem.n_ops, dtype=bool)
+    for u, v in problem.edges.tolist():
+        if layer[u] != layer[v]:
+            leaves[u] = True
+    for v, op in enumerate(problem.graph.ops):
+        if layer[v] is None or leaves[v]:
+            continue
+        out[v] = op.kind in SELECTIVE_KINDS if mode == "selective" else True
+    return out
+
+
+def _greedy_split(w: np.ndarray, mem_of: Callable[[int, int, int], float], cap: float, tau: float,
+                  pp: int) -> tuple[list[int] | None, bool]:
+    """(stage index of each unit, exact): each stage takes units while its work stays <=
+    tau and its memory <= cap; None when more than pp stages are needed. ``mem_of(k, i,
+    j)``: the memory of stage k holding units i..j-1. The answer "none fits" is exact
+    unless a single unit was too big for a stage's memory (a later stage, holding fewer
+    microbatches, might take it): then ``exact`` is False."""
+    L = len(w)
+    out: list[int] = []
+    i, k = 0, 0
+    while i < L:
+        if k >= pp:
+            return None, True
+        j, s = i, 0.0
+        while j < L and s + w[j] <= tau * (1 + 1e-12) and mem_of(k, i, j + 1) <= cap:
+            s += w[j]
+            j += 1
+        if j == i:
+            return None, not (w[i] <= tau * (1 + 1e-12) and mem_of(k, i, i + 1) > cap)
+        out += [k] * (j - i)
+        i, k = j, k + 1
+    while k < pp:   # fewer stages than pp: split off the last unit of the last multi-unit stage
+        counts = np.bincount(out, minlength=k)
+        if not (counts > 1).any():
+            return None, True
+        big = int(np.nonzero(counts > 1)[0][-1])
+        last = len(out) - 1 - out[::-1].index(big)   # later stages shift up: work and memory only drop
+        out = [x + 1 if idx >= last else x for idx, x in enumerate(out)]
+        k += 1
+    return out, True
+
+
+def _best_split(w: np.ndarray, mem_of, cap: float, pp: int) -> tuple[float, list[int] | None, bool]:
+    """(tau*, split, exact): the least slowest-stage work over memory-feasible splits into
+    pp stages (split None: none fits); ``exact`` False when the greedy check could not
+    prove a smaller tau infeasible (then tau* is not a bound)."""
+    L = len(w)
+    if pp > L:
+        return math.inf, None, True
+    c = np.concatenate(([0.0], np.cumsum(w)))
+    sums = np.unique((c[None, :] - c[:, None])[np.triu_indices(L + 1, 1)])
+    lo, hi = int(np.searchsorted(sums, max(w.max(), c[-1] / pp) * (1 - 1e-12))), len(sums) - 1
+    exact = True
+    top, ok = _greedy_split(w, mem_of, cap, float(sums[hi]), pp)
+    if top is None:
+        return math.inf, None, ok
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got, ok = _greedy_split(w, mem_of, cap, float(sums[mid]), pp)
+        exact = exact and ok
+        if got is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    split, _ = _greedy_split(w, mem_of, cap, float(sums[lo]), pp)
+    assert split is not None
+    return float(np.bincount(split, weights=w, minlength=pp).max()), split, exact
+
+
+def space_points(problem: Problem) -> list[ClusterPoint]:
+    """Every outer point of the declared space."""
+    N, M = problem.n_devices, problem.microbatches
+    L = len(_units(problem))
+    out = []
+    for tp in [t for t in _divisors(N) if t <= MAX_TP]:
+        for pp in range(1, min(L, N // tp) + 1):
+            for dp in _divisors(M):
+                if dp * tp * pp > N:
+                    break
+                for rc in RECOMPUTE_CHOICES:
+                    for zero in ((0, 1) if dp > 1 else (0,)):
+                        for sp in ((False, True) if tp > 1 else (False,)):
+                            out.append(ClusterPoint(dp, tp, pp, rc, zero, sp))
+    return out
+
+
+def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], allreduce: str,
+          overlap: bool) -> Plan:
+    n = pt.dp * pt.tp
+    stages = tuple(Stage(tuple(range(k * n, (k + 1) * n)), pt.tp, pt.recompute, pt.sequence_parallel, pt.zero)
+                   for k in range(pt.pp))
+    op_stage = [0] * problem.n_ops
+    for unit, k in zip(space.units, split):
+        for v in unit:
+            op_stage[v] = k
+    return Plan(tuple(op_stage), (space.precision,) * problem.n_ops, stages, problem.microbatches, "1f1b",
+                dp_allreduce=allreduce, overlap_grad_reduce=overlap)
+
+
+def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
+                 progress: Callable[[str], None] | None = None, deadline: float | None = None,
+                 stop=None) -> ClusterResult:
+    """The best plans of the declared space under the analytic iteration (module
+    docstring); ``deadline`` (perf_counter) or ``stop`` (Ctrl-C) cut the search short."""
+    import time
+
+    t0 = time.perf_counter()
+    end = deadline if deadline is not None else t0 + time_limit_s
+
+    def expired() -> bool:
+        return time.perf_counter() > end or (stop is not None and stop.requested)
+
+    say = progress or (lambda _: None)
+    if not problem.training:
+        raise DistplanError("the cluster plan space is for training; inference uses the pipeline MILP")
+    space = _Space(problem, training_precision(problem))
+    M = problem.microbatches
+    pts = space_points(problem)
+    say(f"cluster space: {len(pts):,} points (dp x tp x pp, recomputation, ZeRO-1, sequence parallel), "
+        f"{len(space.units)} layers, {space.precision}")
+    heap = []
+    for pt in pts:
+        wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        m = M // pt.dp
+        tot = float(wk.w.sum())
+        lb0 = (tot + (m - 1) * max(tot / pt.pp, float(wk.w.max())) + space.optimizer_lb_s(pt)
+               + space.exposure_lb_s(pt))
+        heap.append((lb0, pt))
+    heapq.heapify(heap)
+    best: list[ClusterPlan] = []
+    incumbent = math.inf
+    bound = math.inf
+    solved = infeasible = 0
+    cut: list[str] = []
+    last_say = t0
+    while heap:
+        lb0, pt = heap[0]
+        kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
+        if lb0 >= kth:   # no point left can enter the top K (nor beat the best)
+            break
+        if expired() and best:
+            cut.append(f"{len(heap):,} cluster points not visited")
+            bound = min(bound, lb0)
+            break
+        heapq.heappop(heap)
+        wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        static = space.static_per_rank(pt.tp, pt.dp, pt.zero)
+        m = M // pt.dp
+        cs, ca = np.concatenate(([0.0], np.cumsum(static))), np.concatenate(([0.0], np.cumsum(wk.act)))
+
+        def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient) -> float:
+            return cs[j] - cs[i] + min(pp - k, m) * (ca[j] - ca[i]) + float(tr[i:j].max(initial=0.0))
+
+        tau, split, exact = _best_split(wk.w, mem_of, space.cap, pt.pp)
+        solved += 1
+        if split is None:
+            infeasible += 1
+            if not exact:
+                bound = min(bound, lb0)
+            continue
+        pb = (float(wk.w.sum()) + (m - 1) * tau + space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
+              if exact else lb0)
+        bound = min(bound, pb)
+        options = [("ring", False), ("ring", True)] if pt.dp > 1 else [("ring", False)]
+        if pt.dp > 1 and hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
+            options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
+        for allreduce, overlap in options:
+            plan = _plan(problem, space, pt, split, allreduce, overlap)
+            it = estimate_iteration(problem, plan).iteration_s
+            best.append(ClusterPlan(pt, plan, it, pb))
+        best.sort(key=lambda c: c.iteration_s)
+        del best[top_k:]
+        incumbent = best[0].iteration_s
+        if progress is not None and time.perf_counter() - last_say > 2.0:
+            last_say = time.perf_counter()
+            say(f"  {solved:,} points visited, best {incumbent:.6g} s ({best[0].point.label()}), bound {min(bound, lb0):.6g} s")
+    if heap and not cut:
+        bound = min(bound, heap[0][0])
+    if not best:
+        raise DistplanError(f"no cluster plan fits {problem.topology.name!r}: every dp x tp x pp split "
+                            "exceeds the device memory")
+    bound = min(bound, incumbent)
+    gap = (incumbent - bound) / incumbent if incumbent > 0 else 0.0
+    pruned = len(pts) - solved
+    say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound; "
+        f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap:.2%}")
+    return ClusterResult(best, bound, gap, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
+                         space.precision)

@@ -1,0 +1,74 @@
+"""The cluster plan space (model.cluster) behind ``model.solve``: which space a problem
+gets (``resolve_space``) and the cluster search's outcome as a ``SolveResult``.
+
+Status: "optimal" when the gap between the best plan's analytic iteration and the
+bound over the whole declared space is within ``rel_gap``; "searched" when every point
+was visited or pruned but the bound (which leaves out what no split-independent bound
+captures: the exposed gradient reduction past the first bucket, stage-boundary
+transfers) stays further below; "time_limit" / "interrupted" when the clock cut the
+search (the bound then covers the points not visited by their first bound).
+"""
+from __future__ import annotations
+
+from distplan.core.errors import DistplanError
+from distplan.costs.problem import Problem
+from distplan.model.cluster import plan_cluster, training_precision
+from distplan.model.options import SolveOptions, SolveResult
+from distplan.model.progress import Clock, Log
+
+#: SolveResult.path_name of a cluster-space solve
+CLUSTER_SPACE = "megatron"
+#: device kinds the cluster space is meant for (one kind, GPU-class nodes)
+GPU_KINDS = ("a100", "h100", "v100", "t4")
+
+
+def resolve_space(problem: Problem, options: SolveOptions) -> str:
+    """"pipeline" or "cluster" for ``options.space`` ("auto": cluster for training with a
+    throughput objective on one kind of GPU that runs bf16 or fp16, else pipeline)."""
+    if options.space != "auto":
+        if options.space == "cluster":
+            if not problem.training:
+                raise DistplanError("the cluster plan space is for training (--mode training); inference "
+                                    "uses the pipeline space")
+            if options.objective != "throughput":
+                raise DistplanError("the cluster plan space minimises the iteration time; use --objective "
+                                    "throughput")
+            if len(set(problem.device_kind.tolist())) != 1:
+                raise DistplanError("the cluster plan space needs one device kind; mixed fleets use the "
+                                    "pipeline space")
+            training_precision(problem)
+        return options.space
+    kinds = {problem.topology.kind_of(d).name for d in range(problem.n_devices)}
+    if (not problem.training or options.objective != "throughput" or len(kinds) != 1
+            or not kinds <= set(GPU_KINDS) or options.sensitivity_budget is not None
+            or options.extra_constraints is not None or options.n_stages is not None or options.path is not None
+            or options.replicas is not None):
+        return "pipeline"
+    try:
+        training_precision(problem)
+    except DistplanError:
+        return "pipeline"
+    return "cluster"
+
+
+def solve_cluster(problem: Problem, options: SolveOptions, clock: Clock, say: Log) -> SolveResult:
+    """Search the cluster space within the clock; plans carry their analytic iteration
+    (``predicted['milp_objective']`` and ``['model_iteration_s']``)."""
+    res = plan_cluster(problem, top_k=options.top_k, progress=say, deadline=clock.deadline,
+                       stop=clock.stop)
+    plans = [c.plan.with_predicted(milp_objective=c.iteration_s, model_iteration_s=c.iteration_s,
+                                   model_bound_s=c.bound_s, cluster_point=c.point.label())
+             for c in res.plans]
+    best = res.plans[0]
+    if res.cut_short:
+        status = clock.why()
+    else:
+        status = "optimal" if res.gap <= options.rel_gap else "searched"
+    for what in res.cut_short:
+        clock.cut_short.append(what)
+    explored = [{"points": res.points, "visited": res.solved, "pruned": res.pruned,
+                 "infeasible": res.infeasible, "precision": res.precision}]
+    return SolveResult(status=status, objective_s=best.iteration_s, bound_s=res.bound_s, gap=res.gap,
+                       seconds=clock.elapsed_s(), build_seconds=0.0, n_binaries=0, n_constraints=0,
+                       plans=plans, path_name=CLUSTER_SPACE, log=say.lines, replicas=best.point.dp,
+                       explored=explored, cut_short=list(clock.cut_short))
