@@ -19,19 +19,24 @@ all-reduces included) is computed once: it does not depend on dp, pp or the spli
 point's iteration is at least ``LB0 = sum w + (m - 1) max(sum w / pp, max w_l) +
 optimizer`` (m = M / dp; the optimizer over 1/(tp pp) of the parameters, 1/dp more under
 ZeRO-1) + the gradient reduction of the first parameter op, which nothing hides
-(``exposure_lb_s``): points are visited in increasing LB0 and the search stops when LB0 reaches the
-best iteration found. A visited point gets the split minimising its slowest stage under
-the memory capacity (bisection over the sums of consecutive layers with a greedy check,
-exact because a stage's work and memory only grow with its layers and later stages hold
-fewer microbatches), its bound ``sum w + (m - 1) tau* + optimizer + exposure`` and, for each
-communication option, the analytic iteration of its plan. The reported bound is the
-least over every point of its bound (pruned points: their LB0, >= the incumbent), so
-it holds over the whole declared space, under the analytic model; the simulator then
-judges the best plans.
+(``exposure_lb_s``): points are visited in increasing LB0 and the search stops when LB0
+reaches the K-th best iteration found. A visited point with at most ``INNER_ENUM_MAX``
+splits of its layers into pp stages has every memory-feasible split evaluated (the
+analytic iteration under each communication option), cheapest slowest stage first,
+until a split's own bound reaches the K-th best; the point is then solved exactly.
+A point with more splits gets the split minimising its slowest stage under the memory
+capacity (bisection over the sums of consecutive layers with a greedy check, exact
+because a stage's work and memory only grow with its layers and later stages hold
+fewer microbatches) and keeps ``sum w + (m - 1) tau* + optimizer + exposure`` as its
+bound. The reported bound is the least of the best plan's iteration, those bounds, and
+the LB0 of points the clock left unvisited, so it holds over the whole declared space
+under the analytic model (it is the optimum itself when every visited point was solved
+exactly); the simulator then judges the best plans.
 """
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +56,8 @@ from distplan.workloads.graph import layer_index
 
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 TRAINING_PRECISIONS = ("bf16", "fp16", "fp32")
+#: a point's splits are all searched when there are at most this many (else the min-max split)
+INNER_ENUM_MAX = 64
 #: the largest tensor-parallel degree in the space (Megatron splits attention heads)
 MAX_TP = 64
 
@@ -286,6 +293,20 @@ def space_points(problem: Problem) -> list[ClusterPoint]:
     return out
 
 
+def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int],
+              bound_s: float) -> list[ClusterPlan]:
+    """The plan of ``split`` under each gradient-reduction option, with its analytic
+    iteration: a flat ring or (when replicas share nodes) hierarchical, overlapped or not."""
+    options = [("ring", False), ("ring", True)] if pt.dp > 1 else [("ring", False)]
+    if pt.dp > 1 and hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
+        options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
+    out = []
+    for allreduce, overlap in options:
+        plan = _plan(problem, space, pt, split, allreduce, overlap)
+        out.append(ClusterPlan(pt, plan, estimate_iteration(problem, plan).iteration_s, bound_s))
+    return out
+
+
 def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], allreduce: str,
           overlap: bool) -> Plan:
     n = pt.dp * pt.tp
@@ -353,23 +374,38 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient) -> float:
             return cs[j] - cs[i] + min(pp - k, m) * (ca[j] - ca[i]) + float(tr[i:j].max(initial=0.0))
 
-        tau, split, exact = _best_split(wk.w, mem_of, space.cap, pt.pp)
+        tot, extra = float(wk.w.sum()), space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
         solved += 1
-        if split is None:
-            infeasible += 1
-            if not exact:
-                bound = min(bound, lb0)
+        if math.comb(len(wk.w) - 1, pt.pp - 1) <= INNER_ENUM_MAX:
+            # every split, cheapest slowest stage first, until its bound reaches the K-th plan
+            cands = []
+            for cut_at in itertools.combinations(range(1, len(wk.w)), pt.pp - 1):
+                edges = (0, *cut_at, len(wk.w))
+                if all(mem_of(k, a, b) <= space.cap for k, (a, b) in enumerate(zip(edges, edges[1:]))):
+                    split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
+                    tau = float(np.bincount(split, weights=wk.w, minlength=pt.pp).max())
+                    cands.append((tot + (m - 1) * tau + extra, split))
+            if not cands:
+                infeasible += 1
+            for lb_split, split in sorted(cands, key=lambda c: c[0]):
+                kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
+                if lb_split >= kth:
+                    break
+                best += _evaluate(problem, space, pt, split, lb_split)
+                best.sort(key=lambda c: c.iteration_s)
+                del best[top_k:]
+        else:
+            tau, split, exact = _best_split(wk.w, mem_of, space.cap, pt.pp)
+            if split is None:
+                infeasible += 1
+                if not exact:
+                    bound = min(bound, lb0)
+                continue
+            pb = tot + (m - 1) * tau + extra if exact else lb0
+            bound = min(bound, pb)   # the other splits of this point are not searched
+            best += _evaluate(problem, space, pt, split, pb)
+        if not best:
             continue
-        pb = (float(wk.w.sum()) + (m - 1) * tau + space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
-              if exact else lb0)
-        bound = min(bound, pb)
-        options = [("ring", False), ("ring", True)] if pt.dp > 1 else [("ring", False)]
-        if pt.dp > 1 and hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
-            options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
-        for allreduce, overlap in options:
-            plan = _plan(problem, space, pt, split, allreduce, overlap)
-            it = estimate_iteration(problem, plan).iteration_s
-            best.append(ClusterPlan(pt, plan, it, pb))
         best.sort(key=lambda c: c.iteration_s)
         del best[top_k:]
         incumbent = best[0].iteration_s

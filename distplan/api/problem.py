@@ -13,7 +13,7 @@ from distplan.workloads.graph import Graph
 def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm4x4", *,
             batch_size: int | None = None, seq_len: int | None = None, mode: str | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
-            precisions: Sequence[str] | str = ("fp16", "int8"), microbatches: int = 16,
+            precisions: Sequence[str] | str | None = None, microbatches: int = 16,
             schedule: str | None = None) -> Problem:
     """Build the Problem both the planner and the simulator read.
 
@@ -22,7 +22,8 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     ``topology``: a preset name (``mcm4x4``), a ``.yaml``/``.json`` file, or a Topology.
     ``mode``: "inference" or "training" (default: a Graph's own mode; inference for a
     name or file). ``precisions``: the formats the planner may choose from
-    (``"fp16,int8"`` or a list).
+    (``"fp16,int8"`` or a list); None: ``default_precisions`` (inference fp16 and int8;
+    training mixed precision, bf16 and fp16, never int8/fp8 unless asked for).
     """
     if isinstance(workload, Graph):
         if batch_size is not None or seq_len is not None or input_shapes:
@@ -39,6 +40,25 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
         topo = resolve_topology(topology)
     else:
         raise DistplanError(f"topology must be a name, a file path or a Topology, got {type(topology).__name__}")
-    precs = tuple(p.strip() for p in precisions.split(",")) if isinstance(precisions, str) else tuple(precisions)
+    if precisions is None:
+        precs = default_precisions(graph.mode == "training", topo)
+    else:
+        precs = tuple(p.strip() for p in precisions.split(",")) if isinstance(precisions, str) else tuple(precisions)
     return build_problem(graph, topo, ProblemOptions(precisions=precs, microbatches=microbatches,
                                                      schedule=schedule))
+
+
+#: the planner's default formats: inference trades precision for speed (int8 where the
+#: sensitivity allows); training computes in 16 bits with fp32 master weights and
+#: optimizer state (mixed precision, the static bytes of costs.memory)
+INFERENCE_PRECISIONS = ("fp16", "int8")
+TRAINING_PRECISIONS = ("bf16", "fp16")
+
+
+def default_precisions(training: bool, topology: Topology) -> tuple[str, ...]:
+    """The default precisions for a mode on a topology: inference fp16 and int8;
+    training bf16 and fp16, those some device runs (fp32 when neither)."""
+    if not training:
+        return INFERENCE_PRECISIONS
+    runs = {p for k in topology.kinds.values() for p in k.peak_flops_per_s}
+    return tuple(p for p in TRAINING_PRECISIONS if p in runs) or ("fp32",)

@@ -39,7 +39,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     w.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1xD2",
                    help="static shape of a symbolic ONNX input, e.g. input_ids=1x128 (repeat per input)")
     w.add_argument("--mode", choices=("inference", "training"), default="inference")
-    w.add_argument("--precisions", default="fp16,int8", help="precisions the planner may choose from")
+    w.add_argument("--precisions", default=None,
+                   help="precisions the planner may choose from (default: fp16,int8 for inference; bf16,fp16 "
+                        "for training, those the devices run: mixed precision, fp32 master weights)")
     w.add_argument("--microbatches", type=int, default=16)
     w.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")

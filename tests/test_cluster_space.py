@@ -1,0 +1,100 @@
+"""The GPU-cluster plan space (model.cluster): the planner's optimum equals exhaustive
+enumeration of the whole declared space on tiny instances, its bound is below every
+plan, and solve() picks the space for training on GPUs."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import distplan
+from distplan.api.problem import problem as make_problem
+from distplan.core.errors import DistplanError
+from distplan.costs.iteration import estimate_iteration
+from distplan.model import SolveOptions
+from distplan.model.cluster import _evaluate, _Space, plan_cluster, space_points, training_precision
+from distplan.model.cluster_solve import resolve_space
+from distplan.topologies import kinds as K
+from distplan.topologies.builders import rail_cluster
+
+
+def _tiny_topology(nodes: int, per_node: int):
+    return rail_cluster(f"tiny{nodes}x{per_node}", nodes, per_node, K.A100, K.NVLINK3_BW_BYTES_PER_S,
+                        K.NVLINK_LATENCY_S, K.IB_HDR_PORT_BW_BYTES_PER_S, K.IB_LATENCY_S)
+
+
+def brute_force(problem, top: int = 1) -> list[float]:
+    """Every point, every memory-feasible split, every communication option: the best
+    analytic iterations (the planner's memory model)."""
+    space = _Space(problem, training_precision(problem))
+    L = len(space.units)
+    out = []
+    for pt in space_points(problem):
+        wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        static = space.static_per_rank(pt.tp, pt.dp, pt.zero)
+        m = problem.microbatches // pt.dp
+        for cut in itertools.combinations(range(1, L), pt.pp - 1):
+            edges = (0, *cut, L)
+            mem = [static[a:b].sum() + min(pt.pp - k, m) * wk.act[a:b].sum() + wk.transient[a:b].max(initial=0.0)
+                   for k, (a, b) in enumerate(zip(edges, edges[1:]))]
+            if max(mem) > space.cap:
+                continue
+            split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
+            out += [c.iteration_s for c in _evaluate(problem, space, pt, split, 0.0)]
+    return sorted(out)[:top]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(1, 4), nodes=st.sampled_from([1, 2]), per_node=st.sampled_from([1, 2, 4]),
+       M=st.sampled_from([1, 2, 4, 6]), seq=st.sampled_from([32, 128]))
+def test_planner_optimum_equals_exhaustive_enumeration(layers, nodes, per_node, M, seq):
+    topo = _tiny_topology(nodes, per_node)
+    p = make_problem(f"gpt3-256x{layers}x4", topo, batch_size=1, seq_len=seq, mode="training",
+                     precisions=("bf16",), microbatches=M)
+    want = brute_force(p, top=3)
+    got = plan_cluster(p, top_k=3)
+    assert [c.iteration_s for c in got.plans] == pytest.approx(want, rel=1e-12)
+    assert got.bound_s <= got.plans[0].iteration_s * (1 + 1e-12)
+    for c in got.plans:   # the plan's figure is the estimator's
+        assert estimate_iteration(p, c.plan).iteration_s == pytest.approx(c.iteration_s, rel=1e-12)
+
+
+def test_bound_is_below_every_plan_on_a_larger_space():
+    """gpt3-1024x8x16 on 32 A100: the min-max split is not every split, so the bound is a
+    bound, not the optimum; it stays below every plan of the space evaluated."""
+    p = make_problem("gpt3-1024x8x16", "a100x32", batch_size=1, seq_len=512, mode="training",
+                     precisions=("bf16",), microbatches=16)
+    r = plan_cluster(p, top_k=2)
+    assert r.solved + r.pruned == r.points and r.solved >= 1
+    assert r.bound_s <= r.plans[0].iteration_s and 0 <= r.gap < 0.2
+    sim = distplan.simulate(p, r.plans[0].plan)
+    assert sim.iteration_s == pytest.approx(r.plans[0].iteration_s, rel=0.05)
+
+
+def test_solve_picks_the_cluster_space_for_training_on_gpus():
+    p = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=128, mode="training",
+                     precisions=("bf16", "int8"), microbatches=8)
+    assert resolve_space(p, SolveOptions()) == "cluster"
+    rep = distplan.solve(p, SolveOptions(time_limit_s=30, top_k=2))
+    assert rep.solver.path_name == "megatron" and rep.solver.status in ("optimal", "searched")
+    assert all(pr == "bf16" for pr in rep.best.plan.op_precision)     # int8 is not a training default
+    assert rep.plans[0].sim.iteration_s <= rep.plans[-1].sim.iteration_s
+    assert "model iter s" in rep.table() and rep.to_json()["solver"]["space"] == "cluster"
+    inf = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=128, mode="inference",
+                       precisions=("bf16",), microbatches=8)
+    assert resolve_space(inf, SolveOptions()) == "pipeline"
+    assert resolve_space(p, SolveOptions(space="pipeline")) == "pipeline"
+    with pytest.raises(DistplanError, match="training"):
+        resolve_space(inf, SolveOptions(space="cluster"))
+
+
+def test_no_training_precision_is_refused():
+    p = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=64, mode="training",
+                     precisions=("int8",), microbatches=2)
+    assert resolve_space(p, SolveOptions()) == "pipeline"
+    with pytest.raises(DistplanError, match="bf16"):
+        plan_cluster(p)
