@@ -135,13 +135,13 @@ ROWS: tuple[Row, ...] = (
         published=135.0, stored=136.75729792829523, note=_MB, **_N),
     Row("N5", table="Table 1 (39.1B)", hidden=8192, layers=48, heads=64, tp=8, pp=2, dp=32, global_batch=1536,
         published=138.0, stored=148.49020713923443, note=_MB, **_N),
-    # not run yet: over whatif's 20 M operator-task limit until identical replicas are collapsed
+    # run since the simulator merges identical replicas and ranks (sim.symmetry)
     Row("N6", table="Table 1 (76.1B)", hidden=10240, layers=60, heads=80, tp=8, pp=4, dp=32, global_batch=1792,
-        published=140.0, note=_MB, **_N),
+        published=140.0, stored=151.96973415697565, note=_MB, **_N),
     Row("N7", table="Table 2 (PTD-P, 174.6B, 384 GPUs)", hidden=12288, layers=96, heads=96, tp=8, pp=12, dp=4,
-        global_batch=1536, published=153.0, **_N),
+        global_batch=1536, published=153.0, stored=167.2476571901137, **_N),
     Row("N8", table="Table 2 (PTD-P, 174.6B, 768 GPUs)", hidden=12288, layers=96, heads=96, tp=8, pp=12, dp=8,
-        global_batch=1536, published=149.0, **_N),
+        global_batch=1536, published=149.0, stored=161.43059725283956, **_N),
 )
 BY_KEY = {r.key: r for r in ROWS}
 
