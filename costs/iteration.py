@@ -25,6 +25,7 @@ and bubbles from uneven communication inside the 1F1B window.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,3 +204,12 @@ def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
     run = float(np.max(last_b + done_after)) if K else 0.0
     opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
+
+
+def estimate_latency(problem: Problem, plan: Plan) -> float:
+    """One microbatch alone through the plan's stages (inference): every stage's forward
+    on one rank (its tensor-parallel all-reduces included) and every boundary's transfer,
+    one after another."""
+    K = plan.n_stages
+    return (math.fsum(_stage_times(problem, plan, k)[0] for k in range(K))
+            + math.fsum(_boundary_s(problem, plan, b) for b in range(K - 1)))

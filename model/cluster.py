@@ -47,7 +47,7 @@ from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.collectives import gradient_reduction_parts, hierarchical_groups
 from distplan.costs.compute import optimizer_step_s
-from distplan.costs.iteration import estimate_iteration, op_rank_times
+from distplan.costs.iteration import estimate_iteration, estimate_latency, op_rank_times
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import SELECTIVE_KINDS
@@ -72,10 +72,12 @@ class ClusterPoint:
     recompute: str
     zero: int
     sequence_parallel: bool
+    precision: str = ""   # inference: the point's one precision (training: the space's)
 
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
         extra += ["ZeRO-1"] * self.zero + ["sequence parallel"] * self.sequence_parallel
+        extra += [self.precision] if self.precision else []
         return f"dp {self.dp} x tp {self.tp} x pp {self.pp}" + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -192,6 +194,8 @@ class _Space:
         return min(gradient_reduction_parts(self.pb, devs, nbytes, h, pt.zero)[0] for h in (False, True))
 
     def optimizer_lb_s(self, pt: ClusterPoint) -> float:
+        if not self.pb.training:
+            return 0.0
         kind = self.pb.topology.kind_of(0)
         share = pt.dp if pt.zero and pt.dp > 1 else 1
         elems = float(self.params.sum()) / (pt.tp * pt.pp * share)
@@ -276,10 +280,24 @@ def _best_split(w: np.ndarray, mem_of, cap: float, pp: int) -> tuple[float, list
     return float(np.bincount(split, weights=w, minlength=pp).max()), split, exact
 
 
+def inference_precisions(problem: Problem) -> list[str]:
+    """The precisions every device runs, among the allowed ones (the latency space tries
+    each for every op)."""
+    return [p for p in problem.precisions if bool(problem.supported[problem.q_index(p)].all())]
+
+
 def space_points(problem: Problem) -> list[ClusterPoint]:
-    """Every outer point of the declared space."""
+    """Every outer point of the declared space (training: module docstring; inference,
+    latency: one microbatch, dp 1, tp x pp, sequence parallel, one precision for every op
+    among those every device runs)."""
     N, M = problem.n_devices, problem.microbatches
     L = len(_units(problem))
+    if not problem.training:
+        return [ClusterPoint(1, tp, pp, "none", 0, sp, q)
+                for q in inference_precisions(problem)
+                for tp in _divisors(N) if tp <= MAX_TP
+                for pp in range(1, min(L, N // tp) + 1)
+                for sp in ((False, True) if tp > 1 else (False,))]
     out = []
     for tp in [t for t in _divisors(N) if t <= MAX_TP]:
         for pp in range(1, min(L, N // tp) + 1):
@@ -303,7 +321,8 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
     out = []
     for allreduce, overlap in options:
         plan = _plan(problem, space, pt, split, allreduce, overlap)
-        out.append(ClusterPlan(pt, plan, estimate_iteration(problem, plan).iteration_s, bound_s))
+        t = estimate_iteration(problem, plan).iteration_s if problem.training else estimate_latency(problem, plan)
+        out.append(ClusterPlan(pt, plan, t, bound_s))
     return out
 
 
@@ -316,6 +335,8 @@ def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], a
     for unit, k in zip(space.units, split):
         for v in unit:
             op_stage[v] = k
+    if not problem.training:   # latency: one microbatch through the stages
+        return Plan(tuple(op_stage), (pt.precision,) * problem.n_ops, stages, 1, "stream")
     return Plan(tuple(op_stage), (space.precision,) * problem.n_ops, stages, problem.microbatches, "1f1b",
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
 
@@ -334,15 +355,23 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         return time.perf_counter() > end or (stop is not None and stop.requested)
 
     say = progress or (lambda _: None)
-    if not problem.training:
-        raise DistplanError("the cluster plan space is for training; inference uses the pipeline MILP")
-    space = _Space(problem, training_precision(problem))
-    M = problem.microbatches
+    if problem.training:
+        spaces = {"": _Space(problem, training_precision(problem))}
+        M = problem.microbatches
+    else:   # latency: one microbatch
+        qs = inference_precisions(problem)
+        if not qs:
+            raise DistplanError(f"no allowed precision ({', '.join(problem.precisions)}) runs on every device")
+        spaces = {q: _Space(problem, q) for q in qs}
+        M = 1
+    space = next(iter(spaces.values()))
     pts = space_points(problem)
-    say(f"cluster space: {len(pts):,} points (dp x tp x pp, recomputation, ZeRO-1, sequence parallel), "
-        f"{len(space.units)} layers, {space.precision}")
+    what = ("dp x tp x pp, recomputation, ZeRO-1, sequence parallel" if problem.training
+            else "latency of one microbatch: tp x pp, sequence parallel, precision")
+    say(f"cluster space: {len(pts):,} points ({what}), {len(space.units)} layers, {', '.join(spaces) or space.precision}")
     heap = []
     for pt in pts:
+        space = spaces[pt.precision]
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
         m = M // pt.dp
         tot = float(wk.w.sum())
@@ -366,6 +395,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             bound = min(bound, lb0)
             break
         heapq.heappop(heap)
+        space = spaces[pt.precision]
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
         static = space.static_per_rank(pt.tp, pt.dp, pt.zero)
         m = M // pt.dp
@@ -423,4 +453,4 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound; "
         f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap:.2%}")
     return ClusterResult(best, bound, gap, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
-                         space.precision)
+                         best[0].plan.op_precision[0])

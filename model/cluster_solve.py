@@ -23,31 +23,33 @@ GPU_KINDS = ("a100", "h100", "v100", "t4")
 
 
 def resolve_space(problem: Problem, options: SolveOptions) -> str:
-    """"pipeline" or "cluster" for ``options.space`` ("auto": cluster for training with a
-    throughput objective on one kind of GPU that runs bf16 or fp16, else pipeline)."""
+    """"pipeline" or "cluster" for ``options.space`` ("auto": cluster for training with the
+    throughput objective, or inference with the latency objective, on one kind of GPU;
+    else pipeline)."""
+    cluster_objective = "throughput" if problem.training else "latency"
     if options.space != "auto":
         if options.space == "cluster":
-            if not problem.training:
-                raise DistplanError("the cluster plan space is for training (--mode training); inference "
-                                    "uses the pipeline space")
-            if options.objective != "throughput":
-                raise DistplanError("the cluster plan space minimises the iteration time; use --objective "
-                                    "throughput")
+            if options.objective != cluster_objective:
+                raise DistplanError("the cluster plan space minimises the iteration time in training and the "
+                                    "latency in inference; use --objective "
+                                    f"{cluster_objective} for {'training' if problem.training else 'inference'}")
             if len(set(problem.device_kind.tolist())) != 1:
                 raise DistplanError("the cluster plan space needs one device kind; mixed fleets use the "
                                     "pipeline space")
-            training_precision(problem)
+            if problem.training:
+                training_precision(problem)
         return options.space
     kinds = {problem.topology.kind_of(d).name for d in range(problem.n_devices)}
-    if (not problem.training or options.objective != "throughput" or len(kinds) != 1
+    if (options.objective != cluster_objective or len(kinds) != 1
             or not kinds <= set(GPU_KINDS) or options.sensitivity_budget is not None
             or options.extra_constraints is not None or options.n_stages is not None or options.path is not None
             or options.replicas is not None):
         return "pipeline"
-    try:
-        training_precision(problem)
-    except DistplanError:
-        return "pipeline"
+    if problem.training:
+        try:
+            training_precision(problem)
+        except DistplanError:
+            return "pipeline"
     return "cluster"
 
 

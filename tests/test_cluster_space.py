@@ -3,6 +3,7 @@ enumeration of the whole declared space on tiny instances, its bound is below ev
 plan, and solve() picks the space for training on GPUs."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 import distplan
 from distplan.api.problem import problem as make_problem
 from distplan.core.errors import DistplanError
+from distplan.core.plan import Stage
 from distplan.costs.iteration import estimate_iteration
 from distplan.model import SolveOptions
 from distplan.model.cluster import _evaluate, _Space, plan_cluster, space_points, training_precision
@@ -98,3 +100,19 @@ def test_no_training_precision_is_refused():
     assert resolve_space(p, SolveOptions()) == "pipeline"
     with pytest.raises(DistplanError, match="bf16"):
         plan_cluster(p)
+
+
+def test_inference_latency_space_uses_tensor_parallelism():
+    """llama-7b, one 2,048-token request on dgx-h100 (issue 14's latency row): tp 8 with
+    Megatron's all-reduces, each precision tried for every op; the simulated latency is
+    the model's."""
+    p = make_problem("llama-7b", "dgx-h100", mode="inference", precisions=("fp16",), microbatches=1)
+    assert resolve_space(p, SolveOptions(objective="latency")) == "cluster"
+    assert resolve_space(p, SolveOptions()) == "pipeline"   # throughput: the pipeline MILP
+    r = plan_cluster(p, top_k=2)
+    best = r.plans[0]
+    assert best.point.tp == 8 and best.plan.microbatches == 1 and r.gap == 0.0
+    sim = distplan.simulate(p, best.plan)
+    assert sim.makespan_s == pytest.approx(best.iteration_s, rel=1e-9)
+    one_gpu = distplan.simulate(p, dataclasses.replace(best.plan, stages=(Stage((0,)),)))
+    assert sim.makespan_s < one_gpu.makespan_s / 2

@@ -24,6 +24,7 @@ from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.model import SolveOptions, SolveResult
 from distplan.model import solve as milp_solve
+from distplan.model.cluster_solve import resolve_space
 from distplan.sim import SimOptions, SimResult
 from distplan.sim import simulate as sim_run
 
@@ -82,7 +83,8 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
     """Solve, on a coarsened graph when it is large; plans come back on ``problem``'s ops.
     The MILP gets the time left until ``deadline`` less the ranking margin."""
     margin = ranking_margin_s(problem, options)
-    target = coarsen_target(problem, options.coarsen_ops)
+    # the cluster space splits whole layers and reads the ops' tensor-parallel roles: never coarsened
+    target = None if resolve_space(problem, options) == "cluster" else coarsen_target(problem, options.coarsen_ops)
     if target is None:
         solved = milp_solve(problem, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
         return solved, list(solved.plans), None
@@ -162,8 +164,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
             continue
         ideal = sim_run(problem, plan, SimOptions(ideal=True))
         rows.append((plan, real, ideal))
-    if rows and all("model_iteration_s" in p.predicted for p, _, _ in rows):   # training steps (model.cluster)
-        rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))
+    if rows and all("model_iteration_s" in p.predicted for p, _, _ in rows):   # model.cluster: a training
+        rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))    # step, or one request's latency
     else:
         rows.sort(key=lambda r: (-r[1].throughput_per_s, r[1].makespan_s))
     ranked = tuple(RankedPlan(i + 1, p.with_predicted(sim_period_s=real.period_s,

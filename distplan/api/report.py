@@ -188,8 +188,9 @@ class SolveReport:
         p, g, s = self.problem, self.problem.graph, self.solver
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, {p.topology.n_devices} devices, "
                  f"{p.microbatches} microbatches of {g.batch_size} (global batch {p.microbatches * g.batch_size})",
-                 f"{'rank':>4} {'model iter s':>12} {'sim iter s':>12} {'error':>7} {'per step/s':>11} "
-                 f"{'samples/s':>11} {'peak MiB':>9}  configuration"]
+                 (f"{'rank':>4} {'model iter s':>12} {'sim iter s':>12} {'error':>7} {'per step/s':>11} "
+                  if p.training else f"{'rank':>4} {'model lat s':>12} {'sim lat s':>12} {'error':>7} {'per req/s':>11} ")
+                 + f"{'samples/s':>11} {'peak MiB':>9}  configuration"]
         for r in self.plans:
             model = float(r.plan.predicted.get("model_iteration_s", float("nan")))
             err = model / r.sim.iteration_s - 1 if r.sim.iteration_s > 0 else float("nan")
@@ -201,12 +202,14 @@ class SolveReport:
                          f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {'; '.join(how)}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         ex = s.explored[0] if s.explored else {}
-        lines.append(f"solver: cluster space, {s.status}, best analytic iteration {s.objective_s:.6g} s, proven "
+        lines.append(f"solver: cluster space, {s.status}, best analytic {'iteration' if p.training else 'latency'} "
+                     f"{s.objective_s:.6g} s, proven "
                      f"bound {s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s; {ex.get('points', 0):,} points: "
                      f"{ex.get('visited', 0):,} visited ({ex.get('infeasible', 0):,} over memory), "
                      f"{ex.get('pruned', 0):,} pruned by bound")
         lines.append("note: the bound holds over the declared space (README: the cluster plan space) under the "
-                     "analytic iteration; plans are ranked by the simulated iteration")
+                     "analytic model; plans are ranked by the simulated "
+                     + ("iteration" if p.training else "latency of one microbatch"))
         for what in self.cut_short:
             lines.append(f"note: cut short: {what}")
         for _, why in self.dropped:
