@@ -1,9 +1,11 @@
 """Grid search over data x tensor x pipeline degrees and microbatch counts, the way
 DistIR (Santhanam et al. 2021) explores strategies.
 
-A grid point (dp, tp, pp, microbatches, precision) with dp * tp * pp <= devices, each
-degree a divisor of the device count: the topological order is split into ``pp``
-stages of (nearly) equal operator counts — uniform layer splits — and stage k takes
+A grid point (dp, tp, pp, microbatches, precision, and in training recomputation /
+ZeRO-1 / sequence parallelism) with dp * tp * pp <= devices, each degree a divisor of
+the device count: the layers are split into ``pp`` stages of equal layer counts
+(``costs.megatron.stage_of_ops``; equal operator counts without layer names), training
+keeps the problem's microbatch count (the global batch), and stage k takes
 the next ``dp * tp`` devices along a device path family, as ``dp`` replicas of ``tp``
 tensor-parallel devices (``distplan.core.plan.Stage``); every op runs at one precision
 (each allowed precision in turn, or each op's fastest). Points are visited in a
@@ -22,7 +24,9 @@ from distplan.baselines.result import BaselineResult, Tracker
 from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import allowed_precisions, device_paths, fastest_precision
 from distplan.costs.problem import Problem
-from distplan.core.plan import Plan, Stage
+from distplan.core.errors import DistplanError
+from distplan.core.plan import RECOMPUTE, Plan, Stage
+from distplan.costs.megatron import stage_of_ops
 
 
 def divisors(n: int) -> list[int]:
@@ -30,8 +34,22 @@ def divisors(n: int) -> list[int]:
 
 
 def default_microbatch_counts(problem: Problem) -> tuple[int, ...]:
+    """Inference: half, the problem's, and twice its microbatch count. Training: the
+    problem's alone (the global batch is the user's; a plan with more microbatches would
+    train on more samples per step)."""
     m = problem.microbatches
+    if problem.training:
+        return (m,)
     return tuple(sorted({max(1, m // 2), m, 2 * m}))
+
+
+def training_options(problem: Problem, dp: int, tp: int) -> list[tuple[str, int, bool]]:
+    """(recompute, ZeRO-1, sequence parallel) variants of a training grid point (one,
+    all off, in inference)."""
+    if not problem.training:
+        return [("none", 0, False)]
+    return [(rc, z, sp) for rc in RECOMPUTE for z in ((0, 1) if dp > 1 else (0,))
+            for sp in ((False, True) if tp > 1 else (False,))]
 
 
 def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None):
@@ -52,16 +70,22 @@ def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None
                 for m in mbs:
                     for pol in policies:
                         for pi in range(n_paths):
-                            out.append((dp, tp, pp, m, pol, pi))
+                            for opt in training_options(problem, dp, tp):
+                                out.append((dp, tp, pp, m, pol, pi, opt))
     return out
 
 
 def grid_plan(problem: Problem, dp: int, tp: int, pp: int, microbatches: int, policy: str,
-              path: Sequence[int]) -> Plan | None:
+              path: Sequence[int], options: tuple[str, int, bool] = ("none", 0, False)) -> Plan | None:
     """The plan of one grid point (None if a stage's devices cannot run the policy)."""
-    V, g = problem.n_ops, dp * tp
-    op_stage = tuple(min(pp - 1, (v * pp) // V) for v in range(V))
-    stages = tuple(Stage(tuple(int(d) for d in path[k * g:(k + 1) * g]), tensor_parallel=tp) for k in range(pp))
+    g = dp * tp
+    try:
+        op_stage = stage_of_ops(problem, pp)   # equal layer counts (equal op counts without layers)
+    except DistplanError:
+        return None
+    rc, zero, sp = options
+    stages = tuple(Stage(tuple(int(d) for d in path[k * g:(k + 1) * g]), tensor_parallel=tp, recompute=rc,
+                         sequence_parallel=sp, zero=zero) for k in range(pp))
     prec = []
     for v, k in enumerate(op_stage):
         devs = stages[k].devices
@@ -87,8 +111,8 @@ def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | No
     for i in order:
         if tr.expired():
             break
-        dp, tp, pp, m, pol, pi = points[int(i)]
-        plan = grid_plan(problem, dp, tp, pp, m, pol, paths[pi][1])
+        dp, tp, pp, m, pol, pi, opt = points[int(i)]
+        plan = grid_plan(problem, dp, tp, pp, m, pol, paths[pi][1], opt)
         if plan is None:
             tr.idle()
             continue

@@ -18,7 +18,9 @@ Scorer = Callable[[Problem, Plan], float]
 
 
 def simulated_throughput(problem: Problem, plan: Plan) -> float:
-    """Samples/s of ``plan`` in the realistic simulator (``sim.SimOptions()``); 0 when the
+    """Samples/s of ``plan`` in the realistic simulator (``sim.SimOptions()``): the steady
+    rate in inference, per optimizer step in training (fill, drain, exposed gradient
+    reduction and optimizer included: what a training run pays); 0 when the
     simulated peak of a device's own outputs exceeds its capacity (a tensor-parallel
     stream stage can hold more than the checker's bound: its all-reduces deepen the
     buffering)."""
@@ -27,7 +29,7 @@ def simulated_throughput(problem: Problem, plan: Plan) -> float:
     r = simulate(problem, plan, SimOptions())
     if (r.peak_own_memory_bytes > problem.device_mem_bytes * (1 + 1e-12)).any():
         return 0.0
-    return float(r.throughput_per_s)
+    return float(r.step_throughput_per_s if problem.training else r.throughput_per_s)
 
 
 def ideal_throughput(problem: Problem, plan: Plan) -> float:

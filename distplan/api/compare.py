@@ -96,7 +96,8 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
     t0 = time.perf_counter()
     rep = solve(problem, options)
     solved, best = rep.solver, rep.best
-    return MethodRow("milp", float(best.sim.throughput_per_s), time.perf_counter() - t0, len(rep.plans),
+    rate = best.sim.step_throughput_per_s if problem.training else best.sim.throughput_per_s   # as the scorer
+    return MethodRow("milp", float(rate), time.perf_counter() - t0, len(rep.plans),
                      solved.status, float(solved.objective_s), float(solved.bound_s), float(solved.gap),
                      plan=best.plan,
                      extra={"solve_seconds": solved.seconds, "build_seconds": solved.build_seconds,
