@@ -116,3 +116,27 @@ def test_inference_latency_space_uses_tensor_parallelism():
     assert sim.makespan_s == pytest.approx(best.iteration_s, rel=1e-9)
     one_gpu = distplan.simulate(p, dataclasses.replace(best.plan, stages=(Stage((0,)),)))
     assert sim.makespan_s < one_gpu.makespan_s / 2
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(1, 4), nodes=st.sampled_from([1, 2]), per_node=st.sampled_from([2, 4]),
+       M=st.sampled_from([2, 4, 8]))
+def test_planner_never_loses_to_the_grid(layers, nodes, per_node, M):
+    """The grid (every degree, recomputation, ZeRO-1, sequence parallelism) scored by the
+    same analytic iteration never beats the cluster planner's optimum, and scored by the
+    simulator it beats it by no more than the model's error."""
+    from distplan.baselines import grid
+
+    topo = _tiny_topology(nodes, per_node)
+    p = make_problem(f"gpt3-256x{layers}x4", topo, batch_size=1, seq_len=64, mode="training",
+                     precisions=("bf16",), microbatches=M)
+
+    def analytic(pb, plan):
+        return M / estimate_iteration(pb, plan).iteration_s
+
+    best = plan_cluster(p, top_k=1).plans[0]
+    g = grid.search(p, budget_s=60, scorer=analytic, max_candidates=10_000)
+    assert g.plan is not None and g.throughput_per_s <= M / best.iteration_s * (1 + 1e-9)
+    gs = grid.search(p, budget_s=60, max_candidates=10_000)
+    sim = distplan.simulate(p, best.plan)
+    assert gs.throughput_per_s <= sim.step_throughput_per_s * 1.03

@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")
     s = ap.add_argument_group("solver")
     s.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
+    s.add_argument("--space", choices=("auto", "pipeline", "cluster"), default="auto",
+                   help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
+                        "(Megatron-style dp x tp x pp for training steps or inference latency), auto (cluster for "
+                        "training, or latency, on one kind of GPU)")
     s.add_argument("--sensitivity-budget", default=None,
                    help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
                         "all-lowest-precision total such as 10%%")
@@ -85,7 +89,7 @@ def _say(msg: str) -> None:
 
 def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOptions:
     """The planner's options from the parsed flags."""
-    kw = dict(objective=args.objective,
+    kw = dict(objective=args.objective, space=args.space,
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
               sensitivity_weight=args.sensitivity_weight, top_k=args.top_k, time_limit_s=args.time_limit,
               rel_gap=args.gap, seed=args.seed, n_stages=args.stages, coarsen_ops=args.coarsen,
