@@ -24,6 +24,7 @@ import distplan  # noqa: E402
 from distplan.api.compare import run_method  # noqa: E402
 from distplan.api.configs import megatron_plan  # noqa: E402
 from distplan.model import SolveOptions  # noqa: E402
+from distplan.sim import simulate as sim_run  # noqa: E402
 
 #: (workload, topology, microbatches, hand-built dp, tp, pp)
 ROWS = [("gpt2", "dgx-a100", 16, (8, 1, 1)), ("gpt3-1.3b", "a100x16", 32, (16, 1, 1)),
@@ -39,7 +40,7 @@ def step_rate(p, sim) -> float:
 
 def cluster_solve(p, limit_s: float):
     t0 = time.perf_counter()
-    rep = distplan.solve(p, SolveOptions(time_limit_s=limit_s, top_k=5))
+    rep = distplan.solve(p, SolveOptions(time_limit_s=limit_s, top_k=5))   # microbatch sizes 1, 2, 4, 8 searched
     return rep, time.perf_counter() - t0
 
 
@@ -58,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         best = rep.best
         for r in rep.plans:
             out["pairs"].append((f"{w}/{t}", r.plan.predicted["model_iteration_s"], r.sim.iteration_s))
+        best_rate = step_rate(rep.problem, best.sim)
         pipe = run_method_pipeline(p, a.budget)
         base = {m: run_method(p, m, a.budget, seed=0).throughput_per_s for m in ("grid", "random")}
-        hand = distplan.simulate(p, megatron_plan(p, dp, tp, pp, rep.best.plan.op_precision[0]))
-        row = {"case": f"{w} M{M} {t}", "cluster": step_rate(p, best.sim), "cluster_plan":
+        # the checker's static memory bound refuses some real configurations: the simulated peak judges
+        hand = sim_run(p, megatron_plan(p, dp, tp, pp, rep.best.plan.op_precision[0]))
+        row = {"case": f"{w} M{M} {t}", "cluster": best_rate, "cluster_plan":
                best.plan.predicted["cluster_point"], "cluster_wall_s": wall, "status": rep.solver.status,
                "bound_step_rate": M / rep.solver.bound_s, "gap": rep.solver.gap, "pipeline_milp": pipe,
                **base, "hand": step_rate(p, hand), "hand_config": f"dp {dp} x tp {tp} x pp {pp}"}
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             rep, wall = cluster_solve(p, 120.0)
             for r in rep.plans:
                 out["pairs"].append((f"{w}/{t}", r.plan.predicted["model_iteration_s"], r.sim.iteration_s))
-            print(f"{w} M{M} {t}: {step_rate(p, rep.best.sim):.1f} samples/step/s, "
+            print(f"{w} M{M} {t}: {step_rate(rep.problem, rep.best.sim):.1f} samples/step/s, "
                   f"{rep.best.plan.predicted['cluster_point']}, {wall:.0f} s, {rep.solver.status}, "
                   f"gap {rep.solver.gap:.2%}", flush=True)
     errs = sorted(abs(m / s - 1) for _, m, s in out["pairs"])

@@ -35,6 +35,7 @@ exactly); the simulator then judges the best plans.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -73,11 +74,13 @@ class ClusterPoint:
     zero: int
     sequence_parallel: bool
     precision: str = ""   # inference: the point's one precision (training: the space's)
+    microbatch_size: int = 0   # samples per microbatch (0: the problem's own)
 
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
         extra += ["ZeRO-1"] * self.zero + ["sequence parallel"] * self.sequence_parallel
         extra += [self.precision] if self.precision else []
+        extra += [f"microbatch {self.microbatch_size}"] if self.microbatch_size else []
         return f"dp {self.dp} x tp {self.tp} x pp {self.pp}" + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -87,6 +90,7 @@ class ClusterPlan:
     plan: Plan
     iteration_s: float      # the analytic iteration (costs.iteration)
     bound_s: float          # the point's lower bound
+    problem: Problem | None = None   # the plan's problem (its microbatch size), when not the caller's
 
 
 @dataclass(frozen=True)
@@ -322,7 +326,7 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
     for allreduce, overlap in options:
         plan = _plan(problem, space, pt, split, allreduce, overlap)
         t = estimate_iteration(problem, plan).iteration_s if problem.training else estimate_latency(problem, plan)
-        out.append(ClusterPlan(pt, plan, t, bound_s))
+        out.append(ClusterPlan(pt, plan, t, bound_s, problem))
     return out
 
 
@@ -341,11 +345,29 @@ def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], a
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
 
 
+def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
+    """The problem at each microbatch size of ``sizes`` that divides its global batch
+    (microbatches x batch size), with the microbatch count that keeps that global batch;
+    the problem's own size always included (key 0)."""
+    from distplan.costs.problem import ProblemOptions, build_problem
+
+    b0 = problem.graph.batch_size
+    gb = problem.microbatches * b0
+    out = {0: problem}
+    for b in sorted(set(sizes)):
+        if b != b0 and b >= 1 and gb % b == 0:
+            out[b] = build_problem(problem.graph.with_batch_size(b), problem.topology, ProblemOptions(
+                precisions=problem.precisions, microbatches=gb // b, schedule=problem.schedule))
+    return out
+
+
 def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
-                 stop=None) -> ClusterResult:
+                 stop=None, microbatch_sizes=()) -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
-    docstring); ``deadline`` (perf_counter) or ``stop`` (Ctrl-C) cut the search short."""
+    docstring); ``deadline`` (perf_counter) or ``stop`` (Ctrl-C) cut the search short.
+    ``microbatch_sizes`` (training): also search these samples per microbatch, at the
+    same global batch (an outer dimension of the space, searched exactly like the rest)."""
     import time
 
     t0 = time.perf_counter()
@@ -356,24 +378,27 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
 
     say = progress or (lambda _: None)
     if problem.training:
-        spaces = {"": _Space(problem, training_precision(problem))}
-        M = problem.microbatches
+        prec = training_precision(problem)
+        variants = batch_variants(problem, microbatch_sizes)
+        spaces = {(b, ""): _Space(pb, prec) for b, pb in variants.items()}
+        pts = [dataclasses.replace(pt, microbatch_size=b) for b, pb in variants.items() for pt in space_points(pb)]
     else:   # latency: one microbatch
         qs = inference_precisions(problem)
         if not qs:
             raise DistplanError(f"no allowed precision ({', '.join(problem.precisions)}) runs on every device")
-        spaces = {q: _Space(problem, q) for q in qs}
-        M = 1
+        spaces = {(0, q): _Space(problem, q) for q in qs}
+        pts = space_points(problem)
     space = next(iter(spaces.values()))
-    pts = space_points(problem)
     what = ("dp x tp x pp, recomputation, ZeRO-1, sequence parallel" if problem.training
             else "latency of one microbatch: tp x pp, sequence parallel, precision")
-    say(f"cluster space: {len(pts):,} points ({what}), {len(space.units)} layers, {', '.join(spaces) or space.precision}")
+    sizes = sorted({b or problem.graph.batch_size for b, _ in spaces})
+    say(f"cluster space: {len(pts):,} points ({what}), {len(space.units)} layers, "
+        f"{', '.join(sorted({q or space.precision for _, q in spaces}))}, microbatch size {', '.join(map(str, sizes))}")
     heap = []
     for pt in pts:
-        space = spaces[pt.precision]
+        space = spaces[(pt.microbatch_size, pt.precision)]
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
-        m = M // pt.dp
+        m = (space.pb.microbatches if space.pb.training else 1) // pt.dp
         tot = float(wk.w.sum())
         lb0 = (tot + (m - 1) * max(tot / pt.pp, float(wk.w.max())) + space.optimizer_lb_s(pt)
                + space.exposure_lb_s(pt))
@@ -395,10 +420,10 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             bound = min(bound, lb0)
             break
         heapq.heappop(heap)
-        space = spaces[pt.precision]
+        space = spaces[(pt.microbatch_size, pt.precision)]
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
         static = space.static_per_rank(pt.tp, pt.dp, pt.zero)
-        m = M // pt.dp
+        m = (space.pb.microbatches if space.pb.training else 1) // pt.dp
         cs, ca = np.concatenate(([0.0], np.cumsum(static))), np.concatenate(([0.0], np.cumsum(wk.act)))
 
         def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient) -> float:
@@ -421,7 +446,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
                 if lb_split >= kth:
                     break
-                best += _evaluate(problem, space, pt, split, lb_split)
+                best += _evaluate(space.pb, space, pt, split, lb_split)
                 best.sort(key=lambda c: c.iteration_s)
                 del best[top_k:]
         else:
@@ -433,7 +458,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 continue
             pb = tot + (m - 1) * tau + extra if exact else lb0
             bound = min(bound, pb)   # the other splits of this point are not searched
-            best += _evaluate(problem, space, pt, split, pb)
+            best += _evaluate(space.pb, space, pt, split, pb)
         if not best:
             continue
         best.sort(key=lambda c: c.iteration_s)

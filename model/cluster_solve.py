@@ -13,7 +13,7 @@ from __future__ import annotations
 from distplan.core.errors import DistplanError
 from distplan.costs.problem import Problem
 from distplan.model.cluster import plan_cluster, training_precision
-from distplan.model.options import SolveOptions, SolveResult
+from distplan.model.options import DEFAULT_MICROBATCH_SIZES, SolveOptions, SolveResult
 from distplan.model.progress import Clock, Log
 
 #: SolveResult.path_name of a cluster-space solve
@@ -56,12 +56,16 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
 def solve_cluster(problem: Problem, options: SolveOptions, clock: Clock, say: Log) -> SolveResult:
     """Search the cluster space within the clock; plans carry their analytic iteration
     (``predicted['milp_objective']`` and ``['model_iteration_s']``)."""
+    sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
     res = plan_cluster(problem, top_k=options.top_k, progress=say, deadline=clock.deadline,
-                       stop=clock.stop)
+                       stop=clock.stop, microbatch_sizes=sizes if problem.training else ())
+    best = res.plans[0]
+    chosen = best.problem if best.problem is not None else problem
+    # the report covers one problem: the winner's microbatch size
+    same = [c for c in res.plans if (c.problem if c.problem is not None else problem) is chosen]
     plans = [c.plan.with_predicted(milp_objective=c.iteration_s, model_iteration_s=c.iteration_s,
                                    model_bound_s=c.bound_s, cluster_point=c.point.label())
-             for c in res.plans]
-    best = res.plans[0]
+             for c in same]
     if res.cut_short:
         status = clock.why()
     else:
@@ -73,4 +77,5 @@ def solve_cluster(problem: Problem, options: SolveOptions, clock: Clock, say: Lo
     return SolveResult(status=status, objective_s=best.iteration_s, bound_s=res.bound_s, gap=res.gap,
                        seconds=clock.elapsed_s(), build_seconds=0.0, n_binaries=0, n_constraints=0,
                        plans=plans, path_name=CLUSTER_SPACE, log=say.lines, replicas=best.point.dp,
-                       explored=explored, cut_short=list(clock.cut_short))
+                       explored=explored, cut_short=list(clock.cut_short),
+                       problem=chosen if chosen is not problem else None)

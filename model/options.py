@@ -12,6 +12,8 @@ OBJECTIVES = ("throughput", "latency")
 #: replicated lanes), "cluster" (model.cluster: Megatron-style dp x tp x pp training
 #: plans), "auto" (cluster for training on one kind of GPU, else pipeline)
 SPACES = ("auto", "pipeline", "cluster")
+#: microbatch sizes the cluster space tries by default (those dividing the global batch)
+DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class SolveOptions:
     cannot lower the optimum) but weaker, so the bound reported is in effect the MILP's
     own, and their plans are used only where they satisfy the MILP (model.admission).
     ``space``: which plan space to search (``SPACES``).
+    ``microbatch_sizes`` (cluster space, training): samples per microbatch to search at
+    the problem's global batch (microbatches x batch size), besides the problem's own;
+    None: ``DEFAULT_MICROBATCH_SIZES``; (): the problem's alone.
     """
 
     objective: str = "throughput"
@@ -58,8 +63,11 @@ class SolveOptions:
     coarsen_ops: int | None = None
     extra_constraints: Callable[..., None] | None = field(default=None, compare=False)
     space: str = "auto"
+    microbatch_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.microbatch_sizes is not None and not all(isinstance(b, int) and b >= 1 for b in self.microbatch_sizes):
+            raise DistplanError(f"microbatch sizes must be positive whole numbers, got {self.microbatch_sizes!r}")
         if self.space not in SPACES:
             raise DistplanError(f"plan space {self.space!r} unknown; use one of {', '.join(SPACES)}")
         if self.objective not in OBJECTIVES:
@@ -119,3 +127,6 @@ class SolveResult:
     lanes: tuple[tuple[int, ...], ...] = ()
     explored: list[dict] = field(default_factory=list)
     cut_short: list[str] = field(default_factory=list)
+    #: the problem the plans are for when the planner changed the microbatch size (the
+    #: cluster space; same model and global batch), else None
+    problem: object | None = None

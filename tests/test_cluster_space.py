@@ -140,3 +140,24 @@ def test_planner_never_loses_to_the_grid(layers, nodes, per_node, M):
     gs = grid.search(p, budget_s=60, max_candidates=10_000)
     sim = distplan.simulate(p, best.plan)
     assert gs.throughput_per_s <= sim.step_throughput_per_s * 1.03
+
+
+def test_microbatch_size_is_an_exactly_searched_dimension():
+    """Searching sizes 1, 2, 4 at one global batch finds the best of the three separate
+    searches, and a graph rescaled to another batch is the zoo's graph at that batch."""
+    from distplan.model.cluster import batch_variants
+    from distplan.workloads.zoo import get_workload
+
+    assert get_workload("gpt3-256x4x4", batch_size=1, seq_len=64, mode="training").with_batch_size(4) == \
+        get_workload("gpt3-256x4x4", batch_size=4, seq_len=64, mode="training")
+    p = make_problem("gpt3-256x4x4", _tiny_topology(2, 2), batch_size=1, seq_len=64, mode="training",
+                     precisions=("bf16",), microbatches=8)
+    both = plan_cluster(p, top_k=1, microbatch_sizes=(1, 2, 4))
+    alone = [plan_cluster(v, top_k=1).plans[0].iteration_s for v in batch_variants(p, (2, 4)).values()]
+    assert both.plans[0].iteration_s == pytest.approx(min(alone), rel=1e-12)
+    win = both.plans[0]
+    q = win.problem if win.problem is not None else p
+    assert q.microbatches * q.graph.batch_size == 8
+    rep = distplan.solve(p, SolveOptions(time_limit_s=30, top_k=2, microbatch_sizes=(1, 2, 4)))
+    assert rep.problem.microbatches * rep.problem.graph.batch_size == 8
+    assert rep.best.sim.iteration_s == pytest.approx(win.iteration_s, rel=0.04)

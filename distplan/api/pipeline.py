@@ -190,6 +190,8 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
     deadline = time.perf_counter() + options.time_limit_s
     with stop_on_interrupt() as stop:
         solved, plans, coarse_ops = _milp_plans(problem, options, deadline)
+        if solved.problem is not None:   # the cluster space chose another microbatch size
+            problem = solved.problem
         if not plans:
             raise DistplanError(f"the solver returned no plan (status {solved.status})")
         ranked, dropped, unranked = _rank(problem, plans, trace, options.sensitivity_budget, deadline, stop)

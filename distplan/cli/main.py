@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")
     s = ap.add_argument_group("solver")
     s.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
+    s.add_argument("--microbatch-sizes", default=None, metavar="B1,B2,...",
+                   help="cluster space, training: samples per microbatch to search at the same global batch "
+                        "(--microbatches x --batch-size); default 1,2,4,8 (those dividing it); 'none': only "
+                        "--batch-size")
     s.add_argument("--space", choices=("auto", "pipeline", "cluster"), default="auto",
                    help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
                         "(Megatron-style dp x tp x pp for training steps or inference latency), auto (cluster for "
@@ -87,9 +91,24 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _sizes(text: str | None) -> tuple[int, ...] | None:
+    """--microbatch-sizes: None (default), () for 'none', else the listed sizes."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise DistplanError(f"--microbatch-sizes takes whole numbers separated by commas (or 'none'), got {text!r}")
+    if any(b < 1 for b in sizes):
+        raise DistplanError(f"--microbatch-sizes must be >= 1, got {text!r}")
+    return sizes
+
+
 def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOptions:
     """The planner's options from the parsed flags."""
-    kw = dict(objective=args.objective, space=args.space,
+    kw = dict(objective=args.objective, space=args.space, microbatch_sizes=_sizes(args.microbatch_sizes),
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
               sensitivity_weight=args.sensitivity_weight, top_k=args.top_k, time_limit_s=args.time_limit,
               rel_gap=args.gap, seed=args.seed, n_stages=args.stages, coarsen_ops=args.coarsen,
