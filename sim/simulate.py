@@ -25,6 +25,7 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) ->
     _validate(problem, plan)
     static_links = opts.ideal and opts.link_model == "fifo"
     sym = find_symmetry(problem, plan, opts.ideal, opts.trace) if opts.symmetry else None
+    _check_size(problem, plan, sym)
     prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links, sym=sym)
     net = expand(prog, plan if sym is None else sym.reduced)
     r = run(net, prog, opts.link_model)
@@ -56,6 +57,33 @@ def _validate(problem: Problem, plan: Plan) -> None:
         bad = [d for d in st.devices if not 0 <= d < problem.n_devices]
         if bad:
             raise DistplanError(f"stage {k}: device index {bad[0]} outside 0..{problem.n_devices - 1}")
+
+
+#: a run expected to expand to more nodes than this is refused (about 150 bytes a node:
+#: 80 M nodes is ~12 GiB, half of a 24 GiB machine)
+MAX_NODES = 80_000_000
+
+
+def expected_nodes(problem: Problem, plan: Plan, copies: int = 1) -> float:
+    """A rough count of the nodes a run expands to (operator tasks, and per tensor-parallel
+    op its ring all-reduce's 2(t-1) steps on t devices over about two hops), divided by
+    the identical copies a symmetry reduction merges."""
+    per_micro = 0.0
+    for k, st in enumerate(plan.stages):
+        t = st.tensor_parallel
+        n = sum(1 for x in plan.op_stage if x == k)
+        per_micro += n * t * (1 + (4 * (t - 1) * 0.35 if t > 1 else 0.0))
+    return per_micro * plan.microbatches * (2 if problem.training else 1) / copies
+
+
+def _check_size(problem: Problem, plan: Plan, sym) -> None:
+    n = expected_nodes(problem, plan, sym.factor if sym is not None else 1)
+    if n > MAX_NODES:
+        why = ("identical replicas are merged only for realistic 1F1B training runs without a trace"
+               if sym is None else "even after merging identical replicas and ranks")
+        raise DistplanError(f"this run expands to about {n:,.0f} simulation nodes ({why}), more than the "
+                            f"{MAX_NODES:,} this machine's memory allows (~150 bytes each); simulate fewer "
+                            "microbatches, or drop --trace / ideal mode for a symmetric training plan")
 
 
 def _either(names: tuple[str, ...]) -> str:

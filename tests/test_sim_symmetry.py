@@ -104,3 +104,17 @@ def test_unequal_replicas_and_inference_are_not_reduced():
                       microbatches=8)
     plan_i = megatron_plan(pi, 4, 1, 1, "bf16", "stream", "none", False, 0, "ring", False)
     assert find_symmetry(pi, plan_i, False, False) is None
+
+
+def test_a_run_too_large_for_memory_is_refused_up_front():
+    """gpt3-175b on 1,024 GPUs: merged it simulates (bench/cluster_bench.py); in full, or
+    with a trace (which needs every copy), it would expand to ~160 M nodes: refused with
+    a message before anything is built."""
+    from distplan.core.errors import DistplanError
+
+    p = make_problem("gpt3-175b", "a100x1024", batch_size=1, mode="training", precisions=("bf16",),
+                     microbatches=1536)
+    plan = megatron_plan(p, 16, 8, 8, "bf16", None, "full", False, 0, "ring", False)
+    for opts in (SimOptions(symmetry=False), SimOptions(trace=True)):
+        with pytest.raises(DistplanError, match="simulation nodes"):
+            simulate(p, plan, opts)

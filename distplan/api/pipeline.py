@@ -162,7 +162,9 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         if why is not None:
             dropped.append((plan, why))
             continue
-        ideal = sim_run(problem, plan, SimOptions(ideal=True))
+        # the ideal mode is the pipeline MILP's model; a cluster plan's model is the analytic
+        # iteration, and its ideal run would not merge identical replicas (a full 1,000-GPU run)
+        ideal = None if cluster else sim_run(problem, plan, SimOptions(ideal=True))
         rows.append((plan, real, ideal))
     if rows and all("model_iteration_s" in p.predicted for p, _, _ in rows):   # model.cluster: a training
         rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))    # step, or one request's latency
@@ -170,7 +172,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         rows.sort(key=lambda r: (-r[1].throughput_per_s, r[1].makespan_s))
     ranked = tuple(RankedPlan(i + 1, p.with_predicted(sim_period_s=real.period_s,
                                                        throughput_per_s=real.throughput_per_s),
-                              float(p.predicted.get("milp_period_s", float("nan"))), ideal.period_s, real)
+                              float(p.predicted.get("milp_period_s", float("nan"))),
+                              ideal.period_s if ideal is not None else float("nan"), real)
                    for i, (p, real, ideal) in enumerate(rows))
     return ranked, tuple(dropped), len(plans) - len(rows) - len(dropped)
 
