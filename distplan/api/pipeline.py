@@ -27,6 +27,8 @@ from distplan.model import solve as milp_solve
 from distplan.model.cluster_solve import resolve_space
 from distplan.sim import SimOptions, SimResult
 from distplan.sim import simulate as sim_run
+from distplan.sim.simulate import expected_nodes
+from distplan.sim.symmetry import find_symmetry
 
 #: Graphs larger than this are coarsened before the solve unless options say otherwise.
 AUTO_COARSEN_ABOVE_OPS = 300
@@ -127,6 +129,17 @@ def budget_excess(problem: Problem, plan: Plan, budget: float | None) -> str | N
     return None
 
 
+#: seconds per node of the rough count ``sim.simulate.expected_nodes`` (which runs about
+#: 2x high; measured ~1.2e-6 s per node actually run on one core)
+SIM_S_PER_EXPECTED_NODE = 1e-6
+
+
+def expected_sim_s(problem: Problem, plan: Plan) -> float:
+    """A rough forecast of one realistic simulation's seconds (identical copies merged)."""
+    sym = find_symmetry(problem, plan, ideal=False, trace=False)
+    return SIM_S_PER_EXPECTED_NODE * expected_nodes(problem, plan, sym.factor if sym is not None else 1)
+
+
 def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensitivity_budget: float | None = None,
                *, deadline: float = math.inf, stop: Stop | None = None,
                ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...]]:
@@ -150,6 +163,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
     for plan in plans:
         if rows and (time.perf_counter() > deadline or (stop is not None and stop.requested)):
             break
+        if rows and time.perf_counter() + expected_sim_s(problem, plan) > deadline:
+            continue   # would outlast the time limit (a plan whose replicas do not merge, at scale)
         cluster = "model_iteration_s" in plan.predicted   # judged by its simulated peak (model.cluster)
         try:
             check_plan(problem, plan, memory_bound=not cluster)
