@@ -31,7 +31,9 @@ ROWS = [("gpt2", "dgx-a100", 16, (8, 1, 1)), ("gpt3-1.3b", "a100x16", 32, (16, 1
         ("gpt3-2.7b", "a100x32", 32, (32, 1, 1)), ("gpt3-6.7b", "a100x128", 16, (64, 2, 1))]
 #: more (workload, topology, microbatches) for the model-vs-simulator statistics
 EXTRA = [("gpt3-13b", "a100x64", 64), ("llama-13b", "h100x64", 32), ("bert-large", "dgx-a100", 32),
-         ("gpt3-350m", "h100x16", 32), ("gpt3-175b", "a100x1024", 1536)]
+         ("gpt3-350m", "h100x16", 32), ("gpt3-175b", "a100x1024", 1536), ("gpt3-760m", "a100x32", 64),
+         ("llama-7b", "a100x64", 64), ("gpt3-125m", "dgx-h100", 32), ("bert-base", "dgx-a100", 64),
+         ("gpt2", "h100x16", 32), ("gpt3-2.7b", "h100x64", 128), ("gpt3-6.7b", "a100x256", 512)]
 
 
 def step_rate(p, sim) -> float:
