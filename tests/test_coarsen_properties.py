@@ -49,7 +49,10 @@ def dags(draw, max_ops: int = 30) -> Graph:
     for j in range(1, n):
         for i in draw(st.sets(st.integers(0, j - 1), max_size=3)):
             tensors.append(Tensor(f"v{i}", f"v{j}", draw(st.integers(0, 10**6))))
-    return Graph("rand", ops, tuple(tensors), mode=draw(st.sampled_from(["inference", "training"])))
+    mode = draw(st.sampled_from(["inference", "training"]))
+    if mode == "training" and not any(op.bwd_flops > 0 for op in ops):   # build_problem refuses a free backward
+        ops = (dataclasses.replace(ops[0], bwd_flops=1.0),) + ops[1:]
+    return Graph("rand", ops, tuple(tensors), mode=mode)
 
 
 def _totals(g: Graph) -> tuple:
