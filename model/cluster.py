@@ -51,7 +51,7 @@ from distplan.costs.compute import optimizer_step_s
 from distplan.costs.iteration import estimate_iteration, estimate_latency, op_rank_times
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
-from distplan.costs.recompute import SELECTIVE_KINDS
+from distplan.costs.recompute import recomputed
 from distplan.costs.tensor_parallel import tp_output_share
 from distplan.workloads.graph import layer_index
 
@@ -166,7 +166,7 @@ class _Space:
         if key not in self._work:
             pb = self.pb
             G = list(range(tp))    # Megatron layout: tp consecutive devices
-            again = _recomputed_ops(pb, self.units, recompute)
+            again = _recomputed_ops(pb, recompute)
             qs = [self.q] * pb.n_ops
             w, act, tr = [], [], []
             for u in self.units:
@@ -207,22 +207,14 @@ class _Space:
         return optimizer_step_s(elems, 0, kind) + elems * b * 2 / kind.mem_bw_bytes_per_s
 
 
-def _recomputed_ops(problem: Problem, units: list[list[int]], mode: str) -> np.ndarray:
-    """Ops recomputed under ``mode`` when stages split between units (costs.recompute):
-    never an op whose output leaves its layer."""
-    out = np.zeros(problem.n_ops, dtype=bool)
-    if mode == "none":
-        return out
-    layer = [layer_index(op.name) for op in problem.graph.ops]
-    leaves = np.zeros(problem.n_ops, dtype=bool)
-    for u, v in problem.edges.tolist():
-        if layer[u] != layer[v]:
-            leaves[u] = True
-    for v, op in enumerate(problem.graph.ops):
-        if layer[v] is None or leaves[v]:
-            continue
-        out[v] = op.kind in SELECTIVE_KINDS if mode == "selective" else True
-    return out
+def _recomputed_ops(problem: Problem, mode: str) -> np.ndarray:
+    """Ops recomputed under ``mode`` (``costs.recompute.recomputed``, the simulator's rule)
+    when the stages split between layers: read on one stage, where no output crosses a
+    stage boundary, so the answer holds for every split between layers (an op whose
+    output leaves its layer is never recomputed in full mode)."""
+    V = problem.n_ops
+    one = Plan((0,) * V, (problem.precisions[0],) * V, (Stage((0,), recompute=mode),), 1, "1f1b")
+    return recomputed(problem, one)
 
 
 def _greedy_split(w: np.ndarray, mem_of: Callable[[int, int, int], float], cap: float, tau: float,
