@@ -102,7 +102,7 @@ class ClusterResult:
     gap: float
     points: int             # outer points in the space
     solved: int             # visited: split and estimated
-    pruned: int             # never visited: their bound reached the best plan
+    pruned: int             # never visited: their bound reached the best plan (or the K-th)
     infeasible: int         # visited, no split fits the memory
     seconds: float
     cut_short: list[str] = field(default_factory=list)
@@ -466,8 +466,10 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                             "exceeds the device memory")
     bound = min(bound, incumbent)
     gap = (incumbent - bound) / incumbent if incumbent > 0 else 0.0
-    pruned = len(pts) - solved
-    say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound; "
+    unvisited = len(heap) if cut else 0   # left by the clock, bounded by their first bound
+    pruned = len(pts) - solved - unvisited
+    say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound"
+        + (f", {unvisited:,} not visited (time)" if unvisited else "") + "; "
         f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap:.2%}")
     return ClusterResult(best, bound, gap, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
                          best[0].plan.op_precision[0])

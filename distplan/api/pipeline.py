@@ -160,11 +160,16 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
           stop: Stop | None) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int]:
     """rank_plans, and how many plans the deadline or Ctrl-C left unsimulated."""
     rows, dropped = [], []
-    for plan in plans:
+    cost = {id(p): expected_sim_s(problem, p) for p in plans}
+    left = deadline - time.perf_counter()
+    # the first plan simulated is the best one whose forecast fits the time left (else the
+    # quickest): a plan whose replicas do not merge, at scale, can take minutes
+    first = next((p for p in plans if cost[id(p)] <= left), min(plans, key=lambda p: cost[id(p)], default=None))
+    for plan in sorted(plans, key=lambda p: p is not first):
         if rows and (time.perf_counter() > deadline or (stop is not None and stop.requested)):
             break
-        if rows and time.perf_counter() + expected_sim_s(problem, plan) > deadline:
-            continue   # would outlast the time limit (a plan whose replicas do not merge, at scale)
+        if rows and time.perf_counter() + cost[id(plan)] > deadline:
+            continue   # would outlast the time limit
         cluster = "model_iteration_s" in plan.predicted   # judged by its simulated peak (model.cluster)
         try:
             check_plan(problem, plan, memory_bound=not cluster)
