@@ -59,11 +59,14 @@ def window_1f1b(prog: Program, plan: Plan) -> list[int]:
     forwards (K-k microbatches in flight) on each replica, not across all of them; the
     running minimum keeps the offsets non-increasing along the pipeline (a later stage's
     backward never comes after an earlier one's in round order, which would deadlock)
-    when stages have different replica counts."""
+    when stages have different replica counts. With uneven ``shares`` a replica sees a
+    microbatch every ``cycle / its share`` rounds on average; r_k is then the longest such
+    gap (``_rounds_per_microbatch``), so the replica with the smallest share keeps K-1-k
+    warm-up forwards and the others a few more."""
     K = plan.n_stages
     off, prev = [], None
     for k, st in enumerate(plan.stages):
-        o = (K - 1 - k) * st.replicas
+        o = (K - 1 - k) * _rounds_per_microbatch(st)
         prev = o if prev is None else min(o, prev)
         off.append(prev)
     o = [0] * prog.T
@@ -71,6 +74,27 @@ def window_1f1b(prog: Program, plan: Plan) -> list[int]:
         if prog.phase[t] == 1:
             o[t] = off[plan.op_stage[prog.op[t]]]
     return o
+
+
+def _rounds_per_microbatch(st) -> int:
+    """Rounds between two microbatches of the stage's least-served replica (its replica
+    count with round-robin)."""
+    if st.shares is None or len(set(st.shares)) <= 1:
+        return st.replicas
+    seq = [st.replica_of(m) for m in range(st.cycle)]
+    return max(-(-len(seq) // seq.count(i)) for i in range(st.replicas))
+
+
+def _next_on_replica(st, p: int, depth: int) -> int:
+    """How many microbatches after microbatch ``p`` the ``depth``-th next one on the same
+    replica of stage ``st`` comes (depth x replicas with round-robin)."""
+    if st.shares is None or len(set(st.shares)) <= 1:
+        return depth * st.replicas
+    i, m, seen = st.replica_of(p), p, 0
+    while seen < depth:
+        m += 1
+        seen += st.replica_of(m) == i
+    return m - p
 
 
 def deep_rounds(prog: Program) -> list[int]:
@@ -145,12 +169,13 @@ def stream_backpressure(prog: Program, plan: Plan) -> list[tuple[int, int, int, 
     runs r >= 2 rounds after the producer in the static order (an all-reduce or a
     round trip in between), then r + 1, so the static order can never deadlock.
     Buffers belong to a device: on a stage with R replicas, microbatch m's buffer gates
-    microbatch m + depth x R, the next ones on the same replica (lanes stay independent).
+    microbatch m + depth x R, the depth-th next one on the same replica (lanes stay
+    independent; with uneven shares, counted along the replica's own microbatches).
     Returns (release type, target type, unit shift, depth) per gate."""
     C, o = prog.C, prog.offset
     out = []
     for (p, v, j), (f, rel) in prog.outputs.items():
-        depth = max([2] + [o[r] - o[f] + 1 for r in rel]) * plan.stages[plan.op_stage[v]].replicas
+        depth = _next_on_replica(plan.stages[plan.op_stage[v]], p, max([2] + [o[r] - o[f] + 1 for r in rel]))
         target = prog.outputs[((p + depth) % C, v, j)][0]
         shift = (p + depth) // C
         for r in rel:

@@ -57,6 +57,13 @@ def _validate(problem: Problem, plan: Plan) -> None:
         bad = [d for d in st.devices if not 0 <= d < problem.n_devices]
         if bad:
             raise DistplanError(f"stage {k}: device index {bad[0]} outside 0..{problem.n_devices - 1}")
+        if st.shares is not None and (len(st.shares) != st.replicas or min(st.shares) < 1
+                                      or sum(st.shares) != plan.microbatches):
+            raise DistplanError(f"stage {k}: shares {list(st.shares)} must give each of its {st.replicas} replicas "
+                                f">= 1 microbatch and sum to the plan's {plan.microbatches}")
+        if st.replica_precision is not None and len(st.replica_precision) != st.replicas:
+            raise DistplanError(f"stage {k}: replica_precision lists {len(st.replica_precision)} replicas, "
+                                f"the stage has {st.replicas}")
 
 
 #: a run expected to expand to more nodes than this is refused (about 150 bytes a node:

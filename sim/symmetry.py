@@ -12,7 +12,9 @@ and the full run's figures are the copy's, repeated over the orbits.
 
 Conditions checked (otherwise the plan is simulated in full): training, 1F1B, not ideal
 mode, no trace, every stage the same replica count ``r`` dividing the microbatch count
-and the same tensor-parallel degree, one device kind, a flat ring gradient reduction (a
+and the same tensor-parallel degree, one device kind, replicas alike (replica groups:
+equal ``shares`` if any, the same precision overrides on every replica if any; the
+reduced plan then has no shares and the overrides folded into its op precisions), a flat ring gradient reduction (a
 hierarchical one only where it is a flat ring: one replica per node), and the shift maps
 above exist and act freely on the links used. A shift that fails is dropped (replicas
 only, or ranks only, are tried).
@@ -64,6 +66,8 @@ def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Sym
     r, t = rs.pop(), ts.pop()
     if plan.microbatches % r:
         return None
+    if not all(s.uniform for s in plan.stages):
+        return None   # replicas differ in share or precision: they do not run alike
     devs = [d for s in plan.stages for d in s.devices]
     if len(set(devs)) != len(devs) or len({int(problem.device_kind[d]) for d in devs}) != 1:
         return None
@@ -170,9 +174,15 @@ def _symmetry(problem: Problem, plan: Plan, rr: int, tt: int, link_rep: np.ndarr
         for i in range(st.replicas):
             for j in range(st.tensor_parallel):
                 dev_rep[_dev(plan, k, i, j)] = _dev(plan, k, 0 if rr > 1 else i, 0 if tt > 1 else j)
-    stages = tuple(dataclasses.replace(st, devices=tuple(st.devices[:st.tensor_parallel])) if rr > 1 else st
+    precs = list(plan.op_precision)
+    for st in plan.stages:   # alike replicas (find_symmetry): the overrides of replica 0
+        for v, p in st.overrides(0).items():
+            precs[v] = p
+    stages = tuple(dataclasses.replace(st, devices=tuple(st.devices[:st.tensor_parallel]), shares=None,
+                                       replica_precision=None) if rr > 1 else st
                    for st in plan.stages)
-    reduced = dataclasses.replace(plan, stages=stages, microbatches=plan.microbatches // rr)
+    reduced = dataclasses.replace(plan, stages=stages, microbatches=plan.microbatches // rr,
+                                  op_precision=tuple(precs) if rr > 1 else plan.op_precision)
     return Symmetry(rr, tt, reduced, dev_rep, link_rep)
 
 

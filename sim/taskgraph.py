@@ -2,10 +2,13 @@
 step) of one *pattern* of microbatches, its server, duration and dependencies, and the
 buffers it holds (what ``sim.memory`` counts).
 
-A pattern covers ``C = lcm(replicas of every stage)`` consecutive microbatches (the cycle
-after which replica assignment repeats); node types are defined per pattern and repeat
+A pattern covers ``C = plan.cycle`` consecutive microbatches (the cycle after which
+every stage's assignment of microbatches to replicas repeats: ``lcm(replicas)`` with
+round-robin, longer with uneven ``Stage.shares``); node types are defined per pattern and repeat
 unit after unit, so node id = ``unit * T + type`` and microbatch = ``unit * C + p[type]``.
-Servers are numbered devices first (0..D-1), then links (D..D+L-1). Node types are
+Each pattern's ops run at the precisions of the replicas that run its microbatch
+(``Plan.microbatch_precisions``: replica groups may override an op's precision), so
+durations, bytes and casts are per pattern. Servers are numbered devices first (0..D-1), then links (D..D+L-1). Node types are
 created in an order consistent with every dependency. The order each server runs its
 nodes in is the schedule's (``sim.schedule``), not this module's.
 """
@@ -119,10 +122,10 @@ class _Builder:
         topo = problem.topology
         self.topo = topo
         self.D, self.L = topo.n_devices, len(topo.links)
-        C = math.lcm(*(s.replicas for s in plan.stages)) if plan.stages else 1
+        C = plan.cycle
         self.prog = Program(self.D, self.L, C, plan.microbatches, problem.training, plan.schedule,
                             static_links=static_links)
-        self.qs = [problem.q_index(p) for p in plan.op_precision]
+        self.qs_of = [[problem.q_index(x) for x in plan.microbatch_precisions(p)] for p in range(C)]
         self.again = recomputed(problem, self.full)
         self.one_rank = sym is not None and sym.ranks > 1      # simulate rank 0 of each group
         self.one_replica = sym is not None and sym.replicas > 1
@@ -196,7 +199,7 @@ class _Builder:
         cast_share = 0.5 if pb.training else 1.0
         where = [s.replica_devices(p) for s in plan.stages]
         V = pb.n_ops
-        qs, bpe, elems = self.qs, pb.bytes_per_elem, pb.edge_elems
+        qs, bpe, elems = self.qs_of[p], pb.bytes_per_elem, pb.edge_elems
         Fn: list[list[int]] = [[] for _ in range(V)]
         out_at: list[list[int]] = [[] for _ in range(V)]
         releases: list[list[list[int]]] = [[] for _ in range(V)]
@@ -268,16 +271,16 @@ class _Builder:
                 own[(v, j)] = len(prog.buffers) - 1
                 prog.outputs[(p, v, j)] = (Fn[v][j], rel)
         if pb.training:
-            Bn = self.backward(p, where, Fn)
+            Bn = self.backward(p, where, Fn, qs)
             self.bwd_nodes[p] = Bn
             for (v, j), bi in own.items():
                 if not self.again[v]:   # stashed for the backward; a recomputed op is not
                     prog.buffers[bi].frees = (Bn[v][j],)
 
-    def backward(self, p: int, where, Fn) -> list[list[int]]:
+    def backward(self, p: int, where, Fn, qs: list[int]) -> list[list[int]]:
         pb, plan, prog = self.pb, self.plan, self.prog
         kinds = pb.device_kind
-        qs, bpe, elems = self.qs, pb.bytes_per_elem, pb.edge_elems
+        bpe, elems = pb.bytes_per_elem, pb.edge_elems
         V = pb.n_ops
         Bn: list[list[int]] = [[] for _ in range(V)]
         grad_at: list[list[int]] = [[] for _ in range(V)]  # node after which v's input gradients exist
@@ -338,12 +341,16 @@ class _Builder:
         prog.link_bw = list(self.bw)
         prog.concurrency = [int(pb.topology.kind_of(d).concurrency) for d in range(self.D)] + [1] * self.L
         stat = np.zeros(self.D)
-        for v, k in enumerate(plan.op_stage):
-            st = plan.stages[k]
-            o = pb.tied_owner[v]
-            tied = pb.tied_bytes[v, self.qs[v]] if o >= 0 and plan.op_stage[o] != k else 0.0
-            for d in st.devices:
-                stat[d] += (pb.static_bytes[v, self.qs[v]] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v)
+        for k, st in enumerate(plan.stages):
+            for i in range(st.replicas):   # each replica holds its ops at its own precisions
+                precs = plan.replica_precisions(k, i)
+                for v in plan.ops_in_stage(k):
+                    q = pb.q_index(precs[v])
+                    o = pb.tied_owner[v]
+                    tied = pb.tied_bytes[v, q] if o >= 0 and plan.op_stage[o] != k else 0.0
+                    per = (pb.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v)
+                    for d in st.replica_group(i):
+                        stat[d] += per
         prog.static_bytes = stat
         if pb.training:
             self.allreduce()
@@ -352,7 +359,8 @@ class _Builder:
 
     def allreduce(self) -> None:
         """Data-parallel gradient reduction per stage, bytes = the stage's parameters at
-        their precisions / tp, for each tensor-parallel rank over its replicas: a ring
+        their precisions / tp (each op at the widest precision any replica computes it
+        in, ``Plan.widest_precisions``), for each tensor-parallel rank over its replicas: a ring
         all-reduce (2(r-1) steps of bytes/r to the next replica over the real links), or
         with ZeRO-1 only its reduce-scatter half (r-1 steps; the parameters' all-gather
         comes after the optimizer, sim.iteration). ``plan.dp_allreduce`` "hierarchical":
@@ -367,8 +375,9 @@ class _Builder:
                 continue
             ops = [v for v in plan.ops_in_stage(k) if pb.graph.ops[v].param_elems > 0]
             buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
+            wide = self.full.widest_precisions(k, lambda x: pb.bytes_per_elem[pb.q_index(x)])
             for bucket in buckets:
-                nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[self.qs[v]] for v in bucket) / tp
+                nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[pb.q_index(wide[v])] for v in bucket) / tp
                 if nbytes <= 0:
                     continue
                 for j in range(1 if self.one_rank else tp):
@@ -384,7 +393,7 @@ class _Builder:
         x = self._x_add(d, 0.0, 0.0, [], k)
         if op is not None:
             st = self.plan.stages[k]
-            last = max(m for m in range(self.prog.M) if m % st.replicas == replica)
+            last = max(m for m in range(self.prog.M) if st.replica_of(m) == replica)
             self.prog.x_after[x] = (self.bwd_nodes[last % self.prog.C][op][rank], last)
         return x
 

@@ -1,17 +1,48 @@
 """A Plan: what runs where, when and at which precision; a versioned JSON document.
 
 Stages are positions along a pipeline; stage k runs on ``stages[k].devices``. With
-``replicas = len(devices) // tensor_parallel`` > 1 the stage is data-parallel:
-microbatch m runs on replica ``m % replicas`` (devices ``[r*tp:(r+1)*tp]``). A tensor
-from stage a to stage b > a is relayed hop by hop through the devices of stages
-a+1..b-1 (a stage may hold no operators and act only as a relay); each hop follows the
-topology's route between the two devices.
+``replicas = len(devices) // tensor_parallel`` > 1 the stage is data-parallel: replica
+i is devices ``[i*tp:(i+1)*tp]``. A tensor from stage a to stage b > a is relayed hop by
+hop through the devices of stages a+1..b-1 (a stage may hold no operators and act only
+as a relay); each hop follows the topology's route between the two devices.
+
+**Replica groups.** The replicas of a stage may be of different device kinds, and each
+may get its own share of the microbatches and its own precision for the stage's ops:
+
+- ``Stage.shares`` (``None``: round-robin, microbatch m on replica ``m % replicas``, as
+  every plan before replica groups): microbatches per step of each replica, each >= 1,
+  summing to ``Plan.microbatches``. Which microbatch goes where is
+  :func:`weighted_round_robin` (smooth weighted round-robin, nginx's rule): each
+  microbatch, every replica's credit grows by its share, the replica with the most
+  credit (the lowest index on a tie) takes the microbatch and pays the total. It spreads
+  each replica's microbatches evenly over the step, so all replicas are busy together;
+  with equal shares it is round-robin exactly. The sequence repeats every
+  ``sum(shares) / gcd(shares)`` microbatches (``Stage.cycle``). Every part of distplan
+  asks :meth:`Stage.replica_of`, nothing else.
+- ``Stage.replica_precision`` (``None``: none): one mapping per replica, op index (of
+  an op on this stage) -> precision, overriding ``Plan.op_precision[v]`` on that
+  replica. :meth:`Plan.precision_of` and :meth:`Plan.microbatch_precisions` read it.
+
+What a replica's precision changes: its compute times (``Problem.fwd_time_s[v, q, c]``
+with its own q and device kind), its activation and static bytes, the bytes it sends
+(at the producer replica's precision) and the casts on the consumer where producer and
+consumer precisions differ (also across a stage boundary between replicas of different
+precisions). Gradients of op v are reduced over the stage's replicas at the widest
+precision any replica computes v in (a narrower replica widens its gradients before the
+reduction; the widening is not charged).
+
+JSON (``plan_to_dict``): a stage document may add ``"shares": [5, 5, 3, 3]`` and
+``"replica_precision": [{}, {}, {"l0.qkv": "int8"}, {"l0.qkv": "int8"}]`` (op names,
+one mapping per replica); both are left out when ``None``, so plan files written before
+replica groups read and mean the same.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +64,39 @@ RECOMPUTE = ("none", "selective", "full")
 DP_ALLREDUCE = ("ring", "hierarchical")
 
 
+@functools.lru_cache(maxsize=256)
+def weighted_round_robin(shares: tuple[int, ...]) -> tuple[int, ...]:
+    """The replica of each microbatch of one cycle, for replicas with these ``shares``
+    (smooth weighted round-robin; module docstring). The cycle is ``sum(shares) /
+    gcd(shares)`` long and replica i appears ``shares[i] / gcd(shares)`` times in it;
+    microbatch m runs on ``cycle[m % len(cycle)]``."""
+    g = math.gcd(*shares)
+    w = [s // g for s in shares]
+    total = sum(w)
+    credit = [0] * len(w)
+    out = []
+    for _ in range(total):
+        for i, x in enumerate(w):
+            credit[i] += x
+        best = max(range(len(w)), key=lambda i: (credit[i], -i))
+        credit[best] -= total
+        out.append(best)
+    return tuple(out)
+
+
+def round_robin_shares(replicas: int, microbatches: int) -> tuple[int, ...]:
+    """The microbatches each replica gets round-robin (``m % replicas``)."""
+    return tuple(microbatches // replicas + (1 if i < microbatches % replicas else 0) for i in range(replicas))
+
+
+Overrides = tuple[tuple[int, str], ...]
+
+
+def _overrides(x: Mapping[int, str] | Iterable[tuple[int, str]]) -> Overrides:
+    items = x.items() if isinstance(x, Mapping) else x
+    return tuple(sorted((int(v), str(p)) for v, p in items))
+
+
 @dataclass(frozen=True)
 class Stage:
     """Devices of one pipeline stage: ``replicas`` groups of ``tensor_parallel`` devices.
@@ -41,21 +105,73 @@ class Stage:
     residual adds sharded along the sequence over the tensor-parallel group, with
     reduce-scatter/all-gather in place of its all-reduces); ``zero`` = 1 shards the
     optimizer state over the data-parallel replicas (ZeRO-1: gradients reduce-scattered,
-    each replica updates its shard, parameters all-gathered)."""
+    each replica updates its shard, parameters all-gathered).
+
+    Replica groups (module docstring): ``shares`` (microbatches per step of each
+    replica; ``None``: round-robin) and ``replica_precision`` (per replica, op index ->
+    precision overrides; given as mappings, stored as sorted ``(op, precision)`` pairs
+    so a Stage stays hashable; ``None``: none)."""
 
     devices: tuple[int, ...]
     tensor_parallel: int = 1
     recompute: str = "none"
     sequence_parallel: bool = False
     zero: int = 0
+    shares: tuple[int, ...] | None = None
+    replica_precision: tuple[Overrides, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.shares is not None:
+            object.__setattr__(self, "shares", tuple(int(s) for s in self.shares))
+        if self.replica_precision is not None:
+            rp = tuple(_overrides(x) for x in self.replica_precision)
+            object.__setattr__(self, "replica_precision", rp if any(rp) else None)
 
     @property
     def replicas(self) -> int:
         return len(self.devices) // self.tensor_parallel
 
+    def _weighted(self) -> bool:
+        s = self.shares
+        return s is not None and len(s) == self.replicas and min(s, default=0) >= 1
+
+    @property
+    def cycle(self) -> int:
+        """Microbatches after which the assignment to replicas repeats."""
+        return len(weighted_round_robin(self.shares)) if self._weighted() else max(self.replicas, 1)
+
+    def replica_of(self, microbatch: int) -> int:
+        """The replica that runs ``microbatch`` (module docstring: round-robin without
+        shares, else smooth weighted round-robin over the shares; shares the checker
+        would refuse count as none)."""
+        if not self._weighted():
+            return microbatch % self.replicas
+        seq = weighted_round_robin(self.shares)
+        return seq[microbatch % len(seq)]
+
+    def replica_counts(self, microbatches: int) -> tuple[int, ...]:
+        """Microbatches per step of each replica (``shares``, or round-robin's)."""
+        return self.shares if self.shares is not None else round_robin_shares(self.replicas, microbatches)
+
+    def replica_group(self, replica: int) -> tuple[int, ...]:
+        """The devices of ``replica``."""
+        return self.devices[replica * self.tensor_parallel:(replica + 1) * self.tensor_parallel]
+
     def replica_devices(self, microbatch: int) -> tuple[int, ...]:
-        r = microbatch % self.replicas
-        return self.devices[r * self.tensor_parallel:(r + 1) * self.tensor_parallel]
+        return self.replica_group(self.replica_of(microbatch))
+
+    def overrides(self, replica: int) -> dict[int, str]:
+        """op index -> precision on ``replica`` (empty: the plan's op precisions)."""
+        if self.replica_precision is None or replica >= len(self.replica_precision):
+            return {}
+        return dict(self.replica_precision[replica])
+
+    @property
+    def uniform(self) -> bool:
+        """Every replica gets the same work at the same precisions (no groups: shares
+        round-robin or all equal, no precision overrides or the same on every replica)."""
+        rp = self.replica_precision
+        return (self.shares is None or len(set(self.shares)) <= 1) and (rp is None or len(set(rp)) <= 1)
 
 
 @dataclass(frozen=True)
@@ -102,8 +218,48 @@ class Plan:
     def ops_in_stage(self, k: int) -> list[int]:
         return [v for v, s in enumerate(self.op_stage) if s == k]
 
+    @property
+    def cycle(self) -> int:
+        """Microbatches after which every stage's assignment to replicas repeats."""
+        return math.lcm(*(s.cycle for s in self.stages)) if self.stages else 1
 
-def _stage_doc(s: Stage, topo) -> dict[str, Any]:
+    @property
+    def has_replica_groups(self) -> bool:
+        """Some stage has shares or precision overrides (module docstring)."""
+        return any(s.shares is not None or s.replica_precision is not None for s in self.stages)
+
+    def precision_of(self, v: int, replica: int) -> str:
+        """Op v's precision on ``replica`` of its stage."""
+        return self.stages[self.op_stage[v]].overrides(replica).get(v, self.op_precision[v])
+
+    def replica_precisions(self, k: int, replica: int) -> tuple[str, ...]:
+        """Every op's precision, stage k's ops as ``replica`` of stage k runs them."""
+        over = self.stages[k].overrides(replica)
+        if not over:
+            return self.op_precision
+        return tuple(over.get(v, p) if self.op_stage[v] == k else p for v, p in enumerate(self.op_precision))
+
+    def microbatch_precisions(self, microbatch: int) -> tuple[str, ...]:
+        """Every op's precision for ``microbatch``: as the replica of its stage that runs
+        the microbatch computes it."""
+        if all(s.replica_precision is None for s in self.stages):
+            return self.op_precision
+        over = [s.overrides(s.replica_of(microbatch)) for s in self.stages]
+        return tuple(over[k].get(v, p) for v, (k, p) in enumerate(zip(self.op_stage, self.op_precision)))
+
+    def widest_precisions(self, k: int, bytes_of) -> dict[int, str]:
+        """For each op of stage k, the widest precision (``bytes_of(precision)`` the
+        largest; the first replica on a tie) any replica of the stage computes it in: the
+        precision its gradients are reduced in (module docstring)."""
+        st = self.stages[k]
+        out: dict[int, str] = {}
+        for v in self.ops_in_stage(k):
+            precs = [self.precision_of(v, i) for i in range(st.replicas)] or [self.op_precision[v]]
+            out[v] = max(precs, key=bytes_of)
+        return out
+
+
+def _stage_doc(s: Stage, topo, ops=None) -> dict[str, Any]:
     d: dict[str, Any] = {"devices": [topo.devices[i].name for i in s.devices], "tensor_parallel": s.tensor_parallel}
     if s.recompute != "none":
         d["recompute"] = s.recompute
@@ -111,13 +267,28 @@ def _stage_doc(s: Stage, topo) -> dict[str, Any]:
         d["sequence_parallel"] = True
     if s.zero:
         d["zero"] = s.zero
+    if s.shares is not None:
+        d["shares"] = list(s.shares)
+    if s.replica_precision is not None:
+        d["replica_precision"] = [{(ops[v].name if ops is not None else str(v)): p for v, p in over}
+                                  for over in s.replica_precision]
     return d
 
 
-def _stage_from_doc(s: Any, topo, where: str) -> Stage:
+def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
+    shares = s.get("shares")
+    if shares is not None:
+        if not isinstance(shares, list):
+            raise DistplanError(f"{where}: shares must be a list of whole numbers, one per replica")
+        shares = tuple(_whole(x, f"{where}: a share") for x in shares)
+    rp = s.get("replica_precision")
+    if rp is not None:
+        if not isinstance(rp, list) or not all(isinstance(x, dict) for x in rp):
+            raise DistplanError(f"{where}: replica_precision must be a list of {{op name: precision}}, one per replica")
+        rp = tuple({(graph.index(n) if graph is not None else int(n)): str(p) for n, p in x.items()} for x in rp)
     return Stage(tuple(topo.device_index(n) for n in s["devices"]), _whole(s.get("tensor_parallel", 1), where),
                  str(s.get("recompute", "none")), bool(s.get("sequence_parallel", False)),
-                 _whole(s.get("zero", 0), where))
+                 _whole(s.get("zero", 0), where), shares, rp)
 
 
 def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
@@ -130,7 +301,7 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
             "topology": topo.name, "precisions": list(problem.precisions),
         },
         "microbatches": plan.microbatches, "schedule": plan.schedule,
-        "stages": [_stage_doc(s, topo) for s in plan.stages],
+        "stages": [_stage_doc(s, topo, g.ops) for s in plan.stages],
         "ops": {op.name: {"stage": plan.op_stage[v], "precision": plan.op_precision[v]}
                 for v, op in enumerate(g.ops)},
         "predicted": dict(plan.predicted),
@@ -164,7 +335,7 @@ def plan_from_dict(d: Any, problem, source: str = "plan") -> Plan:
     if missing or extra:
         raise DistplanError(f"{source}: ops missing {missing[:4]} / unknown {extra[:4]} for graph {g.name!r}")
     try:
-        stages = tuple(_stage_from_doc(s, topo, f"{source}: stage {k}") for k, s in enumerate(d["stages"]))
+        stages = tuple(_stage_from_doc(s, topo, f"{source}: stage {k}", g) for k, s in enumerate(d["stages"]))
         order = None
         if "device_order" in d:
             if not isinstance(d["device_order"], dict):
