@@ -1,8 +1,13 @@
 """Independent feasibility check of a Plan against a Problem (no MILP code involved).
 
 Checks: every op has a stage and an allowed precision; stage devices exist; each
-op's precision runs on every device of its stage; no tensor flows to an earlier
-stage; memory per device (costs.evaluate.plan_memory_bytes) fits its capacity.
+op's precision runs on every device of its stage (on each replica: the replica's own
+precision when ``Stage.replica_precision`` overrides it); replica groups are well formed
+(``Stage.shares``: one per replica, each >= 1, summing to the plan's microbatches;
+``Stage.replica_precision``: one mapping per replica, naming ops of that stage, at
+precisions the problem allows, the low-bit policy lets the op use and every device of
+the replica runs); no tensor flows to an earlier stage; memory per device
+(costs.evaluate.plan_memory_bytes) fits its capacity.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
             out.append(f"stage {k}: zero {s.zero!r} unknown; use 0 (none) or 1 (optimizer state sharded)")
         if (s.recompute != "none" or s.zero) and not problem.training:
             out.append(f"stage {k}: recompute and zero apply to training only")
+        out += _share_violations(plan, k)
     if plan.dp_allreduce not in DP_ALLREDUCE:
         out.append(f"dp_allreduce {plan.dp_allreduce!r} unknown; use one of {', '.join(DP_ALLREDUCE)}")
     if out:
@@ -61,10 +67,18 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
         if p not in problem.precisions:
             out.append(f"op {name!r}: precision {p!r} not allowed (allowed: {', '.join(problem.precisions)})")
             continue
-        for d in plan.stages[k].devices:
-            kind = topo.kind_of(d)
-            if not kind.supports(p):
-                out.append(f"op {name!r}: precision {p} not supported by device {topo.devices[d].name} ({kind.name})")
+        st = plan.stages[k]
+        for i in range(st.replicas):
+            if v in st.overrides(i):
+                continue   # checked with the overrides
+            for d in st.replica_group(i):
+                kind = topo.kind_of(d)
+                if not kind.supports(p):
+                    out.append(f"op {name!r}: precision {p} not supported by device {topo.devices[d].name} "
+                               f"({kind.name})")
+    if out:
+        return out
+    out += _override_violations(problem, plan)
     if out:
         return out
     for u, v in problem.edges:
@@ -81,6 +95,58 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
         if used > cap * (1 + 1e-12):
             out.append(f"device {topo.devices[d].name}: needs {used / 2**20:.2f} MiB but holds "
                        f"{cap / 2**20:.2f} MiB (short by {(used - cap) / 2**20:.2f} MiB)")
+    return out
+
+
+def _share_violations(plan: Plan, k: int) -> list[str]:
+    """What is wrong with stage k's ``shares`` and the shape of its ``replica_precision``."""
+    s, out = plan.stages[k], []
+    if s.shares is not None:
+        if len(s.shares) != s.replicas:
+            out.append(f"stage {k}: {len(s.shares)} shares for {s.replicas} replicas; give one share per replica")
+        elif min(s.shares) < 1:
+            i = min(range(len(s.shares)), key=s.shares.__getitem__)
+            out.append(f"stage {k}: replica {i} has share {s.shares[i]}; every replica needs >= 1 microbatch "
+                       "(leave its devices out of the stage instead)")
+        elif sum(s.shares) != plan.microbatches:
+            out.append(f"stage {k}: shares {list(s.shares)} sum to {sum(s.shares)}, not the plan's "
+                       f"{plan.microbatches} microbatches")
+    if s.replica_precision is not None and len(s.replica_precision) != s.replicas:
+        out.append(f"stage {k}: replica_precision lists {len(s.replica_precision)} replicas, the stage has "
+                   f"{s.replicas}; give one mapping (possibly empty) per replica")
+    return out
+
+
+def _override_violations(problem: Problem, plan: Plan) -> list[str]:
+    """Each precision override names an op of its stage, an allowed precision the
+    low-bit policy lets the op use, and one every device of its replica runs."""
+    g, topo, out = problem.graph, problem.topology, []
+    allowed = getattr(problem, "op_allowed", None)
+    for k, st in enumerate(plan.stages):
+        for i in range(st.replicas):
+            for v, p in st.overrides(i).items():
+                where = f"stage {k} replica {i}"
+                if not 0 <= v < len(g.ops):
+                    out.append(f"{where}: precision override for op index {v} outside 0..{len(g.ops) - 1}")
+                    continue
+                name = g.ops[v].name
+                if plan.op_stage[v] != k:
+                    out.append(f"{where}: op {name!r} has a precision override but runs on stage {plan.op_stage[v]}")
+                    continue
+                if p not in problem.precisions:
+                    out.append(f"op {name!r} on {where}: precision {p!r} not allowed (allowed: "
+                               f"{', '.join(problem.precisions)})")
+                    continue
+                q = problem.q_index(p)
+                if allowed is not None and not allowed[v, q]:
+                    out.append(f"op {name!r} on {where}: precision {p} not allowed for a {g.ops[v].kind} op by the "
+                               f"low-bit policy ({getattr(problem, 'low_bit_ops', 'matmul')!r})")
+                    continue
+                for d in st.replica_group(i):
+                    kind = topo.kind_of(d)
+                    if not kind.supports(p):
+                        out.append(f"op {name!r} on {where}: precision {p} not supported by device "
+                                   f"{topo.devices[d].name} ({kind.name})")
     return out
 
 

@@ -99,3 +99,116 @@ def gradient_reduction_s(problem: Problem, devs: list[int], nbytes: float, hiera
                          zero: int) -> float:
     """The time of ``gradient_reduction_parts``."""
     return gradient_reduction_parts(problem, devs, nbytes, hierarchical, zero)[0]
+
+
+# --- transfers timed one by one (replica groups: replicas that start at different times) ---
+
+class Transfers:
+    """Store-and-forward transfers over FIFO links, timed like the simulator's links:
+    each link serves one transfer after another in order of arrival (ties: order of
+    creation), a hop is busy ``bytes / bw`` and delivered ``latency`` later, and a
+    transfer starts when its release time and every transfer it waits for are past.
+    Used where the closed forms above assume replicas that start together: the gradient
+    reduction of replicas of different speeds, shares or precisions."""
+
+    def __init__(self, problem: Problem):
+        self.pb = problem
+        self.links: list[tuple[int, ...]] = []
+        self.nbytes: list[float] = []
+        self.release: list[float] = []
+        self.preds: list[list[int]] = []
+
+    def add(self, a: int, b: int, nbytes: float, release_s: float, preds: list[int]) -> int:
+        """A transfer of ``nbytes`` from device a to b, after ``release_s`` and ``preds``."""
+        self.links.append(tuple(self.pb.topology.route(a, b)))
+        self.nbytes.append(float(nbytes))
+        self.release.append(float(release_s))
+        self.preds.append(list(preds))
+        return len(self.links) - 1
+
+    def delivered_s(self) -> list[float]:
+        """When each transfer has arrived (its release time when its route is empty)."""
+        import heapq
+
+        n = len(self.links)
+        bw, lat = self.pb.link_bw_bytes_per_s, self.pb.link_latency_s
+        succ: list[list[int]] = [[] for _ in range(n)]
+        pending = [len(p) for p in self.preds]
+        ready = list(self.release)
+        for i, ps in enumerate(self.preds):
+            for j in ps:
+                succ[j].append(i)
+        done = [0.0] * n
+        free: dict[int, float] = {}
+        heap: list[tuple[float, int, int, int]] = []
+        seq = 0
+        for i in range(n):
+            if not pending[i]:
+                heapq.heappush(heap, (ready[i], seq, i, 0))
+                seq += 1
+        while heap:
+            t, _, i, h = heapq.heappop(heap)
+            route = self.links[i]
+            if h < len(route):
+                l = route[h]
+                start = max(t, free.get(l, 0.0))
+                free[l] = start + self.nbytes[i] / float(bw[l])
+                heapq.heappush(heap, (free[l] + float(lat[l]), seq, i, h + 1))
+                seq += 1
+                continue
+            done[i] = t
+            for j in succ[i]:
+                ready[j] = max(ready[j], t)
+                pending[j] -= 1
+                if not pending[j]:
+                    heapq.heappush(heap, (ready[j], seq, j, 0))
+                    seq += 1
+        return done
+
+
+def ring_transfers(tr: Transfers, devs: list[int], arrived: list[tuple[float, list[int]]], chunk: float,
+                   steps: int, own: list[tuple[float, list[int]]] | None = None) -> list[tuple[float, list[int]]]:
+    """``steps`` ring steps of ``chunk`` bytes as transfers (the simulator's
+    ``_ring_steps``): device i sends to i+1 once what it last received (``arrived[i]``, a
+    (time, transfers) pair) is there, and in a reduce-scatter (``own``) its own data."""
+    n = len(devs)
+    for _ in range(steps):
+        nxt: list[tuple[float, list[int]]] = [(0.0, [])] * n
+        for i in range(n):
+            t, ps = arrived[i]
+            if own is not None:
+                t, ps = max(t, own[i][0]), ps + own[i][1]
+            x = tr.add(devs[i], devs[(i + 1) % n], chunk, t, ps)
+            nxt[(i + 1) % n] = (0.0, [x])
+        arrived = nxt
+    return arrived
+
+
+def reduction_transfers(tr: Transfers, devs: list[int], start_s: list[float], nbytes: float, hierarchical: bool,
+                        zero: int) -> None:
+    """One gradient reduction of ``nbytes`` over the replicas ``devs``, replica i's
+    gradients ready at ``start_s[i]``, as the simulator orders it (flat ring, or
+    reduce-scatter by node, rings across nodes, all-gather by node; ZeRO-1 keeps the
+    reduce-scatter halves)."""
+    r = len(devs)
+    start = [(float(s), []) for s in start_s]
+    members = hierarchical_groups(tr.pb.topology, devs) if hierarchical else None
+    if members is None:
+        ring_transfers(tr, devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), own=start)
+        return
+    g = len(members[0])
+    arrived = list(start)
+    for grp in members:
+        mine = [arrived[i] for i in grp]
+        for i, a in zip(grp, ring_transfers(tr, [devs[i] for i in grp], mine, nbytes / g, g - 1, own=mine)):
+            arrived[i] = a
+    n_nodes = len(members)
+    for s in range(g):
+        col = [grp[s] for grp in members]
+        out = ring_transfers(tr, [devs[i] for i in col], [arrived[i] for i in col], nbytes / g / n_nodes,
+                             (n_nodes - 1) if zero else 2 * (n_nodes - 1))
+        for i, a in zip(col, out):
+            arrived[i] = a
+    if not zero:
+        for grp in members:
+            ring_transfers(tr, [devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1)

@@ -1,6 +1,8 @@
 """The analytic steady-state cost of a plan: the quantity the MILP linearises.
 
-Per microbatch (averaged over one cycle of replica assignment, lcm of replica counts):
+Per microbatch (averaged over one cycle of replica assignment, ``Plan.cycle``: the lcm
+of replica counts, longer with uneven ``Stage.shares``; each microbatch's ops at the
+precisions of the replicas that run it, ``Plan.microbatch_precisions``):
 - device load: for every stage on the device, the compute of its operators at their
   precisions plus the casts of incoming tensors whose producer precision differs
   (cast on the consumer; in training, forward + backward and the gradient cast back);
@@ -39,7 +41,7 @@ class PlanCost:
 
 
 def _cycle(plan: Plan) -> int:
-    return math.lcm(*(s.replicas for s in plan.stages))
+    return plan.cycle
 
 
 def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
@@ -55,25 +57,40 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
             leaves[u] = True
     again = recomputed(problem, plan)
     for v, k in enumerate(plan.op_stage):
-        q = problem.q_index(plan.op_precision[v])
         n_all, n_sent = activation_factors(plan.schedule, k, K, plan.microbatches)
         stage = plan.stages[k]
         if stage.tensor_parallel > 1:   # all-reduces between ops: a stage's microbatches overlap
             n_all, n_sent = n_all + n_sent, 0
         if again[v]:   # recomputed: held until its consumers ran, one copy (costs.recompute)
             n_all, n_sent = 1, 0
-        per = (problem.static_bytes[v, q] / stage.tensor_parallel - zero_saved_bytes(problem, plan, v)
-               + problem.act_bytes[v, q] * n_all + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
-        o = problem.tied_owner[v]
-        if o >= 0 and plan.op_stage[o] != k:   # a tied weight, held where its owner is not
-            per += problem.tied_bytes[v, q] / stage.tensor_parallel
-        for d in set(stage.devices):
-            mem[d] += per
+        seen: set[int] = set()
+        for i in range(stage.replicas):   # each replica at its own precision (replica groups)
+            q = problem.q_index(plan.precision_of(v, i))
+            per = (problem.static_bytes[v, q] / stage.tensor_parallel - zero_saved_bytes(problem, plan, v)
+                   + problem.act_bytes[v, q] * n_all + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
+            o = problem.tied_owner[v]
+            if o >= 0 and plan.op_stage[o] != k:   # a tied weight, held where its owner is not
+                per += problem.tied_bytes[v, q] / stage.tensor_parallel
+            for d in set(stage.replica_group(i)) - seen:
+                mem[d] += per
+                seen.add(d)
     return mem
 
 
 def plan_sensitivity(problem: Problem, plan: Plan) -> float:
-    return math.fsum(problem.sensitivity[v, problem.q_index(p)] for v, p in enumerate(plan.op_precision))
+    """Sum over ops of their sensitivity at their precision; an op whose replicas run it
+    at different precisions (replica groups) counts each replica's sensitivity weighted
+    by its share of the step's microbatches (the part of the gradient it computes)."""
+    terms = []
+    for v, p in enumerate(plan.op_precision):
+        st = plan.stages[plan.op_stage[v]] if 0 <= plan.op_stage[v] < plan.n_stages else None
+        if st is None or st.replica_precision is None or not any(v in st.overrides(i) for i in range(st.replicas)):
+            terms.append(problem.sensitivity[v, problem.q_index(p)])
+            continue
+        n = st.replica_counts(plan.microbatches)
+        terms += [problem.sensitivity[v, problem.q_index(plan.precision_of(v, i))] * n[i] / sum(n)
+                  for i in range(st.replicas)]
+    return math.fsum(terms)
 
 
 def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
@@ -81,13 +98,13 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
     if any(s.tensor_parallel != 1 for s in plan.stages):
         raise DistplanError("the analytic period covers tensor_parallel = 1 only; simulate the plan instead")
     topo = problem.topology
-    qs = [problem.q_index(p) for p in plan.op_precision]
     cyc = _cycle(plan)
     dev = np.zeros(problem.n_devices)
     link = np.zeros(len(topo.links))
     bw = problem.link_bw_bytes_per_s
     again = recomputed(problem, plan)
     for m in range(cyc):
+        qs = [problem.q_index(p) for p in plan.microbatch_precisions(m)]
         where = [s.replica_devices(m)[0] for s in plan.stages]
         for v, k in enumerate(plan.op_stage):
             d = where[k]
@@ -128,7 +145,7 @@ def plan_latency_s(problem: Problem, plan: Plan) -> float:
     if any(s.tensor_parallel != 1 for s in plan.stages):
         raise DistplanError("the analytic latency covers tensor_parallel = 1 only; simulate the plan instead")
     topo = problem.topology
-    qs = [problem.q_index(p) for p in plan.op_precision]
+    qs = [problem.q_index(p) for p in plan.microbatch_precisions(0)]
     where = [s.replica_devices(0)[0] for s in plan.stages]
     total = 0.0
     for v, k in enumerate(plan.op_stage):

@@ -22,6 +22,22 @@ starts then, or is overlapped with the stage's last backward (``overlap_grad_red
 only the part longer than that backward is exposed). The optimizer step
 (``optimizer_step_per_device_s``) follows. Ignored: link contention between transfers,
 and bubbles from uneven communication inside the 1F1B window.
+
+Replica groups (``Stage.shares``, ``Stage.replica_precision``, or replicas of different
+device kinds): F_{k,i} and B_{k,i} are per replica (its devices' kind, its precisions),
+and replica i of stage k runs n_{k,i} microbatches (its share). The pipeline then takes
+``max over (k, i) of (n_{k,i} (F_{k,i} + B_{k,i}) - (F_k + B_k)) + sum_k (F_k + B_k) +
+2 sum_b c_b`` (F_k, B_k, c_b along microbatch 0's replicas): the busiest replica's work
+plus the other stages' fill and drain, which is the formula above when replicas are
+alike. Replica i of stage k ends its last backward ``max_j n_{k,j} T_{k,j} - n_{k,i}
+T_{k,i}`` before the stage's last (less work ends earlier), and its gradients (each
+op's at the widest precision of its replicas) are reduced by
+``costs.collectives.reduction_transfers``: the simulator's ring or hierarchical steps
+timed one by one over FIFO links (``Transfers``), each replica starting when its own
+gradients are ready (after its last backward, or per op with ``overlap_grad_reduce``),
+every stage's reductions and buckets sharing the links. That is what communication
+costs where compute does not hide it: latency per hop, serialisation on the shared
+links, the slowest route of each ring step, the wait for the slowest replica.
 """
 from __future__ import annotations
 
@@ -32,7 +48,8 @@ import numpy as np
 
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.costs.collectives import gradient_reduction_parts, ring_allreduce_s, ring_step_s, route_s
+from distplan.costs.collectives import (Transfers, gradient_reduction_parts, reduction_transfers, ring_allreduce_s,
+                                        ring_step_s, route_s)
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -65,17 +82,20 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     elems_on = np.zeros(problem.n_devices)
     bytes_on = np.zeros(problem.n_devices)
     gather = np.zeros(problem.n_devices)
-    bpe = problem.bytes_per_elem[[problem.q_index(p) for p in plan.op_precision]]
     param = np.array([op.param_elems for op in problem.graph.ops], dtype=float)
     stage_of = np.asarray(plan.op_stage)
     for k, st in enumerate(plan.stages):
         share = st.replicas if st.zero and st.replicas > 1 else 1
         mine = stage_of == k
         elems = float(param[mine].sum()) / st.tensor_parallel
+        for i in range(st.replicas):   # each replica's parameters at its own precisions
+            bpe = problem.bytes_per_elem[[problem.q_index(p) for p in plan.replica_precisions(k, i)]]
+            bytes_i = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
+            devs_i = list(st.replica_group(i))
+            elems_on[devs_i] += elems / share
+            bytes_on[devs_i] += bytes_i / share
+        bpe = problem.bytes_per_elem[[problem.q_index(p) for p in plan.op_precision]]
         stage_bytes = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
-        devs_k = list(st.devices)
-        elems_on[devs_k] += elems / share
-        bytes_on[devs_k] += stage_bytes / share
         if share > 1 and stage_bytes > 0:
             tp = st.tensor_parallel
             for j in range(tp):
@@ -117,15 +137,21 @@ def op_rank_times(problem: Problem, G: list[int], qs: list[int], ops: list[int],
     return fwd, bwd
 
 
-def _stage_times(problem: Problem, plan: Plan, k: int) -> tuple[float, float, dict[int, float]]:
+def _first_microbatch(st, replica: int) -> int:
+    """The first microbatch ``replica`` of stage ``st`` runs."""
+    return next(m for m in range(st.cycle) if st.replica_of(m) == replica)
+
+
+def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tuple[float, float, dict[int, float]]:
     """(F_k, B_k, each op's backward end within B_k) of one microbatch on rank 0 of
-    replica 0 of stage k (ops run backward in reverse order, the casts last)."""
+    ``replica`` of stage k, at the precisions of its first microbatch (ops run backward
+    in reverse order, the casts last)."""
     st = plan.stages[k]
-    G = list(st.replica_devices(0))
+    G = list(st.replica_group(replica))
     tv = len(G)
     c = int(problem.device_kind[G[0]])
     launch = float(problem.cast_fixed_s[c])
-    qs = [problem.q_index(p) for p in plan.op_precision]
+    qs = [problem.q_index(p) for p in plan.microbatch_precisions(_first_microbatch(st, replica))]
     cast_share = 0.5 if problem.training else 1.0
     ops = plan.ops_in_stage(k)
     f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan))
@@ -144,7 +170,7 @@ def _stage_times(problem: Problem, plan: Plan, k: int) -> tuple[float, float, di
 
 def _boundary_s(problem: Problem, plan: Plan, b: int) -> float:
     """One rank's bytes crossing stage boundary b -> b+1, store and forward over its route."""
-    qs = [problem.q_index(p) for p in plan.op_precision]
+    qs = [problem.q_index(p) for p in plan.microbatch_precisions(0)]
     nbytes = 0.0
     for e, (u, v) in enumerate(problem.edges.tolist()):
         if plan.op_stage[u] <= b < plan.op_stage[v]:
@@ -162,6 +188,8 @@ def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule != "1f1b":
         raise DistplanError(f"the analytic iteration models the 1f1b schedule, not {plan.schedule!r}")
+    if replica_groups(problem, plan):
+        return _estimate_groups(problem, plan)
     K = plan.n_stages
     FB = [_stage_times(problem, plan, k) for k in range(K)]
     F = np.array([x[0] for x in FB])
@@ -204,6 +232,65 @@ def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
     run = float(np.max(last_b + done_after)) if K else 0.0
     opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
+
+
+def replica_groups(problem: Problem, plan: Plan) -> bool:
+    """Whether some stage's replicas differ (share, precision, device kind): the
+    estimate then times every replica (module docstring)."""
+    return any(not st.uniform or len({int(problem.device_kind[d]) for d in st.devices}) > 1 for st in plan.stages)
+
+
+def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
+    """``estimate_iteration`` for plans whose replicas differ (module docstring)."""
+    K, M = plan.n_stages, plan.microbatches
+    per = [[_stage_times(problem, plan, k, i) for i in range(st.replicas)] for k, st in enumerate(plan.stages)]
+    n = [st.replica_counts(M) for st in plan.stages]
+    work = [[n[k][i] * (x[0] + x[1]) for i, x in enumerate(per[k])] for k in range(K)]
+    path = [st.replica_of(0) for st in plan.stages]
+    F = np.array([per[k][path[k]][0] for k in range(K)])
+    B = np.array([per[k][path[k]][1] for k in range(K)])
+    c = np.array([_boundary_s(problem, plan, b) for b in range(K - 1)])
+    fill = float(F.sum() + B.sum() + 2 * c.sum())
+    pipeline = fill + max(max(w) - (F[k] + B[k]) for k, w in enumerate(work))
+    period = max(x[0] + x[1] for row in per for x in row)
+    last_b = pipeline - np.concatenate(([0.0], np.cumsum(B[:-1] + np.append(c, 0.0)[:K - 1])))
+    tr = Transfers(problem)
+    first: list[int] = []
+    ends_at: list[float] = []
+    for k, st in enumerate(plan.stages):
+        first.append(len(tr.links))
+        end_i = [float(last_b[k]) - (max(work[k]) - w) for w in work[k]]
+        ends_at.append(max(end_i))
+        if st.replicas < 2:
+            continue
+        wide = plan.widest_precisions(k, lambda p: problem.bytes_per_elem[problem.q_index(p)])
+        ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
+        buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
+        if plan.overlap_grad_reduce:   # by readiness on replica 0
+            buckets.sort(key=lambda b: per[k][0][2][b[0]])
+        for j in range(st.tensor_parallel):
+            devs = [st.devices[i * st.tensor_parallel + j] for i in range(st.replicas)]
+            for bucket in buckets:
+                nbytes = sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[problem.q_index(wide[v])])
+                             for v in bucket) / st.tensor_parallel
+                if nbytes <= 0:
+                    continue
+                if plan.overlap_grad_reduce:
+                    start = [end_i[i] - per[k][i][1] + per[k][i][2][bucket[0]] for i in range(st.replicas)]
+                else:
+                    start = end_i
+                reduction_transfers(tr, devs, start, nbytes, plan.dp_allreduce == "hierarchical", st.zero)
+    first.append(len(tr.links))
+    done = tr.delivered_s()
+    ar = np.zeros(K)
+    finish = pipeline
+    for k in range(K):
+        got = done[first[k]:first[k + 1]]
+        if got:
+            ar[k] = max(0.0, max(got) - ends_at[k])
+            finish = max(finish, max(got))
+    opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
+    return IterationEstimate(finish + opt, pipeline, period, F, B, c, ar, finish - pipeline, opt)
 
 
 def estimate_latency(problem: Problem, plan: Plan) -> float:

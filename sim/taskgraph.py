@@ -397,15 +397,21 @@ class _Builder:
             self.prog.x_after[x] = (self.bwd_nodes[last % self.prog.C][op][rank], last)
         return x
 
-    def _ring_steps(self, devs: list[int], arrived: list[int], chunk: float, steps: int, k: int) -> list[int]:
+    def _ring_steps(self, devs: list[int], arrived: list[int], chunk: float, steps: int, k: int,
+                    own: list[int] | None = None) -> list[int]:
+        """``steps`` ring steps of ``chunk`` bytes from ``arrived`` (per device, the node
+        after which it may send). With ``own`` (reduce-scatter steps), a device also
+        waits for its own gradients (``own[i]``) before it sends a partial sum: a replica
+        that finishes its backward late holds the ring up."""
         n = len(devs)
         m = len(arrived)   # n, or 1 under a replica reduction (as in ``ring``)
         for _ in range(steps):
             nxt = [0] * m
             for i in range(m):
                 last = arrived[i]
-                for l in self.route(devs[i], devs[(i + 1) % n]):
-                    last = self._x_add(self.D + l, chunk / self.bw[l], chunk, [last], k)
+                preds = [last] if own is None or own[i] == last else [last, own[i]]
+                for j, l in enumerate(self.route(devs[i], devs[(i + 1) % n])):
+                    last = self._x_add(self.D + l, chunk / self.bw[l], chunk, preds if j == 0 else [last], k)
                 nxt[(i + 1) % m] = last
             arrived = nxt
         return arrived
@@ -414,12 +420,13 @@ class _Builder:
         r = len(devs)
         members = hierarchical_groups(self.topo, devs) if self.plan.dp_allreduce == "hierarchical" else None
         if members is None:
-            self._ring_steps(devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), k)
+            self._ring_steps(devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), k, own=start)
             return
         g = len(members[0])
         arrived = list(start)
         for grp in members:   # reduce-scatter inside each node
-            out = self._ring_steps([devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1, k)
+            mine = [arrived[i] for i in grp]
+            out = self._ring_steps([devs[i] for i in grp], mine, nbytes / g, g - 1, k, own=mine)
             for i, a in zip(grp, out):
                 arrived[i] = a
         n_nodes = len(members)
