@@ -24,6 +24,11 @@ reading operator, so the count is exact again for the legacy exporter. The dynam
 exporter's optimiser also drops a ``Gemm``'s all-zero bias (BERT's pooler), so on fresh
 weights its count is short by exactly those zero biases: checked as such.
 
+Besides the four transformers, a vision model (``transformers.ViTModel``: a patch
+convolution and a class token ahead of the encoder) and a recurrent one
+(``LSTMLanguageModel``, built here: ``transformers`` has no LSTM) go through the same
+checks; the legacy exporter needs the wrapper to pass a plain tensor output through.
+
 The default run uses small configs (2 layers, hidden 128); the real sizes are ``slow``.
 """
 from __future__ import annotations
@@ -124,6 +129,58 @@ def t5_flops(model: Any, cfg: Any, b: int, s: int) -> int:
     return 2 * w * t + attn + norms + elementwise
 
 
+def vit_flops(model: Any, cfg: Any, b: int, s: int) -> int:
+    """ViTModel (with its pooler) on ``b`` images of ``cfg.image_size`` (``s`` unused: the
+    tokens are the patches and the class token): the patch convolution (a multiply-add per
+    pixel of a patch and output channel, + bias), the position add, every dense layer,
+    attention (scale per score, no mask), norms, residual adds, GELU, the pooler's tanh."""
+    p, h, f, L = cfg.patch_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    patches = b * (cfg.image_size // p) ** 2
+    t = patches + b
+    conv = 2 * patches * h * cfg.num_channels * p * p + patches * h
+    w, bias = _linear_params(model)
+    pooler = model.pooler.dense.weight.numel()
+    dense = 2 * (w - pooler) * t + (bias - h) * t + (2 * pooler + h) * b      # the pooler reads the class token
+    attn = L * _attention(b, cfg.num_attention_heads, t // b, t // b, h // cfg.num_attention_heads, 1)
+    norms = 8 * t * h * (2 * L + 1)
+    elementwise = t * h * (2 * L + 1) + 8 * t * f * L + 4 * b * h            # position add, residuals, GELU, tanh
+    return conv + dense + attn + norms + elementwise
+
+
+class LSTMLanguageModel(torch.nn.Module):
+    """A word-level LSTM language model (Zaremba et al. 2014's PTB models): embedding,
+    ``layers`` stacked ``nn.LSTM`` layers, a linear head over the vocabulary.
+    ``transformers`` has no LSTM; ``config`` mirrors what the cases read from one."""
+
+    def __init__(self, vocab: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        from types import SimpleNamespace  # noqa: PLC0415
+
+        self.config = SimpleNamespace(vocab_size=vocab, hidden_size=hidden, num_layers=layers)
+        self.embedding = torch.nn.Embedding(vocab, hidden)
+        self.lstm = torch.nn.LSTM(hidden, hidden, layers, batch_first=True)
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, input_ids: Any) -> Any:
+        return self.head(self.lstm(self.embedding(input_ids))[0])
+
+
+def lstm_flops(model: Any, cfg: Any, b: int, s: int) -> int:
+    """Per token and layer: the input and recurrent gate products (4 gates of H, 2 FLOPs a
+    multiply-add over I + H inputs), their sum (4H), the two bias vectors (8H), and the
+    cell: 3 sigmoids and 2 tanh at 4 FLOPs each, c = f*c + i*g (3), h = o*tanh(c) (1),
+    24H in all; then the head's product and bias; the lookup costs nothing."""
+    h, v, t = cfg.hidden_size, cfg.vocab_size, b * s
+    per_layer = 2 * 4 * h * (h + h) + 4 * h + 8 * h + (3 * 4 + 2 * 4 + 3 + 1) * h
+    return t * per_layer * cfg.num_layers + 2 * t * h * v + t * v
+
+
+def _vit(layers: int, hidden: int, heads: int, image: int, patch: int) -> Any:
+    cfg = transformers.ViTConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                                 intermediate_size=4 * hidden, image_size=image, patch_size=patch)
+    return transformers.ViTModel(cfg)
+
+
 def _bert(layers: int, hidden: int, heads: int) -> Any:
     cfg = transformers.BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                                   intermediate_size=4 * hidden)
@@ -157,6 +214,12 @@ def _with_mask(cfg: Any, b: int, s: int) -> dict[str, Any]:
     return {"input_ids": _ids(cfg, b, s), "attention_mask": torch.ones(b, s, dtype=torch.long)}
 
 
+def _pixels(cfg: Any, b: int, s: int) -> dict[str, Any]:
+    """``b`` images of the configured size (``s`` unused)."""
+    g = torch.Generator().manual_seed(0)
+    return {"pixel_values": torch.randn(b, cfg.num_channels, cfg.image_size, cfg.image_size, generator=g)}
+
+
 def _encoder_decoder(cfg: Any, b: int, s: int) -> dict[str, Any]:
     return {"input_ids": _ids(cfg, b, s), "decoder_input_ids": _ids(cfg, b, s)}
 
@@ -166,12 +229,18 @@ SMALL = {
     "gpt2": Case("gpt2", lambda: _gpt2(2, 128, 2), _with_mask, gpt2_flops),
     "distilbert": Case("distilbert", lambda: _distilbert(2, 128, 2), _ids_only, distilbert_flops),
     "t5": Case("t5", lambda: _t5(2, 128, 2, 512, 64), _encoder_decoder, t5_flops),
+    "vit": Case("vit", lambda: _vit(2, 128, 2, 64, 16), _pixels, vit_flops),
+    "lstm": Case("lstm", lambda: LSTMLanguageModel(1000, 128, 2), _ids_only, lstm_flops),
 }
-REAL = {  # the published configs: bert-base-uncased, gpt2, t5-small, distilbert-base-uncased
+REAL = {  # the published configs: bert-base-uncased, gpt2, t5-small, distilbert-base-uncased, ...
     "bert-base": Case("bert-base", lambda: _bert(12, 768, 12), _ids_only, bert_flops),
     "gpt2": Case("gpt2", lambda: _gpt2(12, 768, 12), _with_mask, gpt2_flops),
     "t5-small": Case("t5-small", lambda: _t5(6, 512, 8, 2048, 64), _encoder_decoder, t5_flops),
     "distilbert": Case("distilbert", lambda: _distilbert(6, 768, 12), _ids_only, distilbert_flops),
+    # google/vit-base-patch16-224 (ViTModel: 224x224 images, 196 patches + the class token)
+    "vit-base": Case("vit-base", lambda: _vit(12, 768, 12, 224, 16), _pixels, vit_flops),
+    # Zaremba et al.'s large PTB model: 10,000 words, 2 x 1,500 units (sequences of 35 in the paper)
+    "lstm-large": Case("lstm-large", lambda: LSTMLanguageModel(10_000, 1_500, 2), _ids_only, lstm_flops),
 }
 
 
@@ -185,7 +254,8 @@ class _ByKeyword(torch.nn.Module):
         self.model, self.names = model, names
 
     def forward(self, *args: Any) -> Any:
-        return self.model(**dict(zip(self.names, args))).to_tuple()
+        out = self.model(**dict(zip(self.names, args)))
+        return out.to_tuple() if hasattr(out, "to_tuple") else out
 
 
 def randomize(model: Any, seed: int = 0) -> Any:
@@ -254,7 +324,7 @@ def check(r: Result) -> None:
 
 # --- the default run: small configs -----------------------------------------------------
 @pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "lstm"])
 def test_small_exports_import_exactly(name, exporter, tmp_path):
     check(run_case(SMALL[name], exporter, tmp_path, batch=1, seq=64))
 
@@ -292,7 +362,7 @@ def test_tied_head_found_through_folded_transpose(tmp_path):
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "lstm"])
 def test_every_shape_agrees_with_onnxruntime(name, exporter, tmp_path):
     """The shapes the importer costs by (constant folding, then shape inference) are the
     shapes onnxruntime produces running the export, tensor by tensor: nothing guessed."""
@@ -359,7 +429,7 @@ ZOO = {"bert-base": "bert-base", "gpt2": "gpt2"}
 @pytest.mark.slow
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name,seq", [("bert-base", 128), ("bert-base", 512), ("gpt2", 512), ("t5-small", 128),
-                                      ("distilbert", 128)])
+                                      ("distilbert", 128), ("vit-base", 197), ("lstm-large", 35)])
 def test_real_sizes_import_exactly(name, seq, exporter, tmp_path):
     """The published configs: parameters exact, FLOPs within 1 % of the analytic count and
     of the zoo's model, no unknown operator, and a Problem builds."""
