@@ -234,6 +234,14 @@ def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
 
 
+def replica_microbatch_s(problem: Problem, plan: Plan, k: int, replica: int) -> float:
+    """Forward + backward seconds of one microbatch on ``replica`` of stage k (rank 0; its
+    device kind and precisions, casts and tensor-parallel all-reduces included): what its
+    share should follow (``core.plan.balanced_shares``)."""
+    f, b, _ = _stage_times(problem, plan, k, replica)
+    return f + b
+
+
 def replica_groups(problem: Problem, plan: Plan) -> bool:
     """Whether some stage's replicas differ (share, precision, device kind): the
     estimate then times every replica (module docstring)."""

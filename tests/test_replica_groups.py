@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import distplan
 from distplan.core.errors import DistplanError
-from distplan.core.plan import (Plan, Stage, plan_from_dict, plan_to_dict, proportional_shares, round_robin_shares,
+from distplan.core.plan import (Plan, Stage, plan_from_dict, plan_to_dict, balanced_shares, round_robin_shares,
                                 weighted_round_robin)
 from distplan.costs.check import InfeasiblePlan, check_plan, plan_violations
 from distplan.costs.evaluate import plan_cost, plan_memory_bytes, plan_sensitivity
@@ -51,8 +51,20 @@ def test_uneven_shares_interleave():
     # (3, 1): the small replica's microbatch comes in the middle, not at the end
     assert weighted_round_robin((3, 1)) == (0, 0, 1, 0)
     assert weighted_round_robin((2, 2, 1)) == (0, 1, 2, 0, 1)
-    assert proportional_shares([2.0, 1.0, 1.0], 8) == (4, 2, 2)
-    assert sum(proportional_shares([3.0, 1.0, 1.0, 1.0], 16)) == 16
+    assert balanced_shares([1.0, 2.0, 2.0], 8) == (4, 2, 2)
+    # 8 replicas, 16 microbatches, the fast ones 1.78x faster: 3 each and 1 each, not 2 each
+    assert balanced_shares([9.3] * 4 + [16.6] * 4, 16) == (3, 3, 3, 3, 1, 1, 1, 1)
+
+
+@given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=5), st.integers(0, 8))
+def test_balanced_shares_are_the_min_max(times, extra):
+    import itertools
+    M = len(times) + extra
+    got = balanced_shares(times, M)
+    assert sum(got) == M and min(got) >= 1
+    best = min(max(n * t for n, t in zip(ns, times))
+               for ns in itertools.product(range(1, M + 1), repeat=len(times)) if sum(ns) == M)
+    assert max(n * t for n, t in zip(got, times)) == pytest.approx(best, rel=1e-12)
 
 
 # --- a tiny mixed fleet worked by hand ------------------------------------------------

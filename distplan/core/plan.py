@@ -89,21 +89,21 @@ def round_robin_shares(replicas: int, microbatches: int) -> tuple[int, ...]:
     return tuple(microbatches // replicas + (1 if i < microbatches % replicas else 0) for i in range(replicas))
 
 
-def proportional_shares(weights: Iterable[float], microbatches: int) -> tuple[int, ...]:
-    """Shares (each >= 1, summing to ``microbatches``) proportional to ``weights`` (e.g.
-    each replica's speed, 1 / its seconds per microbatch), by largest remainder: every
-    replica gets 1, the rest is split by floor of its quota and then one more to the
-    largest remainders (the lowest index on a tie)."""
-    w = [float(x) for x in weights]
-    if not w or microbatches < len(w) or min(w) <= 0:
-        raise DistplanError(f"cannot give {len(w)} replicas >= 1 of {microbatches} microbatches by weights {w}"[:200])
-    rest = microbatches - len(w)
-    quota = [rest * x / sum(w) for x in w]
-    base = [int(math.floor(q)) for q in quota]
-    left = rest - sum(base)
-    for i in sorted(range(len(w)), key=lambda i: (-(quota[i] - base[i]), i))[:left]:
-        base[i] += 1
-    return tuple(1 + b for b in base)
+def balanced_shares(seconds_per_microbatch: Iterable[float], microbatches: int) -> tuple[int, ...]:
+    """Shares (each >= 1, summing to ``microbatches``) that follow the replicas' speeds:
+    the integer shares with the least ``max_i n_i t_i`` (``t_i`` replica i's seconds per
+    microbatch), found greedily (each further microbatch to the replica that would
+    finish it first, the lowest index on a tie; optimal for this min-max). Proportional
+    to speed up to rounding, but rounded so that no replica straggles."""
+    t = [float(x) for x in seconds_per_microbatch]
+    if not t or microbatches < len(t) or min(t) <= 0:
+        raise DistplanError(f"cannot give {len(t)} replicas >= 1 of {microbatches} microbatches "
+                            f"(seconds per microbatch {t})"[:200])
+    n = [1] * len(t)
+    for _ in range(microbatches - len(t)):
+        i = min(range(len(t)), key=lambda i: ((n[i] + 1) * t[i], i))
+        n[i] += 1
+    return tuple(n)
 
 
 Overrides = tuple[tuple[int, str], ...]
