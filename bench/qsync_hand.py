@@ -8,9 +8,11 @@ seconds per microbatch at its precisions, casts included,
 finishes first, ``core.plan.balanced_shares``); gradients
 reduced while the backward runs (``overlap_grad_reduce``), by a ring or hierarchically.
 Prints, for bert-base and bert-large training (batch 8 per microbatch, 16 microbatches,
-128 samples per step), the simulated samples/s of every variant, the analytic
-prediction (``costs.iteration.estimate_iteration``) beside it, and the references of
-issue 15 (grid baseline, the fleet's ideal).
+128 samples per step), the simulated samples/s of every variant (per optimizer step:
+128 / the simulated iteration, what a run pays and what the baselines are scored by),
+the analytic prediction (``costs.iteration.estimate_iteration``) beside it, the
+steady-state rate (batch / simulated period, which leaves the gradient reduction out),
+and the references of issue 15 (grid baseline, the fleet's ideal).
 
     python bench/qsync_hand.py [bert-base bert-large]
 """
@@ -61,7 +63,7 @@ def main(workloads: list[str]) -> None:
               + ", ".join(f"{k} {t * 1e3:.2f} ms" for k, t in per.items())
               + f"; shares {list(ref.stages[0].shares)}")
         print(f"{'variant':44s} {'sim samples/s':>13s} {'model samples/s':>15s} {'error':>7s} "
-              f"{'iteration ms':>12s} {'compute ms':>10s} {'exposed comm ms':>15s}")
+              f"{'iteration ms':>12s} {'compute ms':>10s} {'exposed comm ms':>15s} {'steady/s':>9s}")
         best = 0.0
         variants = [(a, o, True) for a in ("ring", "hierarchical") for o in (True, False)]
         for ar, ov, i8 in variants + [("hierarchical", True, False)]:   # last: T4 at fp16 too
@@ -76,7 +78,7 @@ def main(workloads: list[str]) -> None:
             name = ar + (" overlapped" if ov else "") + ("" if i8 else f", fp16 {list(plan.stages[0].shares)}")
             print(f"{name:44s} {sim_sps:13,.0f} {samples / est.iteration_s:15,.0f} "
                   f"{(est.iteration_s / r.iteration_s - 1) * 100:+6.2f}% {r.iteration_s * 1e3:12.2f} "
-                  f"{est.pipeline_s * 1e3:10.2f} {est.exposed_allreduce_s * 1e3:15.2f}"
+                  f"{est.pipeline_s * 1e3:10.2f} {est.exposed_allreduce_s * 1e3:15.2f} {r.throughput_per_s:9,.0f}"
                   f"   ({time.perf_counter() - t0:.1f} s)")
         print(f"best hand plan {best:,.0f}/s; grid baseline {GRID.get(wl, float('nan')):,.0f}/s; "
               f"fleet ideal {IDEAL.get(wl, float('nan')):,.0f}/s")
