@@ -26,11 +26,13 @@ and bubbles from uneven communication inside the 1F1B window.
 Replica groups (``Stage.shares``, ``Stage.replica_precision``, or replicas of different
 device kinds): F_{k,i} and B_{k,i} are per replica (its devices' kind, its precisions),
 and replica i of stage k runs n_{k,i} microbatches (its share). The pipeline then takes
-``max over (k, i) of (n_{k,i} (F_{k,i} + B_{k,i}) - (F_k + B_k)) + sum_k (F_k + B_k) +
-2 sum_b c_b`` (F_k, B_k, c_b along microbatch 0's replicas): the busiest replica's work
-plus the other stages' fill and drain, which is the formula above when replicas are
-alike. Replica i of stage k ends its last backward ``max_j n_{k,j} T_{k,j} - n_{k,i}
-T_{k,i}`` before the stage's last (less work ends earlier), and its gradients (each
+``max over (k, i) of n_{k,i} T_{k,i} + sum_{j != k} T_{j,l(j)} + 2 sum_b c_b`` (T = F +
+B; l(j) the replica of stage j, and c_b the boundaries, of replica (k, i)'s first
+microbatch: its lane): the busiest replica's work plus the other stages' fill and drain
+along its lane, which is the formula above when replicas are alike. Replica (k, i)
+ends its last backward when the lane of its last microbatch has run (the largest of
+those terms over that lane's replicas) less the backwards and boundaries of the stages
+before k along it, and its gradients (each
 op's at the widest precision of its replicas) are reduced by
 ``costs.collectives.reduction_transfers``: the simulator's ring or hierarchical steps
 timed one by one over FIFO links (``Transfers``), each replica starting when its own
@@ -168,9 +170,10 @@ def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tupl
     return fwd, bwd, end
 
 
-def _boundary_s(problem: Problem, plan: Plan, b: int) -> float:
-    """One rank's bytes crossing stage boundary b -> b+1, store and forward over its route."""
-    qs = [problem.q_index(p) for p in plan.microbatch_precisions(0)]
+def _boundary_s(problem: Problem, plan: Plan, b: int, m: int = 0) -> float:
+    """One rank's bytes of microbatch ``m`` crossing stage boundary b -> b+1, store and
+    forward over its route."""
+    qs = [problem.q_index(p) for p in plan.microbatch_precisions(m)]
     nbytes = 0.0
     for e, (u, v) in enumerate(problem.edges.tolist()):
         if plan.op_stage[u] <= b < plan.op_stage[v]:
@@ -178,7 +181,7 @@ def _boundary_s(problem: Problem, plan: Plan, b: int) -> float:
             nbytes += float(problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]) / tv
     if nbytes <= 0:
         return 0.0
-    a, c = plan.stages[b].replica_devices(0)[0], plan.stages[b + 1].replica_devices(0)[0]
+    a, c = plan.stages[b].replica_devices(m)[0], plan.stages[b + 1].replica_devices(m)[0]
     return route_s(problem, a, c, nbytes)
 
 
@@ -253,21 +256,47 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
     K, M = plan.n_stages, plan.microbatches
     per = [[_stage_times(problem, plan, k, i) for i in range(st.replicas)] for k, st in enumerate(plan.stages)]
     n = [st.replica_counts(M) for st in plan.stages]
-    work = [[n[k][i] * (x[0] + x[1]) for i, x in enumerate(per[k])] for k in range(K)]
-    path = [st.replica_of(0) for st in plan.stages]
-    F = np.array([per[k][path[k]][0] for k in range(K)])
-    B = np.array([per[k][path[k]][1] for k in range(K)])
-    c = np.array([_boundary_s(problem, plan, b) for b in range(K - 1)])
-    fill = float(F.sum() + B.sum() + 2 * c.sum())
-    pipeline = fill + max(max(w) - (F[k] + B[k]) for k, w in enumerate(work))
-    period = max(x[0] + x[1] for row in per for x in row)
-    last_b = pipeline - np.concatenate(([0.0], np.cumsum(B[:-1] + np.append(c, 0.0)[:K - 1])))
+    T = [[x[0] + x[1] for x in row] for row in per]
+    lanes: dict[int, tuple[list[int], np.ndarray]] = {}
+
+    def lane(m: int) -> tuple[list[int], np.ndarray]:
+        """The replicas microbatch m runs on, stage by stage, and its boundaries' c_b."""
+        m %= plan.cycle
+        if m not in lanes:
+            lanes[m] = ([st.replica_of(m) for st in plan.stages],
+                        np.array([_boundary_s(problem, plan, b, m) for b in range(K - 1)]))
+        return lanes[m]
+
+    def lane_span(k: int, i: int, m: int) -> float:
+        """Replica (k, i)'s microbatches back to back, with the fill and drain of the
+        other stages along microbatch m's replicas."""
+        rs, cs = lane(m)
+        return n[k][i] * T[k][i] + sum(T[j][rs[j]] for j in range(K) if j != k) + 2 * float(cs.sum())
+
+    first_m = [[_first_microbatch(st, i) for i in range(st.replicas)] for st in plan.stages]
+    span = [[lane_span(k, i, first_m[k][i]) for i in range(st.replicas)] for k, st in enumerate(plan.stages)]
+    pipeline = max(max(row) for row in span)
+    rs0, c = lane(0)
+    F = np.array([per[k][rs0[k]][0] for k in range(K)])
+    B = np.array([per[k][rs0[k]][1] for k in range(K)])
+    period = max(max(row) for row in T)
+
+    def last_backward_end(k: int, i: int) -> float:
+        """When replica (k, i) ends its last backward: its lane's span (the slowest stage
+        along the replicas of its last microbatch) less the backwards and boundaries of
+        the earlier stages along that lane."""
+        st = plan.stages[k]
+        m = max(x for x in range(M) if st.replica_of(x) == i)
+        rs, cs = lane(m)
+        whole = max(span[j][rs[j]] for j in range(K))
+        return whole - sum(per[j][rs[j]][1] + cs[j] for j in range(k))
+
     tr = Transfers(problem)
     first: list[int] = []
     ends_at: list[float] = []
     for k, st in enumerate(plan.stages):
         first.append(len(tr.links))
-        end_i = [float(last_b[k]) - (max(work[k]) - w) for w in work[k]]
+        end_i = [last_backward_end(k, i) for i in range(st.replicas)]
         ends_at.append(max(end_i))
         if st.replicas < 2:
             continue

@@ -61,12 +61,17 @@ def window_1f1b(prog: Program, plan: Plan) -> list[int]:
     backward never comes after an earlier one's in round order, which would deadlock)
     when stages have different replica counts. With uneven ``shares`` a replica sees a
     microbatch every ``cycle / its share`` rounds on average; r_k is then the longest such
-    gap (``_rounds_per_microbatch``), so the replica with the smallest share keeps K-1-k
-    warm-up forwards and the others a few more."""
+    gap (``_rounds_per_microbatch``), plus one round so that a forward due in the same
+    round as a backward runs first (with round-robin the tie goes to the forward by
+    creation order; with a pattern of uneven shares it would go to the older
+    microbatch's backward): every replica keeps at least K-1-k warm-up forwards, those
+    with larger shares a few more."""
     K = plan.n_stages
     off, prev = [], None
     for k, st in enumerate(plan.stages):
         o = (K - 1 - k) * _rounds_per_microbatch(st)
+        if o and not _even(st):   # uneven gaps: a forward due in the same round goes first
+            o += 1
         prev = o if prev is None else min(o, prev)
         off.append(prev)
     o = [0] * prog.T
@@ -76,10 +81,15 @@ def window_1f1b(prog: Program, plan: Plan) -> list[int]:
     return o
 
 
+def _even(st) -> bool:
+    """Round-robin: every replica sees every r-th microbatch."""
+    return st.shares is None or len(set(st.shares)) <= 1
+
+
 def _rounds_per_microbatch(st) -> int:
     """Rounds between two microbatches of the stage's least-served replica (its replica
     count with round-robin)."""
-    if st.shares is None or len(set(st.shares)) <= 1:
+    if _even(st):
         return st.replicas
     seq = [st.replica_of(m) for m in range(st.cycle)]
     return max(-(-len(seq) // seq.count(i)) for i in range(st.replicas))
@@ -88,7 +98,7 @@ def _rounds_per_microbatch(st) -> int:
 def _next_on_replica(st, p: int, depth: int) -> int:
     """How many microbatches after microbatch ``p`` the ``depth``-th next one on the same
     replica of stage ``st`` comes (depth x replicas with round-robin)."""
-    if st.shares is None or len(set(st.shares)) <= 1:
+    if _even(st):
         return depth * st.replicas
     i, m, seen = st.replica_of(p), p, 0
     while seen < depth:
