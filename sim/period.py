@@ -7,14 +7,17 @@ MAX_CYCLICITY = 8
 REL_TOL = 1e-9
 
 
-def steady_period(done: np.ndarray, tail: int, floor: float = 0.0) -> tuple[float, bool]:
+def steady_period(done: np.ndarray, tail: int, floor: float = 0.0,
+                  max_cyclicity: int = MAX_CYCLICITY) -> tuple[float, bool]:
     """(period, steady) from completion times ``done`` (one per microbatch, in order).
 
     Completions count in order (a microbatch is delivered once all earlier ones are: the
     running maximum), so replicas of unequal speed are paced by the slowest one.
     The last ``tail`` microbatches may finish early while the pipeline drains and are
     left out. The run is periodic from some microbatch on when ``done[m + p] - done[m]``
-    is constant (to 1e-9 relative): take the smallest p <= 8 for which that holds over a
+    is constant (to 1e-9 relative): take the smallest p <= ``max_cyclicity`` (8; a plan
+    with uneven replica shares repeats only every ``Plan.cycle`` microbatches and passes
+    that) for which that holds over a
     trailing stretch of at least max(4p, 8) microbatches; the period is that difference
     / p. A periodic stretch faster than ``floor`` (the busiest server's work per
     microbatch, which every steady state must fit in one period) is a transient, not the
@@ -33,7 +36,7 @@ def steady_period(done: np.ndarray, tail: int, floor: float = 0.0) -> tuple[floa
     hi = M - 1 - max(tail, 0)
     if hi < 2:  # nothing kept past the fill: the run's own rate
         return max(float(done[-1]) / M, floor), False
-    for p in range(1, MAX_CYCLICITY + 1):
+    for p in range(1, max_cyclicity + 1):
         need = max(4 * p, 8)
         if hi + 1 - p < need:
             break
