@@ -10,7 +10,7 @@ from distplan.core.plan import Plan
 from distplan.sim.execute import expand, run
 from distplan.sim.memory import peak_memory
 from distplan.sim.options import SimOptions
-from distplan.sim.period import steady_period
+from distplan.sim.period import MAX_CYCLICITY, steady_period
 from distplan.sim.program import build_program
 from distplan.sim.schedule import repeats
 from distplan.sim.symmetry import Symmetry, find_symmetry
@@ -180,6 +180,8 @@ def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str
         return max(makespan / M, floor), False
     off = prog.offset
     tail = replicas * (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
+    if any(s.shares is not None and len(set(s.shares)) > 1 for s in plan.stages):
+        return steady_period(done, tail, floor, max(MAX_CYCLICITY, plan.cycle))   # uneven shares repeat per cycle
     return steady_period(done, tail, floor)
 
 
