@@ -67,6 +67,11 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
         if p not in problem.precisions:
             out.append(f"op {name!r}: precision {p!r} not allowed (allowed: {', '.join(problem.precisions)})")
             continue
+        allowed = getattr(problem, "op_allowed", None)
+        if allowed is not None and not allowed[v, problem.q_index(p)]:
+            out.append(f"op {name!r}: precision {p} not allowed for a {g.ops[v].kind} op by the low-bit policy "
+                       f"({getattr(problem, 'low_bit_ops', 'matmul')!r})")
+            continue
         st = plan.stages[k]
         for i in range(st.replicas):
             if v in st.overrides(i):
