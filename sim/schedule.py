@@ -61,19 +61,12 @@ def window_1f1b(prog: Program, plan: Plan) -> list[int]:
     backward never comes after an earlier one's in round order, which would deadlock)
     when stages have different replica counts. With uneven ``shares`` a replica sees a
     microbatch every ``cycle / its share`` rounds on average; r_k is then the longest such
-    gap (``_rounds_per_microbatch``), plus one round so that a forward due in the same
+    gap (``Stage.rounds_per_microbatch``), plus one round so that a forward due in the same
     round as a backward runs first (with round-robin the tie goes to the forward by
     creation order; with a pattern of uneven shares it would go to the older
     microbatch's backward): every replica keeps at least K-1-k warm-up forwards, those
-    with larger shares a few more."""
-    K = plan.n_stages
-    off, prev = [], None
-    for k, st in enumerate(plan.stages):
-        o = (K - 1 - k) * _rounds_per_microbatch(st)
-        if o and not _even(st):   # uneven gaps: a forward due in the same round goes first
-            o += 1
-        prev = o if prev is None else min(o, prev)
-        off.append(prev)
+    with larger shares a few more. The offsets are ``Plan.window_offsets``."""
+    off = plan.window_offsets()
     o = [0] * prog.T
     for t in range(prog.T):
         if prog.phase[t] == 1:
@@ -81,24 +74,10 @@ def window_1f1b(prog: Program, plan: Plan) -> list[int]:
     return o
 
 
-def _even(st) -> bool:
-    """Round-robin: every replica sees every r-th microbatch."""
-    return st.shares is None or len(set(st.shares)) <= 1
-
-
-def _rounds_per_microbatch(st) -> int:
-    """Rounds between two microbatches of the stage's least-served replica (its replica
-    count with round-robin)."""
-    if _even(st):
-        return st.replicas
-    seq = [st.replica_of(m) for m in range(st.cycle)]
-    return max(-(-len(seq) // seq.count(i)) for i in range(st.replicas))
-
-
 def _next_on_replica(st, p: int, depth: int) -> int:
     """How many microbatches after microbatch ``p`` the ``depth``-th next one on the same
     replica of stage ``st`` comes (depth x replicas with round-robin)."""
-    if _even(st):
+    if st.even():
         return depth * st.replicas
     i, m, seen = st.replica_of(p), p, 0
     while seen < depth:

@@ -71,3 +71,36 @@ def test_bert_large_every_variant_within_5_percent():
     errs = {v: _error("bert-large", v) for v in VARIANTS}
     worst = max(errs, key=lambda v: abs(errs[v]))
     assert abs(errs[worst]) <= TOLERANCE, (worst, errs[worst])
+
+
+def _pipelines(pb):
+    """Named pipelines on the mixed fleet: V100 host then T4 host at int8, V100/T4 pairs
+    round-robin and with shares, 4 pairs with uneven shares and overlap, 8 stages T4
+    host first."""
+    import dataclasses
+    V = pb.n_ops
+
+    def split(K, first=None):
+        if first is not None:
+            return tuple(0 if v < int(V * first) else 1 for v in range(V))
+        return tuple(min(v * K // V, K - 1) for v in range(V))
+
+    s2 = split(2, 0.6)
+    low1 = {v: "int8" for v in range(V) if s2[v] == 1 and pb.graph.ops[v].kind in LOW_KINDS}
+    pairs = Plan(split(2), ("fp16",) * V, (Stage((0, 4, 1, 5)), Stage((2, 6, 3, 7))), 16, "1f1b")
+    return [
+        Plan(s2, ("fp16",) * V, (Stage((0, 1, 2, 3)), Stage((4, 5, 6, 7), replica_precision=(low1,) * 4)), 16, "1f1b"),
+        pairs,
+        dataclasses.replace(pairs, stages=tuple(dataclasses.replace(s, shares=(5, 3, 5, 3)) for s in pairs.stages)),
+        Plan(split(4), ("fp16",) * V, tuple(Stage((d, d + 4), shares=(9, 7)) for d in range(4)), 16, "1f1b",
+             overlap_grad_reduce=True),
+        Plan(split(8), ("fp16",) * V, tuple(Stage((d,)) for d in (4, 5, 6, 7, 0, 1, 2, 3)), 16, "1f1b"),
+    ]
+
+
+def test_mixed_fleet_pipelines_predicted_within_5_percent():
+    pb = hybrid("bert-base")
+    for plan in _pipelines(pb):
+        check_plan(pb, plan, memory_bound=False)
+        err = estimate_iteration(pb, plan).iteration_s / simulate(pb, plan).iteration_s - 1
+        assert abs(err) <= TOLERANCE, (plan.stages, err)

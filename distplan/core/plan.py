@@ -183,6 +183,18 @@ class Stage:
             return {}
         return dict(self.replica_precision[replica])
 
+    def even(self) -> bool:
+        """Round-robin: every replica sees every r-th microbatch (no shares, or equal)."""
+        return self.shares is None or len(set(self.shares)) <= 1
+
+    def rounds_per_microbatch(self) -> int:
+        """Microbatches between two of the least-served replica's (the replica count with
+        round-robin; the longest gap of the weighted sequence otherwise)."""
+        if self.even():
+            return self.replicas
+        seq = [self.replica_of(m) for m in range(self.cycle)]
+        return max(-(-len(seq) // seq.count(i)) for i in range(self.replicas))
+
     @property
     def uniform(self) -> bool:
         """Every replica gets the same work at the same precisions (no groups: shares
@@ -244,6 +256,18 @@ class Plan:
     def has_replica_groups(self) -> bool:
         """Some stage has shares or precision overrides (module docstring)."""
         return any(s.shares is not None or s.replica_precision is not None for s in self.stages)
+
+    def window_offsets(self) -> list[int]:
+        """1F1B: the round offset of each stage's backwards (``sim.schedule.window_1f1b``
+        documents the rule; the analytic iteration replays the same order)."""
+        K, out, prev = self.n_stages, [], None
+        for k, st in enumerate(self.stages):
+            o = (K - 1 - k) * st.rounds_per_microbatch()
+            if o and not st.even():   # uneven gaps: a forward due in the same round goes first
+                o += 1
+            prev = o if prev is None else min(o, prev)
+            out.append(prev)
+        return out
 
     def precision_of(self, v: int, replica: int) -> str:
         """Op v's precision on ``replica`` of its stage."""
