@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distplan.costs.memory import activation_factors
+from distplan.costs.memory import activation_factors, stream_activation_bytes
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
@@ -48,7 +48,9 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     """Resident bytes per device: static bytes of every op placed there (and of the tied
     parameters it reads when their owner sits on another stage) plus activations for the
     microbatches its stage may hold in flight (costs.memory.activation_factors: in an
-    inference stream only the bytes an op sends to a later stage are held twice)."""
+    inference stream only the bytes an op sends to a later stage are held twice, and a
+    stage without tensor parallelism holds its liveness peak,
+    costs.memory.stream_activation_bytes)."""
     mem = np.zeros(problem.n_devices)
     K = plan.n_stages
     leaves = np.zeros(problem.n_ops, dtype=bool)
@@ -56,11 +58,26 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
         if plan.op_stage[v] > plan.op_stage[u]:
             leaves[u] = True
     again = recomputed(problem, plan)
+    live = plan.schedule == "stream"
+    by_precs: dict[tuple[str, ...], np.ndarray] = {}
+    for k, stage in enumerate(plan.stages):
+        seen_k: set[int] = set()
+        for i in range(stage.replicas if live and stage.tensor_parallel == 1 else 0):
+            precs = plan.replica_precisions(k, i)
+            if precs not in by_precs:
+                q = (np.arange(problem.n_ops), np.array([problem.q_index(p) for p in precs]))
+                by_precs[precs] = stream_activation_bytes(plan.op_stage, K, problem.act_bytes[q],
+                                                          problem.send_bytes[q], problem.edges, plan.microbatches)
+            for d in set(stage.replica_group(i)) - seen_k:
+                mem[d] += by_precs[precs][k]
+                seen_k.add(d)
     for v, k in enumerate(plan.op_stage):
         n_all, n_sent = activation_factors(plan.schedule, k, K, plan.microbatches)
         stage = plan.stages[k]
         if stage.tensor_parallel > 1:   # all-reduces between ops: a stage's microbatches overlap
             n_all, n_sent = n_all + n_sent, 0
+        elif live:                      # the stage's liveness peak, counted above
+            n_all, n_sent = 0, 0
         if again[v]:   # recomputed: held until its consumers ran, one copy (costs.recompute)
             n_all, n_sent = 1, 0
         seen: set[int] = set()
