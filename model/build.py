@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyomo.environ as pyo
 
-from distplan.costs.memory import activation_factors
+from distplan.costs.memory import activation_factors, last_reader, stream_copies
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
@@ -271,15 +271,16 @@ def mem_unit_bytes(m, problem: Problem, k: int) -> float:
     return float(min(problem.device_mem_bytes[lane[k]] for lane in m.lanes))
 
 
-def _stage_rows(m, problem: Problem) -> tuple[dict[int, float], dict[int, list], dict[int, list]]:
-    """Per stage k: its memory unit (mem_unit_bytes) and the static and activation terms
-    of its ops' cells, in that unit."""
+def _stage_rows(m, problem: Problem, with_act: bool = True) -> tuple[dict[int, float], dict[int, list], dict[int, list]]:
+    """Per stage k: its memory unit (mem_unit_bytes) and the static and (``with_act``)
+    activation terms of its ops' cells, in that unit."""
     cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
     stat: dict[int, list] = {k: [] for k in m.STAGES}
     act: dict[int, list] = {k: [] for k in m.STAGES}
     for (v, k, q) in m.CELLS:
         stat[k].append(float(problem.static_bytes[v, q] / cap0[k]) * m.z[v, k, q])
-        act[k].append(float(problem.act_bytes[v, q] / cap0[k]) * m.z[v, k, q])
+        if with_act:
+            act[k].append(float(problem.act_bytes[v, q] / cap0[k]) * m.z[v, k, q])
     return cap0, stat, act
 
 
@@ -313,19 +314,24 @@ def add_used_stages(m, problem: Problem, spec: ModelSpec) -> None:
 
 
 def sent_stages(m, problem: Problem) -> list[int]:
-    """Stages whose memory holds extra copies of sent bytes (costs.memory.activation_factors)."""
+    """Stages whose ops may hold sent bytes for a later stage: in an inference stream every
+    stage but the last (such an op stays alive to the end of its stage, add_live_peak, and
+    has extra copies, costs.memory.activation_factors); else those with extra copies."""
+    if problem.schedule == "stream":
+        return [k for k in m.STAGES if k < m.K - 1]
     return [k for k in m.STAGES if activation_factors(problem.schedule, k, m.K, problem.microbatches)[1] > 0]
 
 
 def add_sent_copies(m, problem: Problem, spec: ModelSpec) -> None:
     """Stream memory: ``sent[v,k]`` >= sum_q send[v,q] z[v,k,q] - send_max[v] (1 - y(c,k+1))
-    for every consumer c of v (``sent_need``): the bytes v on stage k keeps for a later
-    stage (in units of the stage's capacity; 0 unless some consumer sits on a later
-    stage); add_memory adds it to stage k's row."""
+    for every reader c of v (``sent_need``; every tensor, zero-byte ones too, as
+    costs.memory counts): the bytes v on stage k keeps for a later stage (in units of the
+    stage's capacity; 0 unless some reader sits on a later stage); add_memory and
+    add_live_peak read it."""
     cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
-    stages = sent_stages(m, problem)
+    stages = set(sent_stages(m, problem))
     cons: dict[int, set[int]] = {}
-    for u, v in problem.sending_edges():
+    for u, v in problem.edges:
         cons.setdefault(int(u), set()).add(int(v))
     by_vk: dict[tuple[int, int], list] = {}
     for (v, k, q) in m.CELLS:
@@ -343,18 +349,90 @@ def add_sent_copies(m, problem: Problem, spec: ModelSpec) -> None:
     m.sent_need = pyo.Constraint(m.SENT_ROWS, rule=rule)
 
 
+def add_live_peak(m, problem: Problem) -> None:
+    """Inference activations by liveness (costs.memory.stream_activation_bytes), in
+    units of the stage's capacity: for every op t and stage k (``live_peak``)::
+
+        act_peak[k] >= sum_q act[t,q] z[t,k,q] + sum_{u in A_t} (sum_q send[u,q] z[u,k,q] - sent[u,k])
+                       + (1 - n2) before[t,k] - n2 sent[t,k] + (n1 + n2) sent_all[k]
+
+    A_t = {u < t : a reader of u has index >= t}: alive at t whatever the placement when u
+    is on k; ``sent`` (add_sent_copies) the bytes an op keeps for a later stage;
+    ``sent_all[k]`` >= their sum over the stage (``live_sent``); ``before[t,k]`` >= their
+    sum over the ops before t (the chain ``live_before``, built only when n2 = 0, i.e. at
+    most 2 microbatches); (n1, n2) = costs.memory.stream_copies. At the least ``sent`` the
+    right-hand side is live(t) + n1 S + n2 (S after t), and every ``sent`` has a
+    coefficient >= 0 (n1 in A_t and t, 1 + n1 before, n1 + n2 after), so a larger one never
+    lowers a row. No big-M: when t is not on stage k its own terms vanish and the row is at
+    most that of the stage's last op before t (or its first op, when none is before)."""
+    V = problem.n_ops
+    n1, n2 = stream_copies(problem.microbatches)
+    cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
+    last = last_reader(V, problem.edges)
+    cells: dict[tuple[int, int], list[int]] = {}
+    for (v, k, q) in m.CELLS:
+        cells.setdefault((v, k), []).append(q)
+    sent = set(m.SENT)
+    by_k: dict[int, list] = {}
+    for (v, k) in m.SENT:
+        by_k.setdefault(k, []).append(m.sent[v, k])
+    rows: dict[tuple[int, int], tuple[list, list, tuple[int, int] | None, float]] = {}
+    chain: dict[tuple[int, int], tuple[tuple[int, int] | None, int]] = {}   # before[t,k] = before[prev] + sent[u,k]
+    for k in m.STAGES:
+        ops = sorted(v for v in range(V) if (v, k) in cells)
+        prev, pending = None, None
+        for t in ops:
+            if n2 == 0 and pending is not None:
+                chain[t, k] = (prev, pending)
+                prev, pending = (t, k), None
+            alive = [u for u in ops if u < t and last[u] >= t]
+            terms = [(float(problem.act_bytes[t, q] / cap0[k]), t, q) for q in cells[t, k]]
+            terms += [(float(problem.send_bytes[u, q] / cap0[k]), u, q) for u in alive for q in cells[u, k]
+                      if problem.send_bytes[u, q] > 0]
+            signed = [(-1.0, u) for u in alive if (u, k) in sent]
+            if n2 and (t, k) in sent:
+                signed.append((-float(n2), t))
+            rows[t, k] = (terms, signed, prev if n2 == 0 else None, float(n1 + n2) if k in by_k else 0.0)
+            if (t, k) in sent:
+                pending = t
+    m.act_peak = pyo.Var(m.STAGES, bounds=(0, None))
+    m.sent_all = pyo.Var(m.STAGES, bounds=(0, None))
+    m.live_sent = pyo.Constraint(m.STAGES, rule=lambda m, k: m.sent_all[k] >= sum(by_k[k]) if k in by_k
+                                 else pyo.Constraint.Skip)
+    m.BEFORE = pyo.Set(initialize=list(chain), dimen=2, ordered=True)
+    m.before = pyo.Var(m.BEFORE, bounds=(0, None))
+    m.live_chain, m.live_rows = chain, rows   # read by assign_memory
+
+    def before_rule(m, t, k):
+        prev, u = chain[t, k]
+        return m.before[t, k] >= (m.before[prev] if prev is not None else 0) + m.sent[u, k]
+    m.live_before = pyo.Constraint(m.BEFORE, rule=before_rule)
+    m.LIVE = pyo.Set(initialize=list(rows), dimen=2, ordered=True)
+
+    def peak_rule(m, t, k):
+        terms, signed, prev, share = rows[t, k]
+        rhs = sum(a * m.z[v, k, q] for a, v, q in terms) + sum(c * m.sent[u, k] for c, u in signed)
+        if prev is not None:
+            rhs = rhs + m.before[prev]
+        if share:
+            rhs = rhs + share * m.sent_all[k]
+        return m.act_peak[k] >= rhs
+    m.live_peak = pyo.Constraint(m.LIVE, rule=peak_rule)
+
+
 def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
     """Resident bytes of stage k's device <= its capacity (``mem_cap``, in units of it).
 
     n(k) in-flight microbatches (costs.memory.inflight_microbatches). An inference stream
-    holds every activation once plus (n - 1) x the sent bytes of ops with a consumer on a
-    later stage (costs.memory.activation_factors; ``sent``, add_sent_copies). For 1F1B n
-    depends on the used stage count S: the n=1 row always holds, and for s =
-    k+2..min(K, k+M) static + min(M, s-k) act <= 1 + (min(M, s-k) - 1) (1 - w[s-1])
-    (``w``, add_used_stages). Tied copies (``tied``, add_tied_copies) count as static.
+    holds its liveness peak with the older copies of the sent bytes (``act_peak``,
+    add_live_peak; costs.memory.stream_activation_bytes); gpipe holds n x every
+    activation. For 1F1B n depends on the used stage count S: the n=1 row always holds,
+    and for s = k+2..min(K, k+M) static + min(M, s-k) act <= 1 + (min(M, s-k) - 1)
+    (1 - w[s-1]) (``w``, add_used_stages). Tied copies (``tied``, add_tied_copies) count
+    as static.
     """
     M, sched, K = problem.microbatches, problem.schedule, m.K
-    _, stat, act = _stage_rows(m, problem)
+    _, stat, act = _stage_rows(m, problem, with_act=sched != "stream")
     for (v, k) in m.TIED:
         stat[k].append(m.tied[v, k])
     if sched == "1f1b":
@@ -368,6 +446,9 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
                 return _checked(lhs <= 1.0)
             return _checked(lhs <= 1.0 + (n - 1.0) * (1 - m.w[s - 1]))
         m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
+    elif sched == "stream":
+        add_live_peak(m, problem)
+        m.mem_cap = pyo.Constraint(m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + m.act_peak[k] <= 1.0))
     else:
         f_of = {k: activation_factors(sched, k, K, M) for k in m.STAGES}
         sent: dict[int, list] = {}
@@ -376,6 +457,39 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
         m.mem_cap = pyo.Constraint(
             m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + f_of[k][0] * sum(act[k])
                                                  + f_of[k][1] * sum(sent.get(k, [])) <= 1.0))
+
+
+def assign_memory(m, problem: Problem, stage: list[int], q_of: list[int]) -> None:
+    """Set the stream memory variables (``sent``, ``sent_all``, ``before``, ``act_peak``) to
+    the least values a plan (op -> stage position, op -> precision index) allows;
+    model.extract.assign_plan calls it after setting ``z``."""
+    if not hasattr(m, "sent"):
+        return
+    later = [-1] * problem.n_ops      # the latest stage of a reader
+    for u, w in problem.edges:
+        later[u] = max(later[u], stage[w])
+    for (v, k) in m.SENT:
+        m.sent[v, k].set_value(float(problem.send_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
+                               if stage[v] == k and later[v] > k else 0.0)
+    if not hasattr(m, "act_peak"):
+        return
+    total = {k: 0.0 for k in m.STAGES}
+    for (v, k) in m.SENT:
+        total[k] += m.sent[v, k].value
+    for k in m.STAGES:
+        m.sent_all[k].set_value(total[k])
+    for (t, k) in m.BEFORE:   # in chain order
+        prev, u = m.live_chain[t, k]
+        m.before[t, k].set_value((m.before[prev].value if prev is not None else 0.0) + m.sent[u, k].value)
+    peak = {k: 0.0 for k in m.STAGES}
+    for (t, k) in m.LIVE:
+        terms, signed, prev, share = m.live_rows[t, k]
+        val = math.fsum(a for a, v, q in terms if stage[v] == k and q_of[v] == q) \
+            + math.fsum(c * m.sent[u, k].value for c, u in signed) \
+            + (m.before[prev].value if prev is not None else 0.0) + share * m.sent_all[k].value
+        peak[k] = max(peak[k], val)
+    for k in m.STAGES:
+        m.act_peak[k].set_value(peak[k])
 
 
 def add_sensitivity(m, problem: Problem, spec: ModelSpec) -> None:
