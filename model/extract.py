@@ -7,7 +7,7 @@ import pyomo.environ as pyo
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.model.lanes import lane_stages
-from distplan.model.build import mem_unit_bytes
+from distplan.model.build import assign_memory, mem_unit_bytes
 
 
 def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None,
@@ -69,13 +69,7 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
             o = int(problem.tied_owner[v])
             m.tied[v, k].set_value(float(problem.tied_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
                                    if stage[v] == k and stage[o] != k else 0.0)
-    if hasattr(m, "sent"):   # stream memory: bytes kept for a later stage (model.build)
-        last = [-1] * V      # latest stage of a consumer reading a tensor with bytes
-        for u, w in problem.sending_edges():
-            last[u] = max(last[u], stage[w])
-        for (v, k) in m.SENT:
-            m.sent[v, k].set_value(float(problem.send_bytes[v, q_of[v]] / mem_unit_bytes(m, problem, k))
-                                   if stage[v] == k and last[v] > k else 0.0)
+    assign_memory(m, problem, stage, q_of)   # stream memory: sent bytes, liveness peak (model.build)
     if hasattr(m, "bused"):
         for b in m.BOUNDS:
             m.bused[b].set_value(max([m.xc[e, b].value for e in m.EDGES], default=0))
