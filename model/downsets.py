@@ -94,30 +94,66 @@ def tied_matrix(problem: Problem, mat: np.ndarray, tied: np.ndarray) -> np.ndarr
     return out
 
 
+def segment_max(mat: np.ndarray, values: np.ndarray, block: int = 256) -> np.ndarray:
+    """(N, N): entry [i, j] is the largest ``values[v]`` over the ops v in downset i and not
+    in downset j (0 when there is none). Ops are ranked by value and each downset packed
+    into 64-bit words in rank order, so the answer is the lowest set bit of ``i & ~j``."""
+    N, V = mat.shape
+    order = np.argsort(-np.asarray(values, dtype=float), kind="stable")
+    ranked = np.asarray(values, dtype=float)[order]
+    bits = mat[:, order]
+    words = (V + 63) // 64
+    packed = np.zeros((N, words), dtype=np.uint64)
+    for w in range(words):
+        chunk = bits[:, w * 64:(w + 1) * 64].astype(np.uint64)
+        packed[:, w] = (chunk << np.arange(chunk.shape[1], dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+    out = np.zeros((N, N))
+    for a in range(0, N, block):
+        done = np.zeros((min(block, N - a), N), dtype=bool)
+        for w in range(words):
+            x = packed[a:a + block, None, w] & ~packed[None, :, w]
+            new = (x != 0) & ~done
+            if new.any():
+                low = x[new] & (~x[new] + np.uint64(1))   # the lowest set bit: the op of highest value
+                out[a:a + block][new] = ranked[np.log2(low.astype(np.float64)).astype(np.int64) + 64 * w]
+                done |= new
+    return out
+
+
 def segment_memory(problem: Problem, mat: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
                    mem_send: np.ndarray, factors: list[tuple[float, float]],
                    mem_tied: np.ndarray | None = None) -> list[np.ndarray]:
     """Per stage s, (N, N) bytes of segment i - j (downset i minus downset j) on stage s:
     static + n_all x act + n_sent x sent bytes of the segment's ops with a consumer
     outside downset i (costs.memory.activation_factors; ``factors[s]`` = (n_all, n_sent)),
-    plus ``mem_tied`` of ops whose tied weights' owner is outside the segment."""
+    plus ``mem_tied`` of ops whose tied weights' owner is outside the segment. A stage of
+    an inference stream relaxed to n_all = 0 (``stage_factors``) holds the segment's
+    largest ``mem_act`` instead (``segment_max``: its liveness peak is never below)."""
     fm = mat.astype(float)
     MS, MA = fm @ mem_static, fm @ mem_act
     base_ = (MS[:, None] - MS[None, :], MA[:, None] - MA[None, :])
     if mem_tied is not None and (problem.tied_owner >= 0).any():
         base_ = (base_[0] + tied_matrix(problem, mat, mem_tied), base_[1])
+    peak = segment_max(mat, mem_act) if problem.schedule == "stream" and any(a == 0 for a, _ in factors) else 0.0
     sent = sent_matrix(problem, mat, mem_send) if any(b > 0 for _, b in factors) else None
     memo: dict[tuple[float, float], np.ndarray] = {}   # stages with equal factors share one array
     for a, b in factors:
         if (a, b) not in memo:
-            memo[a, b] = base_[0] + a * base_[1] + (b * sent if sent is not None and b > 0 else 0.0)
+            memo[a, b] = base_[0] + (a * base_[1] if a else peak) + (b * sent if sent is not None and b > 0 else 0.0)
     return [memo[f] for f in factors]
 
 
 def stage_factors(problem: Problem, K: int, relax_1f1b: bool = False) -> list[tuple[float, float]]:
-    """activation_factors of each of K stages (1F1B's fewest, one microbatch, when relaxing)."""
+    """activation_factors of each of K stages; when relaxing, the fewest copies any plan
+    holds: 1F1B's one microbatch, and none of the activations of an inference stream
+    (it holds its liveness peak, costs.memory: at least the largest output, which
+    ``segment_memory`` adds for n_all = 0) but the older copies of the sent bytes. As
+    they stand (not relaxed) they overcount a stream: every output once is the sum the
+    liveness peak never exceeds, a valid bound for plans."""
     if relax_1f1b and problem.schedule == "1f1b":
         return [(1.0, 0.0)] * K
+    if relax_1f1b and problem.schedule == "stream":
+        return [(0.0, float(activation_factors("stream", s, K, problem.microbatches)[1])) for s in range(K)]
     return [tuple(float(x) for x in activation_factors(problem.schedule, s, K, problem.microbatches))
             for s in range(K)]
 

@@ -4,7 +4,9 @@ For a fixed precision per op, the ops are cut into at most K contiguous segments
 the topological order, segment k on ``path[k]`` (empty segments are relays). The bytes
 on a cut depend only on its position (every tensor u -> v with u < cut <= v crosses
 it), so the DP over (stage, cut position) is exact for this restricted plan space when
-no two boundaries share a link; every candidate is re-scored with costs.evaluate.
+no two boundaries share a link; every candidate is re-scored with costs.evaluate. An
+inference stream's segment holds at most the lesser of the sum of its outputs (plus the
+older sent copies) and its liveness peak plus two older copies of the sent bytes.
 Several precision assignments are tried: each uniform precision, fastest per op, and a
 greedy fill of the sensitivity budget.
 """
@@ -15,7 +17,8 @@ import math
 import numpy as np
 
 from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from distplan.costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
+from distplan.costs.memory import (activation_factors, contiguous_live_peak_bytes, contiguous_sent_bytes,
+                                   contiguous_tied_bytes, stream_copies)
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.model.extract import make_plan
@@ -38,7 +41,12 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
     stat = np.concatenate([[0.0], np.cumsum([problem.static_bytes[v, prec[v]] for v in range(V)])])
     act = np.concatenate([[0.0], np.cumsum([problem.act_bytes[v, prec[v]] for v in range(V)])])
     pick = (np.arange(V), np.asarray(prec, dtype=np.int64))
-    sent = contiguous_sent_bytes(problem.sending_edges(), problem.send_bytes[pick])
+    sent = contiguous_sent_bytes(problem.edges, problem.send_bytes[pick])
+    live = None
+    if problem.schedule == "stream":   # liveness (costs.memory), the older sent copies all counted: a bound
+        n1, n2 = stream_copies(problem.microbatches)
+        live = contiguous_live_peak_bytes(problem.edges, problem.act_bytes[pick], problem.send_bytes[pick]) \
+            + (n1 + n2) * sent
     tied = contiguous_tied_bytes(problem.tied_owner, problem.tied_bytes[pick])
     diff = np.zeros(V + 2)
     for e, (u, v) in enumerate(problem.edges):
@@ -72,9 +80,12 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
         for j in range(V + 1):
             i = idx[: j + 1]
             seg = np.where(NB[j] - NB[i] > 0, inf, P[j] - P[i])
-            mem = (stat[j] - stat[i]) + tied[i, j] + n_all * (act[j] - act[i])
+            mem = n_all * (act[j] - act[i])
             if n_sent:
                 mem = mem + n_sent * sent[i, j]
+            if live is not None:
+                mem = np.minimum(mem, live[i, j])
+            mem = mem + (stat[j] - stat[i]) + tied[i, j]
             val = (base[i] + seg) if latency else np.maximum(base[i], seg)
             val = np.where(mem <= cap, val, inf)
             b = int(np.argmin(val))
