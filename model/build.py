@@ -395,7 +395,8 @@ def add_live_peak(m, problem: Problem) -> None:
             rows[t, k] = (terms, signed, prev if n2 == 0 else None, float(n1 + n2) if k in by_k else 0.0)
             if (t, k) in sent:
                 pending = t
-    m.act_peak = pyo.Var(m.STAGES, bounds=(0, None))
+    m.PEAK_STAGES = pyo.Set(initialize=sorted({k for _, k in rows}))   # stages with a cell
+    m.act_peak = pyo.Var(m.PEAK_STAGES, bounds=(0, None))
     m.sent_all = pyo.Var(m.STAGES, bounds=(0, None))
     m.live_sent = pyo.Constraint(m.STAGES, rule=lambda m, k: m.sent_all[k] >= sum(by_k[k]) if k in by_k
                                  else pyo.Constraint.Skip)
@@ -448,7 +449,8 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
         m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
     elif sched == "stream":
         add_live_peak(m, problem)
-        m.mem_cap = pyo.Constraint(m.STAGES, rule=lambda m, k: _checked(sum(stat[k]) + m.act_peak[k] <= 1.0))
+        m.mem_cap = pyo.Constraint(m.STAGES, rule=lambda m, k: _checked(
+            sum(stat[k]) + (m.act_peak[k] if k in m.PEAK_STAGES else 0.0) <= 1.0))
     else:
         f_of = {k: activation_factors(sched, k, K, M) for k in m.STAGES}
         sent: dict[int, list] = {}
@@ -481,14 +483,14 @@ def assign_memory(m, problem: Problem, stage: list[int], q_of: list[int]) -> Non
     for (t, k) in m.BEFORE:   # in chain order
         prev, u = m.live_chain[t, k]
         m.before[t, k].set_value((m.before[prev].value if prev is not None else 0.0) + m.sent[u, k].value)
-    peak = {k: 0.0 for k in m.STAGES}
+    peak = {k: 0.0 for k in m.PEAK_STAGES}
     for (t, k) in m.LIVE:
         terms, signed, prev, share = m.live_rows[t, k]
         val = math.fsum(a for a, v, q in terms if stage[v] == k and q_of[v] == q) \
             + math.fsum(c * m.sent[u, k].value for c, u in signed) \
             + (m.before[prev].value if prev is not None else 0.0) + share * m.sent_all[k].value
         peak[k] = max(peak[k], val)
-    for k in m.STAGES:
+    for k in m.PEAK_STAGES:
         m.act_peak[k].set_value(peak[k])
 
 

@@ -61,10 +61,11 @@ def milp_activation_bytes(pb, plan: Plan) -> list[float]:
         v.fix()
     for o in m.component_objects(pyo.Objective, active=True):
         o.deactivate()
-    m.least = pyo.Objective(expr=sum(m.act_peak[k] for k in m.STAGES))
+    m.least = pyo.Objective(expr=sum(m.act_peak[k] for k in m.PEAK_STAGES))
     res = pyo.SolverFactory("appsi_highs").solve(m)
     assert str(res.solver.termination_condition) == "optimal", res
-    return [pyo.value(m.act_peak[k]) * float(pb.device_mem_bytes[plan.stages[k].devices[0]]) for k in range(K)]
+    return [pyo.value(m.act_peak[k]) * float(pb.device_mem_bytes[plan.stages[k].devices[0]])
+            if k in m.PEAK_STAGES else 0.0 for k in range(K)]
 
 
 # --- hand-worked ----------------------------------------------------------------------------
