@@ -123,6 +123,7 @@ def problem_from_document(d: Any, source: str = "plan", graph: Graph | None = No
         sched = blk.get("schedule", d.get("schedule"))
         return build_problem(graph, topology, ProblemOptions(
             precisions=tuple(blk["precisions"]),
+            low_bit_ops=str(blk.get("low_bit_ops", "all")),   # files from before the policy: any op at int8
             microbatches=_whole(blk.get("microbatches", d["microbatches"]), f"{source}: microbatches"),
             schedule=sched if sched in SCHEDULES else None))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
