@@ -99,7 +99,7 @@ class _Space:
             path = self.paths[pi][1]
             if rng.random() < 0.5:
                 v = int(rng.integers(len(st)))
-                opts = [p for p in allowed_precisions(self.problem, path[st[v]]) if p != prec[v]]
+                opts = [p for p in allowed_precisions(self.problem, path[st[v]], v) if p != prec[v]]
                 if not opts:
                     return None
                 prec[v] = opts[int(rng.integers(len(opts)))]
@@ -107,7 +107,7 @@ class _Space:
                 b = int(rng.integers(K))
                 opts = allowed_precisions(self.problem, path[b])
                 p = opts[int(rng.integers(len(opts)))]
-                prec = [p if st[v] == b else prec[v] for v in range(len(st))]
+                prec = list(self.problem.effective_precisions([p if st[v] == b else prec[v] for v in range(len(st))]))
         elif move == "split":
             if K >= self.D:
                 return None

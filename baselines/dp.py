@@ -49,7 +49,8 @@ def _policy_precisions(problem: Problem, policy: str) -> list[list[int] | None]:
             out.append([min(ok, key=lambda q: (problem.op_time_s(v, q, c), q)) for v in range(problem.n_ops)])
         else:
             q = problem.precisions.index(policy)
-            out.append([q] * problem.n_ops if q in ok else None)
+            per_op = [problem.fallback_q(v, q, c) for v in range(problem.n_ops)]   # int8 on matrix products
+            out.append(per_op if q in ok and None not in per_op else None)
     return out
 
 
@@ -146,7 +147,7 @@ def precision_pass(problem: Problem, op_stage: Sequence[int], op_precision: Sequ
         for v, s in enumerate(op_stage):
             c = kinds[v]
             for q in range(qv[v]):  # higher fidelity comes first in problem.precisions
-                if not problem.supported[q, c]:
+                if not problem.supported[q, c] or not problem.op_allowed[v, q]:
                     continue
                 ds = problem.sensitivity[v, qv[v]] - problem.sensitivity[v, q]
                 if ds <= 0:

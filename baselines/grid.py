@@ -92,8 +92,11 @@ def grid_plan(problem: Problem, dp: int, tp: int, pp: int, microbatches: int, po
         if policy == "fastest":
             p = fastest_precision(problem, v, devs[0])
         else:
-            p = policy
-        if any(p not in allowed_precisions(problem, d) for d in devs):
+            q = problem.fallback_q(v, problem.q_index(policy), int(problem.device_kind[devs[0]]))
+            if q is None:
+                return None
+            p = problem.precisions[q]   # the policy's precision where op v may use it (int8: matrix products)
+        if any(p not in allowed_precisions(problem, d, v) for d in devs):
             return None
         prec.append(p)
     return Plan(op_stage=op_stage, op_precision=tuple(prec), stages=stages, microbatches=microbatches,

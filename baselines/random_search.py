@@ -32,7 +32,7 @@ def _footprints(problem: Problem, path: tuple[int, ...]) -> tuple[np.ndarray, np
     smallest device capacity on the path (conservative bounds for packing)."""
     n_in = inflight_microbatches(problem.schedule, 0, len(path), problem.microbatches)
     qs = sorted({q for d in path for q, p in enumerate(problem.precisions) if p in allowed_precisions(problem, d)})
-    mem = problem.static_bytes[:, qs] + n_in * problem.act_bytes[:, qs]
+    mem = np.where(problem.op_allowed[:, qs], problem.static_bytes[:, qs] + n_in * problem.act_bytes[:, qs], np.inf)
     return mem.min(axis=1), np.array(qs)[mem.argmin(axis=1)], float(min(problem.device_mem_bytes[list(path)]))
 
 
@@ -71,14 +71,14 @@ def _repair_memory(problem: Problem, plan: Plan) -> Plan:
     for k in over:
         d = plan.stages[k].devices[0]
         n_in = inflight_microbatches(plan.schedule, k, plan.n_stages, plan.microbatches)
-        allowed = [problem.q_index(p) for p in allowed_precisions(problem, d)]
         ops = plan.ops_in_stage(k)
 
         def foot(v: int, q: int) -> float:
             return problem.static_bytes[v, q] + n_in * problem.act_bytes[v, q]
 
         used = sum(foot(v, problem.q_index(prec[v])) for v in ops)
-        best = {v: min(allowed, key=lambda q: foot(v, q)) for v in ops}
+        best = {v: min((problem.q_index(p) for p in allowed_precisions(problem, d, v)), key=lambda q: foot(v, q),
+                       default=problem.q_index(prec[v])) for v in ops}
         for v in sorted(ops, key=lambda v: foot(v, best[v]) - foot(v, problem.q_index(prec[v]))):
             if used <= problem.device_mem_bytes[d]:
                 break
@@ -105,6 +105,7 @@ def sample_plan(problem: Problem, rng: np.random.Generator,
         prec = tuple(per_stage[s] for s in op_stage)
     else:
         prec = tuple(allowed[s][int(rng.integers(len(allowed[s])))] for s in op_stage)
+    prec = problem.effective_precisions(prec)   # int8 only where the op may use it
     return _repair_memory(problem, build_plan(problem, op_stage, prec, path))
 
 

@@ -32,14 +32,17 @@ def device_paths(problem: Problem) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
-def allowed_precisions(problem: Problem, device: int) -> tuple[str, ...]:
-    """The problem's precisions that ``device`` can run, highest fidelity first."""
+def allowed_precisions(problem: Problem, device: int, v: int | None = None) -> tuple[str, ...]:
+    """The problem's precisions that ``device`` can run (and op ``v`` may use under the
+    low-bit policy, when given), highest fidelity first."""
     c = problem.device_kind[device]
-    return tuple(p for q, p in enumerate(problem.precisions) if problem.supported[q, c])
+    return tuple(p for q, p in enumerate(problem.precisions)
+                 if problem.supported[q, c] and (v is None or problem.op_allowed[v, q]))
 
 
-def fastest_precision(problem: Problem, v: int, device: int) -> str:
-    """The precision that runs op ``v`` fastest on ``device`` (ties: highest fidelity)."""
+def fastest_precision(problem: Problem, v: int, device: int) -> str | None:
+    """The precision that runs op ``v`` fastest on ``device`` (ties: highest fidelity);
+    None when the device runs none that the op may use (an int8-only device and a softmax)."""
     c = problem.device_kind[device]
     best, best_t = None, float("inf")
     for q, p in enumerate(problem.precisions):
@@ -47,7 +50,6 @@ def fastest_precision(problem: Problem, v: int, device: int) -> str:
             t = problem.op_time_s(v, q, c)
             if t < best_t:
                 best, best_t = p, t
-    assert best is not None
     return best
 
 
@@ -81,13 +83,14 @@ def build_plan(problem: Problem, op_stage: Sequence[int], op_precision: Sequence
 
 def repair_precisions(problem: Problem, op_stage: Sequence[int], op_precision: Sequence[str],
                       path: Sequence[int]) -> tuple[str, ...]:
-    """Replace every precision a stage's device cannot run by the fastest one it can."""
+    """Replace every precision a stage's device cannot run, or the op may not use, by the
+    fastest one allowed."""
     st = compact(op_stage)
     out = list(op_precision)
     for v, p in enumerate(out):
         d = int(path[st[v]])
-        if p not in allowed_precisions(problem, d):
-            out[v] = fastest_precision(problem, v, d)
+        if p not in allowed_precisions(problem, d, v):
+            out[v] = fastest_precision(problem, v, d) or p   # none: the checker rejects the plan
     return tuple(out)
 
 

@@ -2,7 +2,8 @@
 and a Topology. Indices: operators v (topological order), precisions q (the allowed
 set, highest fidelity first), device kinds c, devices d, links l, tensors e.
 
-Times are per microbatch. ``inf`` marks a precision a device kind cannot run.
+Times are per microbatch. ``inf`` marks a precision a device kind cannot run, or one the
+low-bit policy (``ProblemOptions.low_bit_ops``) does not let an operator use.
 """
 from __future__ import annotations
 
@@ -24,10 +25,32 @@ from distplan.workloads.graph import Graph
 #: the most microbatches a problem may have (every plan is simulated microbatch by microbatch)
 MAX_MICROBATCHES = 100_000
 
+#: operator kinds that are matrix products (GEMM-class kernels)
+MATMUL_KINDS = ("matmul", "attn_score", "attn_context", "head", "conv")
+#: which operators may compute in a format narrower than 16 bits (int8, fp8), and how casts
+#: run. "matmul": the int8-engine model (TensorRT, SmoothQuant W8A8 kernels, Transformer
+#: Engine): only matrix products compute in low bit (norms, softmax, activations, residual
+#: adds stay in 16 bits), and a cast into or out of a matrix product is fused into it or
+#: its neighbour (quantize in the producer's epilogue, dequantize in the product's): no
+#: kernel of its own, no extra memory round trip. "all": any operator may compute in low
+#: bit, and every cast is a kernel of its own (launch + read + write).
+LOW_BIT_OPS = ("matmul", "all")
+
+
+def low_bit(prec: str) -> bool:
+    """A format narrower than 16 bits (int8, fp8)."""
+    return precision(prec).bytes_per_elem < 2
+
+
+def op_allows(kind: str, prec: str, low_bit_ops: str) -> bool:
+    """May an operator of ``kind`` compute at ``prec`` under the ``low_bit_ops`` policy?"""
+    return low_bit_ops == "all" or not low_bit(prec) or kind in MATMUL_KINDS
+
 
 @dataclass(frozen=True)
 class ProblemOptions:
-    """What the user asks for: precisions allowed, microbatches, pipeline schedule.
+    """What the user asks for: precisions allowed, microbatches, pipeline schedule, and
+    which operators may use the formats under 16 bits (``LOW_BIT_OPS``).
 
     ``schedule`` defaults to 'stream' for inference and '1f1b' for training.
     """
@@ -35,6 +58,7 @@ class ProblemOptions:
     precisions: tuple[str, ...] = ("fp16", "int8")
     microbatches: int = 16
     schedule: str | None = None
+    low_bit_ops: str = "matmul"
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +79,8 @@ class Problem:
     tied_owner: np.ndarray        # (V,) op whose parameters v also reads (Operator.tied_to), -1: none
     tied_bytes: np.ndarray        # (V, Q) static bytes of those parameters on v's devices when apart
     sensitivity: np.ndarray       # (V, Q)
+    op_allowed: np.ndarray        # (V, Q) bool: the low-bit policy lets op v compute at q
+    cast_fused: np.ndarray        # (E,) bool: a cast of tensor e is fused into a matrix product
     edges: np.ndarray             # (E, 2) int (u, v)
     edge_elems: np.ndarray        # (E,)
     bytes_per_elem: np.ndarray    # (Q,)
@@ -63,6 +89,7 @@ class Problem:
     device_mem_bytes: np.ndarray  # (D,)
     link_bw_bytes_per_s: np.ndarray  # (L,)
     link_latency_s: np.ndarray    # (L,)
+    low_bit_ops: str = "matmul"
     _extra: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -85,14 +112,40 @@ class Problem:
                 f"precision {prec!r} is not allowed in this problem; allowed: {', '.join(self.precisions)}"
             ) from None
 
+    @property
+    def options(self) -> ProblemOptions:
+        """The options this problem was built with (rebuild a variant with
+        ``dataclasses.replace(problem.options, microbatches=...)``)."""
+        return ProblemOptions(precisions=self.precisions, microbatches=self.microbatches, schedule=self.schedule,
+                              low_bit_ops=self.low_bit_ops)
+
+    def fallback_q(self, v: int, q: int, c: int | None = None) -> int | None:
+        """``q`` if op ``v`` may compute at it, else the nearest higher-fidelity precision
+        it may use (int8 on a softmax: fp16), else the nearest lower one. With a kind
+        ``c``: only precisions c runs, and None when there is none."""
+        def ok(p: int) -> bool:
+            return bool(self.op_allowed[v, p]) and (c is None or bool(self.supported[p, c]))
+
+        if ok(q):
+            return q
+        up = [p for p in range(q - 1, -1, -1) if ok(p)]
+        down = [p for p in range(q + 1, len(self.precisions)) if ok(p)]
+        return (up or down or [None])[0]
+
+    def effective_precisions(self, op_precision) -> tuple[str, ...]:
+        """A per-op precision list with every precision an op may not use replaced by its
+        ``fallback_q`` (a uniform "int8" becomes int8 matrix products, fp16 elsewhere)."""
+        return tuple(self.precisions[self.fallback_q(v, self.q_index(p))] for v, p in enumerate(op_precision))
+
     def op_time_s(self, v: int, q: int, c: int) -> float:
         """Compute seconds per microbatch of op v at precision q on kind c (fwd + bwd in training)."""
         return float(self.fwd_time_s[v, q, c] + self.bwd_time_s[v, q, c])
 
     def cast_time_s(self, e: int, q_from: int, q_to: int, c: int) -> float:
         """Seconds to cast tensor e from q_from to q_to on kind c (doubled in training: the
-        gradient is cast back)."""
-        if q_from == q_to:
+        gradient is cast back); zero when the cast is fused into a matrix product
+        (``cast_fused``, the "matmul" low-bit policy)."""
+        if q_from == q_to or self.cast_fused[e]:
             return 0.0
         t = self.edge_elems[e] * self.cast_s_per_elem[q_from, q_to, c] + self.cast_fixed_s[c]
         return float(2 * t if self.training else t)
@@ -143,6 +196,8 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     if options.microbatches > MAX_MICROBATCHES:
         raise DistplanError(f"microbatches {options.microbatches} is more than distplan simulates "
                             f"({MAX_MICROBATCHES:,} at most); a step of that many microbatches is not a real run")
+    if options.low_bit_ops not in LOW_BIT_OPS:
+        raise DistplanError(f"low_bit_ops must be one of {', '.join(LOW_BIT_OPS)}, got {options.low_bit_ops!r}")
     training = graph.mode == "training"
     if training and graph.bwd_flops == 0 and graph.fwd_flops > 0:
         raise DistplanError(f"graph {graph.name!r} has no backward FLOPs (every bwd_flops is 0), so training would "
@@ -166,6 +221,14 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
             f"supported there: {sorted({p for k in kinds for p in k.peak_flops_per_s})}"
         )
     V, Q, C = len(graph.ops), len(precs), len(kinds)
+    allowed = np.array([[op_allows(op.kind, p, options.low_bit_ops) for p in precs] for op in graph.ops],
+                       dtype=bool).reshape(V, Q)
+    for v, op in enumerate(graph.ops):
+        if not allowed[v].any():
+            raise DistplanError(
+                f"op {op.name!r} ({op.kind}) may not compute at {', '.join(precs)}: formats under 16 bits are "
+                f"for matrix products only (low_bit_ops 'matmul'); add a 16-bit precision (e.g. fp16) or allow "
+                "them on every op (--low-bit-ops all)")
     fwd = np.empty((V, Q, C))
     bwd = np.zeros((V, Q, C))
     stat = np.empty((V, Q))
@@ -175,9 +238,9 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     for v, op in enumerate(graph.ops):
         for q, p in enumerate(precs):
             for c, k in enumerate(kinds):
-                fwd[v, q, c] = op_time_s(op.fwd_flops, op.touched_elems, k, p)
+                fwd[v, q, c] = op_time_s(op.fwd_flops, op.touched_elems, k, p) if allowed[v, q] else math.inf
                 if training:
-                    bwd[v, q, c] = op_time_s(op.bwd_flops, 2 * op.touched_elems, k, p)
+                    bwd[v, q, c] = op_time_s(op.bwd_flops, 2 * op.touched_elems, k, p) if allowed[v, q] else math.inf
             stat[v, q] = static_bytes(op.param_elems, p, training)
             act[v, q] = activation_bytes(op.out_elems, p)
             sens[v, q] = sensitivity(op.kind, p, precs[0], before[v], after[v], V, training)
@@ -198,7 +261,11 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
                             dtype=np.int64),
         tied_bytes=np.array([[static_bytes(op.tied_elems, p, training) if op.tied_to is not None else 0.0
                               for p in precs] for op in graph.ops]).reshape(V, Q),
-        sensitivity=sens, edges=edges, edge_elems=elems, bytes_per_elem=bpe, cast_s_per_elem=cast,
+        sensitivity=sens, op_allowed=allowed,
+        cast_fused=np.array([options.low_bit_ops == "matmul" and (graph.ops[u].kind in MATMUL_KINDS
+                                                                 or graph.ops[v].kind in MATMUL_KINDS)
+                             for u, v in edges.tolist()], dtype=bool),
+        edges=edges, edge_elems=elems, bytes_per_elem=bpe, cast_s_per_elem=cast,
         cast_fixed_s=np.array([k.launch_overhead_s for k in kinds]),
         device_mem_bytes=np.array([topology.kind_of(d).mem_capacity_bytes for d in range(topology.n_devices)]),
         link_bw_bytes_per_s=np.array([l.bw_bytes_per_s for l in topology.links], dtype=float),
@@ -207,7 +274,8 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     for a in arrays.values():
         a.setflags(write=False)
     return Problem(graph=graph, topology=topology, precisions=precs, microbatches=options.microbatches,
-                   schedule=schedule, kind_names=kind_names, **arrays)
+                   schedule=schedule, kind_names=kind_names, low_bit_ops=options.low_bit_ops, **arrays)
 
 
-__all__ = ["Problem", "ProblemOptions", "build_problem", "SCHEDULES", "PRECISION_NAMES"]
+__all__ = ["Problem", "ProblemOptions", "build_problem", "SCHEDULES", "PRECISION_NAMES", "MATMUL_KINDS",
+           "LOW_BIT_OPS", "low_bit", "op_allows"]

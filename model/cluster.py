@@ -9,7 +9,8 @@ does (``costs.megatron``: tp innermost, then dp, then pp); the layers split into
 contiguous groups of any sizes (ops before the first layer go with it, after the last
 with it); recomputation none / selective / full; ZeRO-1 on or off (dp > 1); sequence
 parallelism on or off (tp > 1); the gradient reduction a flat ring or hierarchical
-(dp > 1), overlapped with the backward or not. One compute precision for every op: the
+(dp > 1), overlapped with the backward or not. One compute precision per point (int8/fp8
+only on the matrix products under the default low-bit policy, the rest at 16 bits): the
 training default (``training_precision``: bf16, else fp16, else fp32 among the allowed
 ones). Schedule 1F1B; the microbatch size is the problem's.
 
@@ -155,8 +156,11 @@ class _Space:
         self.pb = problem
         self.q = problem.q_index(precision)
         self.precision = precision
+        # per op: the point's precision where the op may use it (int8 on matrix products)
+        self.qs = [problem.fallback_q(v, self.q) for v in range(problem.n_ops)]
+        self.op_precision = tuple(problem.precisions[q] for q in self.qs)
         self.units = _units(problem)
-        self.static = np.array([sum(float(problem.static_bytes[v, self.q]) for v in u) for u in self.units])
+        self.static = np.array([sum(float(problem.static_bytes[v, self.qs[v]]) for v in u) for u in self.units])
         self.params = np.array([sum(problem.graph.ops[v].param_elems for v in u) for u in self.units], float)
         self.cap = float(np.min(problem.device_mem_bytes))
         self._work: dict[tuple[int, bool, str], _Work] = {}
@@ -167,12 +171,12 @@ class _Space:
             pb = self.pb
             G = list(range(tp))    # Megatron layout: tp consecutive devices
             again = _recomputed_ops(pb, recompute)
-            qs = [self.q] * pb.n_ops
+            qs = self.qs
             w, act, tr = [], [], []
             for u in self.units:
                 f, b = op_rank_times(pb, G, qs, u, sp and tp > 1, again)
                 w.append(float(f.sum() + b.sum()))
-                held = [float(pb.act_bytes[v, self.q]) * (tp_output_share(pb.graph.ops[v], tp, sp) if tp > 1 else 1.0)
+                held = [float(pb.act_bytes[v, self.qs[v]]) * (tp_output_share(pb.graph.ops[v], tp, sp) if tp > 1 else 1.0)
                         for v in u]
                 act.append(sum(h for v, h in zip(u, held) if not again[v]))
                 tr.append(sum(h for v, h in zip(u, held) if again[v]))
@@ -193,7 +197,7 @@ class _Space:
         first = next((v for u in self.units for v in u if self.pb.graph.ops[v].param_elems > 0), None)
         if first is None:
             return 0.0
-        nbytes = self.pb.graph.ops[first].param_elems * float(self.pb.bytes_per_elem[self.q]) / pt.tp
+        nbytes = self.pb.graph.ops[first].param_elems * float(self.pb.bytes_per_elem[self.qs[first]]) / pt.tp
         devs = [i * pt.tp for i in range(pt.dp)]
         return min(gradient_reduction_parts(self.pb, devs, nbytes, h, pt.zero)[0] for h in (False, True))
 
@@ -332,8 +336,8 @@ def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], a
         for v in unit:
             op_stage[v] = k
     if not problem.training:   # latency: one microbatch through the stages
-        return Plan(tuple(op_stage), (pt.precision,) * problem.n_ops, stages, 1, "stream")
-    return Plan(tuple(op_stage), (space.precision,) * problem.n_ops, stages, problem.microbatches, "1f1b",
+        return Plan(tuple(op_stage), space.op_precision, stages, 1, "stream")
+    return Plan(tuple(op_stage), space.op_precision, stages, problem.microbatches, "1f1b",
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
 
 
@@ -349,7 +353,8 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
     for b in sorted(set(sizes)):
         if b != b0 and b >= 1 and gb % b == 0:
             out[b] = build_problem(problem.graph.with_batch_size(b), problem.topology, ProblemOptions(
-                precisions=problem.precisions, microbatches=gb // b, schedule=problem.schedule))
+                precisions=problem.precisions, microbatches=gb // b, schedule=problem.schedule,
+                low_bit_ops=problem.low_bit_ops))
     return out
 
 
@@ -472,4 +477,4 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         + (f", {unvisited:,} not visited (time)" if unvisited else "") + "; "
         f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap:.2%}")
     return ClusterResult(best, bound, gap, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
-                         best[0].plan.op_precision[0])
+                         best[0].point.precision or best[0].plan.op_precision[0])

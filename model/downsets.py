@@ -214,19 +214,39 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     return float(f[full]), stage
 
 
+def _forced_casts_s(problem: Problem, q: int, c: int) -> np.ndarray:
+    """(V,) per op v computed at q on kind c: the least cast time of its inputs over the
+    precisions their producers may use (zero when a producer may already be at q)."""
+    out = np.zeros(problem.n_ops)
+    Q = len(problem.precisions)
+    for e, (u, v) in enumerate(problem.edges.tolist()):
+        if problem.op_allowed[u, q] and problem.supported[q, c]:
+            continue
+        out[v] += min((problem.cast_time_s(e, a, q, c) for a in range(Q) if problem.op_allowed[u, a]), default=0.0)
+    return out
+
+
 def relaxation_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray) -> float:
-    """Lower bound on the MILP period: cheapest precision per op and kind, no casts,
-    narrowest bytes, memory at its smallest (one in-flight microbatch for 1F1B)."""
+    """Lower bound on the MILP period: cheapest precision per op and kind with the casts
+    into it that no producer precision avoids (charged on the consumer's stage, as the
+    MILP does), narrowest bytes, memory at its smallest (one in-flight microbatch for 1F1B)."""
     V, Q, C = problem.n_ops, len(problem.precisions), len(problem.kind_names)
     cost = np.full((V, C), math.inf)
     for c in range(C):
         for q in range(Q):
             if problem.supported[q, c]:
-                cost[:, c] = np.minimum(cost[:, c], problem.fwd_time_s[:, q, c] + problem.bwd_time_s[:, q, c])
-    eb = problem.edge_elems * problem.bytes_per_elem.min()
-    r = partition_dp(problem, path, mat, cost, eb, problem.static_bytes.min(axis=1),
-                     problem.act_bytes.min(axis=1), problem.send_bytes.min(axis=1),
-                     stage_factors(problem, len(path), relax_1f1b=True), problem.tied_bytes.min(axis=1))
+                cost[:, c] = np.minimum(cost[:, c], problem.fwd_time_s[:, q, c] + problem.bwd_time_s[:, q, c]
+                                        + _forced_casts_s(problem, q, c))
+    ok = problem.op_allowed   # only the precisions each op may use (the low-bit policy)
+
+    def least(x: np.ndarray) -> np.ndarray:
+        return np.where(ok, x, math.inf).min(axis=1)
+
+    narrow = least(np.broadcast_to(problem.bytes_per_elem, ok.shape))
+    eb = problem.edge_elems * (narrow[problem.edges[:, 0]] if len(problem.edges) else 0.0)
+    r = partition_dp(problem, path, mat, cost, eb, least(problem.static_bytes),
+                     least(problem.act_bytes), least(problem.send_bytes),
+                     stage_factors(problem, len(path), relax_1f1b=True), least(problem.tied_bytes))
     return math.inf if r is None else r[0]
 
 

@@ -5,8 +5,8 @@ the topological order, segment k on ``path[k]`` (empty segments are relays). The
 on a cut depend only on its position (every tensor u -> v with u < cut <= v crosses
 it), so the DP over (stage, cut position) is exact for this restricted plan space when
 no two boundaries share a link; every candidate is re-scored with costs.evaluate. An
-inference stream's segment holds at most the lesser of the sum of its outputs (plus the
-older sent copies) and its liveness peak plus two older copies of the sent bytes.
+inference stream's segment holds what the checker charges it (its liveness peak and the
+older sent copies, costs.memory.contiguous_stream_bytes).
 Several precision assignments are tried: each uniform precision, fastest per op, and a
 greedy fill of the sensitivity budget.
 """
@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
-from distplan.costs.memory import (activation_factors, contiguous_live_peak_bytes, contiguous_sent_bytes,
-                                   contiguous_tied_bytes, stream_copies)
+from distplan.costs.memory import (activation_factors, contiguous_sent_bytes, contiguous_stream_bytes,
+                                   contiguous_tied_bytes)
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.model.extract import make_plan
@@ -43,10 +43,9 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
     pick = (np.arange(V), np.asarray(prec, dtype=np.int64))
     sent = contiguous_sent_bytes(problem.edges, problem.send_bytes[pick])
     live = None
-    if problem.schedule == "stream":   # liveness (costs.memory), the older sent copies all counted: a bound
-        n1, n2 = stream_copies(problem.microbatches)
-        live = contiguous_live_peak_bytes(problem.edges, problem.act_bytes[pick], problem.send_bytes[pick]) \
-            + (n1 + n2) * sent
+    if problem.schedule == "stream":   # the checker's liveness rule, exact for a contiguous run
+        live = contiguous_stream_bytes(problem.edges, problem.act_bytes[pick], problem.send_bytes[pick],
+                                       problem.microbatches)
     tied = contiguous_tied_bytes(problem.tied_owner, problem.tied_bytes[pick])
     diff = np.zeros(V + 2)
     for e, (u, v) in enumerate(problem.edges):
@@ -80,11 +79,12 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
         for j in range(V + 1):
             i = idx[: j + 1]
             seg = np.where(NB[j] - NB[i] > 0, inf, P[j] - P[i])
-            mem = n_all * (act[j] - act[i])
-            if n_sent:
-                mem = mem + n_sent * sent[i, j]
             if live is not None:
-                mem = np.minimum(mem, live[i, j])
+                mem = live[i, j]
+            else:
+                mem = n_all * (act[j] - act[i])
+                if n_sent:
+                    mem = mem + n_sent * sent[i, j]
             mem = mem + (stat[j] - stat[i]) + tied[i, j]
             val = (base[i] + seg) if latency else np.maximum(base[i], seg)
             val = np.where(mem <= cap, val, inf)
@@ -110,23 +110,23 @@ def precision_candidates(problem: Problem, path: tuple[int, ...], budget: float 
          [q for q in range(Q) if any(problem.supported[q, c] for c in kinds)]
     c0 = kinds[0]
     t = np.array([[problem.op_time_s(v, q, c0) if q in ok else math.inf for q in range(Q)] for v in range(V)])
-    cands = [[q] * V for q in ok]
+    cands = [[problem.fallback_q(v, q) for v in range(V)] for q in ok]   # int8 where the op may use it
     fast = [int(np.argmin(t[v])) for v in range(V)]
     cands.append(fast)
     if budget is not None:
-        top = min(ok)
-        cur = [top] * V
-        spent = sum(problem.sensitivity[v, top] for v in range(V))
+        top = [problem.fallback_q(v, min(ok)) for v in range(V)]
+        cur = list(top)
+        spent = sum(problem.sensitivity[v, top[v]] for v in range(V))
         moves = []
         for v in range(V):
             for q in ok:
-                gain = t[v, top] - t[v, q]
-                ds = problem.sensitivity[v, q] - problem.sensitivity[v, top]
-                if gain > 0:
+                gain = t[v, top[v]] - t[v, q]
+                ds = problem.sensitivity[v, q] - problem.sensitivity[v, top[v]]
+                if gain > 0 and math.isfinite(gain):
                     moves.append((-(gain / ds) if ds > 0 else -math.inf, v, q, ds))
         moves.sort()
         for _, v, q, ds in moves:
-            if cur[v] == top and spent + ds <= budget:
+            if cur[v] == top[v] and spent + ds <= budget:
                 cur[v], spent = q, spent + ds
         cands.append(cur)
     out, seen = [], set()

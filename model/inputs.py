@@ -28,7 +28,7 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
         best = None
         for q, p in enumerate(problem.precisions):
             devs = [d for d in range(D) if problem.supported[q, kinds[d]]]
-            if not devs:
+            if not devs or not problem.op_allowed[v, q]:
                 continue
             need = problem.static_bytes[v, q] + n1 * problem.act_bytes[v, q]
             cap = max(problem.device_mem_bytes[d] for d in devs)
@@ -51,8 +51,8 @@ def check_inputs(problem: Problem, options: SolveOptions) -> None:
         # per op: the least sensitivity among precisions some device runs and has room for
         lo_terms, forced = [], []
         for v, op in enumerate(g.ops):
-            fits = [q for q in range(len(problem.precisions))
-                    if any(problem.supported[q, kinds[d]] and problem.static_bytes[v, q] + n1 * problem.act_bytes[v, q]
+            fits = [q for q in range(len(problem.precisions)) if problem.op_allowed[v, q]
+                    and any(problem.supported[q, kinds[d]] and problem.static_bytes[v, q] + n1 * problem.act_bytes[v, q]
                            <= problem.device_mem_bytes[d] for d in range(D))]
             best_q = min(fits, key=lambda q: problem.sensitivity[v, q])
             lo_terms.append(problem.sensitivity[v, best_q])

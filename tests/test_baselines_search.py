@@ -14,6 +14,7 @@ from distplan.baselines import annealing, dp, grid, random_search
 from distplan.baselines.space import build_plan, compact, device_paths
 from conftest import chain_graph, line_topology
 from distplan.costs import ProblemOptions, build_problem
+from distplan.costs.problem import MATMUL_KINDS
 from distplan.costs.evaluate import plan_cost
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
@@ -155,11 +156,16 @@ def runs_any(topo, precs) -> bool:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=graphs(max_ops=6, mode="inference"), topo=topologies(max_devices=3),
        precs=st.sampled_from([("fp16",), ("fp16", "int8"), ("fp32", "bf16"), ("int8",)]),
-       method=st.sampled_from(sorted(METHODS)), seed=st.integers(0, 3))
-def test_every_returned_plan_is_feasible(g, topo, precs, method, seed):
-    options = ProblemOptions(precisions=precs, microbatches=4)
+       method=st.sampled_from(sorted(METHODS)), seed=st.integers(0, 3),
+       low_bit_ops=st.sampled_from(["matmul", "all"]))
+def test_every_returned_plan_is_feasible(g, topo, precs, method, seed, low_bit_ops):
+    options = ProblemOptions(precisions=precs, microbatches=4, low_bit_ops=low_bit_ops)
     if not runs_any(topo, precs):
         with pytest.raises(DistplanError, match="supports any of"):
+            build_problem(g, topo, options)
+        return
+    if precs == ("int8",) and low_bit_ops == "matmul" and any(op.kind not in MATMUL_KINDS for op in g.ops):
+        with pytest.raises(DistplanError, match="may not compute at int8"):
             build_problem(g, topo, options)
         return
     p = build_problem(g, topo, options)

@@ -194,7 +194,7 @@ sim = pytest.importorskip("distplan.sim.simulate")
 
 def _sim_matches(pb, replicas):
     from distplan.sim.options import SimOptions
-    pb = build_problem(pb.graph, pb.topology, ProblemOptions(precisions=pb.precisions, microbatches=24))
+    pb = build_problem(pb.graph, pb.topology, dataclasses.replace(pb.options, microbatches=24))
     assume(pb.n_devices % replicas == 0)
     opts = SolveOptions(top_k=2, rel_gap=0.0, time_limit_s=20, replicas=replicas)
     if not any(next(layout_plans(pb, lanes), None) is not None for _, lanes in lane_layouts(pb.topology, replicas)):

@@ -121,7 +121,7 @@ def with_faster_links(pb, plan, factor: float):
     t = pb.topology
     links = tuple(dataclasses.replace(l, bw_bytes_per_s=l.bw_bytes_per_s * factor) for l in t.links)
     t2 = Topology(t.name, t.kinds, t.devices, links, t.switches, t.routing)
-    return build_problem(pb.graph, t2, ProblemOptions(pb.precisions, plan.microbatches, pb.schedule))
+    return build_problem(pb.graph, t2, dataclasses.replace(pb.options, microbatches=plan.microbatches))
 
 
 @FAST

@@ -1,13 +1,15 @@
 """User-facing option values that need the Problem to mean something."""
 from __future__ import annotations
 
+import numpy as np
+
 from distplan.core.errors import DistplanError
 from distplan.costs.problem import Problem
 
 
 def sensitivity_budget_value(text: str | float | None, problem: Problem) -> float | None:
     """A sensitivity budget given as an absolute value (``120``) or as a share of the
-    all-lowest-precision sensitivity (``"10%"``), as a number (None: no budget)."""
+    all-lowest-precision sensitivity (lowest each op may use) (``"10%"``), as a number (None: no budget)."""
     if text is None:
         return None
     t = str(text).strip()
@@ -16,7 +18,7 @@ def sensitivity_budget_value(text: str | float | None, problem: Problem) -> floa
             frac = float(t[:-1]) / 100.0
             if not frac >= 0:
                 raise ValueError
-            return frac * float(problem.sensitivity.max(axis=1).sum())
+            return frac * float(np.where(problem.op_allowed, problem.sensitivity, 0.0).max(axis=1).sum())
         value = float(t)
         if value != value:
             raise ValueError

@@ -94,14 +94,16 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
 
     c = coarsen(problem.graph, target_ops=target)
     coarse = build_problem(c.coarse, problem.topology, ProblemOptions(
-        precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule))
+        precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
+        low_bit_ops=problem.low_bit_ops))
     if options.progress:
         options.progress(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back "
                          "and simulated on the original graph (the proven gap holds for the coarse problem)")
     solved = milp_solve(coarse, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
     plans = []
     for p in solved.plans:
-        fine = expand_plan(c, p)
+        fine = expand_plan(c, p)   # a coarse op's int8 holds only for its matrix products:
+        fine = dataclasses.replace(fine, op_precision=problem.effective_precisions(fine.op_precision))
         plans.append(fine.with_predicted(coarse_milp_period_s=p.predicted.get("milp_period_s"),
                                           milp_period_s=plan_cost(problem, fine).period_s))
     return solved, plans, coarse.n_ops

@@ -14,7 +14,7 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
             batch_size: int | None = None, seq_len: int | None = None, mode: str | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             precisions: Sequence[str] | str | None = None, microbatches: int = 16,
-            schedule: str | None = None) -> Problem:
+            schedule: str | None = None, low_bit_ops: str = "matmul") -> Problem:
     """Build the Problem both the planner and the simulator read.
 
     ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
@@ -24,6 +24,9 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     name or file). ``precisions``: the formats the planner may choose from
     (``"fp16,int8"`` or a list); None: ``default_precisions`` (inference fp16 and int8;
     training mixed precision, bf16 and fp16, never int8/fp8 unless asked for).
+    ``low_bit_ops``: which operators may compute at int8/fp8: "matmul" (the default: matrix
+    products only, as int8 inference engines run them; norms, softmax, activations and
+    residual adds stay in 16 bits) or "all".
     """
     if isinstance(workload, Graph):
         if batch_size is not None or seq_len is not None or input_shapes:
@@ -45,11 +48,11 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     else:
         precs = tuple(p.strip() for p in precisions.split(",")) if isinstance(precisions, str) else tuple(precisions)
     return build_problem(graph, topo, ProblemOptions(precisions=precs, microbatches=microbatches,
-                                                     schedule=schedule))
+                                                     schedule=schedule, low_bit_ops=low_bit_ops))
 
 
-#: the planner's default formats: inference trades precision for speed (int8 where the
-#: sensitivity allows); training computes in 16 bits with fp32 master weights and
+#: the planner's default formats: inference trades precision for speed (int8 matrix
+#: products where the sensitivity allows, ``ProblemOptions.low_bit_ops``); training computes in 16 bits with fp32 master weights and
 #: optimizer state (mixed precision, the static bytes of costs.memory)
 INFERENCE_PRECISIONS = ("fp16", "int8")
 TRAINING_PRECISIONS = ("bf16", "fp16")

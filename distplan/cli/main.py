@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     w.add_argument("--precisions", default=None,
                    help="precisions the planner may choose from (default: fp16,int8 for inference; bf16,fp16 "
                         "for training, those the devices run: mixed precision, fp32 master weights)")
+    w.add_argument("--low-bit-ops", choices=("matmul", "all"), default="matmul",
+                   help="which operators may compute at int8/fp8: matrix products only (default; norms, softmax, "
+                        "activations and residual adds stay in 16 bits, as int8 inference engines run them) or all")
     w.add_argument("--microbatches", type=int, default=16)
     w.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")
@@ -195,7 +198,8 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
         shapes = dict(api.parse_input_shape(x) for x in args.input_shape)
         problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
                               mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
-                              microbatches=args.microbatches, schedule=args.schedule)
+                              microbatches=args.microbatches, schedule=args.schedule,
+                              low_bit_ops=args.low_bit_ops)
         if args.describe:
             from distplan.api.describe import describe
 

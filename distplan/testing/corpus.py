@@ -13,6 +13,7 @@ File format ``distplan-corpus-instance`` version 1 (keys checked strictly)::
      "graph": {... distplan-graph v1 (distplan.workloads.io) ...},
      "topology": {... topology document (distplan.topologies.io), exact decimal numbers ...},
      "options": {"precisions": ["fp16", "int8"], "microbatches": 16, "schedule": "stream"},
+                 (optional "low_bit_ops": "matmul"; absent: "all", every op may use int8)
      "objective": "throughput",
      "optimum_s": 4.76784144e-04, "bound_s": 4.76784144e-04,
      "proof": "milp gap 0", "proof_detail": {...},
@@ -157,7 +158,9 @@ def instance_from_dict(doc: Any, source: str = "corpus instance", path: Path | N
         raise DistplanError(f"{source}: format {doc['format']!r} v{doc['version']} unsupported; "
                             f"expected {FORMAT} v{VERSION}")
     rest = _floats({k: v for k, v in doc.items() if k != "topology"})
-    _require(rest["options"], _OPTION_KEYS, f"{source}: options")
+    # "low_bit_ops" is optional: instances proved before the policy existed let every op
+    # use int8 ("all"); the file says so by leaving the key out
+    _require({k: v for k, v in rest["options"].items() if k != "low_bit_ops"}, _OPTION_KEYS, f"{source}: options")
     if rest["proof"] not in PROOFS:
         raise DistplanError(f"{source}: proof {rest['proof']!r} unknown; use one of {PROOFS}")
     if rest["objective"] not in OBJECTIVES:
@@ -168,7 +171,7 @@ def instance_from_dict(doc: Any, source: str = "corpus instance", path: Path | N
         graph=graph_from_dict(rest["graph"], source=f"{source}: graph"),
         topology=topology_from_dict(doc["topology"], default_name=rest["name"]),
         options=ProblemOptions(precisions=tuple(opts["precisions"]), microbatches=int(opts["microbatches"]),
-                               schedule=opts["schedule"]),
+                               schedule=opts["schedule"], low_bit_ops=str(opts.get("low_bit_ops", "all"))),
         objective=rest["objective"], optimum_s=float(rest["optimum_s"]), bound_s=float(rest["bound_s"]),
         proof=rest["proof"], proof_detail=dict(rest["proof_detail"]), plan_doc=rest["plan"],
         source=dict(rest["source"]), path=path)
@@ -191,7 +194,7 @@ def make_instance(name: str, description: str, problem: Problem, plan: Plan, opt
                   objective: str = "throughput") -> CorpusInstance:
     """A CorpusInstance for ``problem`` with ``plan`` as its optimal plan."""
     opts = ProblemOptions(precisions=tuple(problem.precisions), microbatches=problem.microbatches,
-                          schedule=problem.schedule)
+                          schedule=problem.schedule, low_bit_ops=problem.low_bit_ops)
     return CorpusInstance(name, description, problem.graph, problem.topology, opts, objective, float(optimum_s),
                           float(bound_s), proof, dict(proof_detail), plan_to_dict(plan, problem), dict(source))
 
@@ -202,7 +205,8 @@ def instance_to_dict(inst: CorpusInstance) -> dict[str, Any]:
         "format": FORMAT, "version": VERSION, "name": inst.name, "description": inst.description,
         "source": dict(inst.source), "graph": graph_to_dict(inst.graph), "topology": topology_to_dict(inst.topology),
         "options": {"precisions": list(inst.options.precisions), "microbatches": inst.options.microbatches,
-                    "schedule": inst.options.schedule},
+                    "schedule": inst.options.schedule,
+                    **({"low_bit_ops": inst.options.low_bit_ops} if inst.options.low_bit_ops != "all" else {})},
         "objective": inst.objective, "optimum_s": inst.optimum_s, "bound_s": inst.bound_s, "proof": inst.proof,
         "proof_detail": dict(inst.proof_detail), "plan": dict(inst.plan_doc),
     }

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from distplan.core.plan import Plan, Stage
 from distplan.core.precision import PRECISION_NAMES
 from distplan.costs.check import plan_violations
-from distplan.costs.problem import Problem, ProblemOptions, build_problem
+from distplan.costs.problem import MATMUL_KINDS, Problem, ProblemOptions, build_problem, low_bit
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
 
@@ -153,7 +153,15 @@ def problems(draw, max_ops: int = 6, max_devices: int = 4, mode: str | st.Search
     assume(any(topo.kind_of(d).supports(p) for d in range(topo.n_devices) for p in precs))
     sched = schedule or ("stream" if mode == "inference" else draw(st.sampled_from(["1f1b", "gpipe"])))
     M = microbatches if isinstance(microbatches, int) else draw(microbatches)
-    return build_problem(g, topo, ProblemOptions(precisions=tuple(precs), microbatches=M, schedule=sched))
+    return build_problem(g, topo, ProblemOptions(precisions=tuple(precs), microbatches=M, schedule=sched,
+                                                 low_bit_ops=draw(_low_bit_ops(g, precs))))
+
+
+def _low_bit_ops(g: Graph, precs) -> st.SearchStrategy[str]:
+    """Either low-bit policy; "all" when the precisions leave some op nothing under "matmul"."""
+    if all(low_bit(p) for p in precs) and any(op.kind not in MATMUL_KINDS for op in g.ops):
+        return st.just("all")
+    return st.sampled_from(["matmul", "all"])
 
 
 @st.composite
@@ -182,7 +190,9 @@ def feasible_plans(draw, problem: Problem, max_stages: int | None = None, replic
     op_stage: list[int] = []
     for v in range(problem.n_ops):
         op_stage.append(draw(st.integers(max((op_stage[u] for u in preds[v]), default=0), K - 1)))
-    precs = tuple(draw(st.sampled_from(allowed[k])) for k in op_stage)
+    ok = [[p for p in allowed[k] if problem.op_allowed[v, problem.q_index(p)]] for v, k in enumerate(op_stage)]
+    assume(all(ok))   # an int8-only stage cannot take a softmax under the "matmul" policy
+    precs = tuple(draw(st.sampled_from(o)) for o in ok)
     plan = Plan(tuple(op_stage), precs, tuple(stages), problem.microbatches, problem.schedule)
     assume(not plan_violations(problem, plan))
     return plan
@@ -211,7 +221,8 @@ def problem_and_plan(draw, mode: str | st.SearchStrategy = "inference", schedule
     topo = draw(topology(n_max=max_devices, latency=latency))
     sched = schedule or ("stream" if mode == "inference" else draw(st.sampled_from(["gpipe", "1f1b"])))
     M = microbatches if isinstance(microbatches, int) else draw(microbatches)
-    pb = build_problem(g, topo, ProblemOptions(precisions=("fp16", "int8"), microbatches=M, schedule=sched))
+    pb = build_problem(g, topo, ProblemOptions(precisions=("fp16", "int8"), microbatches=M, schedule=sched,
+                                               low_bit_ops=draw(st.sampled_from(["matmul", "all"]))))
     n = len(g.ops)
     K = draw(st.integers(1, 4))
     # stage of each op: >= the stages of its inputs (ops are in topological order)
@@ -239,5 +250,5 @@ def problem_and_plan(draw, mode: str | st.SearchStrategy = "inference", schedule
             stages.append(Stage((d,)))
         else:
             stages.append(Stage((draw(st.integers(0, D - 1)),)))
-    precs = tuple(draw(st.sampled_from(["fp16", "int8"])) for _ in range(n))
+    precs = tuple(draw(st.sampled_from(["fp16", "int8"] if pb.op_allowed[v, 1] else ["fp16"])) for v in range(n))
     return pb, Plan(tuple(stage), precs, tuple(stages), M, sched)
