@@ -174,3 +174,28 @@ def contiguous_live_peak_bytes(edges: np.ndarray, act: np.ndarray, send: np.ndar
     out = np.zeros((V + 1, V + 1))
     out[:V, 1:] = np.maximum.accumulate(live, axis=1)[:V]
     return np.where(np.arange(V + 1)[:, None] < np.arange(V + 1)[None, :], np.maximum(out, 0.0), 0.0)
+
+
+def contiguous_stream_bytes(edges: np.ndarray, act: np.ndarray, send: np.ndarray, microbatches: int) -> np.ndarray:
+    """(V+1, V+1) matrix: entry [i, j] (i < j) is ``stream_activation_bytes`` of a stage
+    holding ops i..j-1 (a contiguous run of the topological order, the next run on a later
+    stage): an op of the run is read by a later stage iff ``last_reader >= j``."""
+    V = len(act)
+    n1, n2 = stream_copies(microbatches)
+    live = contiguous_live_peak_bytes(edges, act, send)
+    if n1 == 0 and n2 == 0:
+        return live
+    last = last_reader(V, edges)
+    t = np.arange(V)
+    w = np.where((t[None, :] < t[:, None]) & (last[None, :] >= t[:, None]), send[None, :], 0.0)
+    suffix = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
+    at = np.full((V + 1, V), -np.inf)          # [i, t]: live bytes while t runs, the run starting at i
+    for i in range(V):
+        at[i, i:] = act[i:] + suffix[i:, i]
+    out = np.zeros((V + 1, V + 1))
+    for j in range(1, V + 1):
+        held = np.where(last[:j] >= j, send[:j], 0.0)                    # read by a later stage
+        after = np.concatenate([np.cumsum(held[::-1])[::-1][1:], [0.0]])   # [t]: held by ops after t
+        before = np.concatenate([[0.0], np.cumsum(held)])                 # [i]: held by ops before i
+        out[:j, j] = (at[:j, :j] + n2 * after[None, :]).max(axis=1) + n1 * (before[j] - before[:j])
+    return out
