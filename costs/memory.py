@@ -34,6 +34,14 @@ is served), so it bounds the simulated peak; it never exceeds the sum of every o
 plus n1 x S (what this module charged before: at each t, the ops after t count at most
 once more than in that sum, the ones before t that are dead not at all). Readers count
 over every tensor, zero-byte ones too (such a reader still keeps the producer's buffer).
+
+A stage also holds what it receives or relays for one microbatch (``edge_bytes`` of the
+tensors that cross into it, at the producer's precision): the next microbatch's inputs
+arrive while the current one runs. This is beyond the simulator's *own* peak (its
+``peak_memory_bytes`` counts such buffers in flight), and not a bound on it: a stage
+slower than its predecessor can queue more than one microbatch's inputs, which only the
+realistic simulation shows (plans it finds over memory are dropped). Without it a plan
+packed to the byte by its own activations overflowed with the first input in flight.
 """
 from __future__ import annotations
 
@@ -145,17 +153,22 @@ def stream_live_peak_bytes(ops: Sequence[int], act: np.ndarray, send: np.ndarray
 
 
 def stream_activation_bytes(op_stage: Sequence[int], n_stages: int, act: np.ndarray, send: np.ndarray,
-                            edges: np.ndarray, microbatches: int) -> np.ndarray:
+                            edges: np.ndarray, microbatches: int, edge_bytes: np.ndarray | None = None) -> np.ndarray:
     """(K,) activation bytes each stage of an inference stream holds (module docstring):
-    ``act[v]``, ``send[v]`` at v's precision, ``edges`` every tensor (u, v)."""
+    ``act[v]``, ``send[v]`` at v's precision, ``edges`` every tensor (u, v); with
+    ``edge_bytes[e]`` (at the producer's precision), plus what crosses into the stage."""
     stage = np.asarray(op_stage, dtype=np.int64)
     last = last_reader(len(stage), edges)
     leaves = np.zeros(len(stage), dtype=bool)
+    arrive = np.zeros(n_stages + 1)
     if len(edges):
         u, w = np.asarray(edges[:, 0], dtype=np.int64), np.asarray(edges[:, 1], dtype=np.int64)
         leaves[u[stage[w] > stage[u]]] = True
+        if edge_bytes is not None:   # tensor e is received or relayed by stages stage[u]+1 .. stage[w]
+            np.add.at(arrive, stage[u] + 1, edge_bytes)
+            np.add.at(arrive, stage[w] + 1, -np.asarray(edge_bytes, dtype=float))
     return np.array([stream_live_peak_bytes(np.flatnonzero(stage == k), act, send, last, leaves, microbatches)
-                     for k in range(n_stages)])
+                     for k in range(n_stages)]) + np.cumsum(arrive)[:n_stages]
 
 
 def contiguous_live_peak_bytes(edges: np.ndarray, act: np.ndarray, send: np.ndarray) -> np.ndarray:
