@@ -49,8 +49,8 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     parameters it reads when their owner sits on another stage) plus activations for the
     microbatches its stage may hold in flight (costs.memory.activation_factors: in an
     inference stream only the bytes an op sends to a later stage are held twice, and a
-    stage without tensor parallelism holds its liveness peak,
-    costs.memory.stream_activation_bytes)."""
+    stage without tensor parallelism holds its liveness peak and one microbatch of what
+    it receives, costs.memory.stream_activation_bytes)."""
     mem = np.zeros(problem.n_devices)
     K = plan.n_stages
     leaves = np.zeros(problem.n_ops, dtype=bool)
@@ -66,8 +66,9 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
             precs = plan.replica_precisions(k, i)
             if precs not in by_precs:
                 q = (np.arange(problem.n_ops), np.array([problem.q_index(p) for p in precs]))
-                by_precs[precs] = stream_activation_bytes(plan.op_stage, K, problem.act_bytes[q],
-                                                          problem.send_bytes[q], problem.edges, plan.microbatches)
+                by_precs[precs] = stream_activation_bytes(
+                    plan.op_stage, K, problem.act_bytes[q], problem.send_bytes[q], problem.edges, plan.microbatches,
+                    problem.edge_elems * problem.bytes_per_elem[q[1][problem.edges[:, 0]]] if len(problem.edges) else None)
             for d in set(stage.replica_group(i)) - seen_k:
                 mem[d] += by_precs[precs][k]
                 seen_k.add(d)
