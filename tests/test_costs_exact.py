@@ -43,8 +43,8 @@ def test_tied_weight_held_again_only_on_another_stage(line2):
     apart = Plan((0, 1), ("fp16", "fp16"), (Stage((0,)), Stage((1,))), 4, "stream")
     together = Plan((0, 0), ("fp16", "fp16"), (Stage((0,)), Stage((1,))), 4, "stream")
     # device 0: table 2000 B + emb's output sent on (2 copies of 20 B); device 1: its own copy
-    # of the table 2000 B + head's logits once (a sink) 100 B
-    assert list(plan_cost(p, apart).memory_bytes) == [2000 + 2 * 20, 2000 + 100]
+    # of the table 2000 B + head's logits once (a sink) 100 B + the 20 B it receives
+    assert list(plan_cost(p, apart).memory_bytes) == [2000 + 2 * 20, 2000 + 100 + 20]
     assert list(plan_cost(p, together).memory_bytes) == [2000 + 20 + 100, 0]
 
 
