@@ -426,7 +426,8 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
 
     n(k) in-flight microbatches (costs.memory.inflight_microbatches). An inference stream
     holds its liveness peak with the older copies of the sent bytes (``act_peak``,
-    add_live_peak; costs.memory.stream_activation_bytes); gpipe holds n x every
+    add_live_peak) and one microbatch of the bytes crossing into it (``boundary_bytes[k-1]``,
+    received or relayed; costs.memory.stream_activation_bytes); gpipe holds n x every
     activation. For 1F1B n depends on the used stage count S: the n=1 row always holds,
     and for s = k+2..min(K, k+M) static + min(M, s-k) act <= 1 + (min(M, s-k) - 1)
     (1 - w[s-1]) (``w``, add_used_stages). Tied copies (``tied``, add_tied_copies) count
@@ -449,8 +450,10 @@ def add_memory(m, problem: Problem, spec: ModelSpec) -> None:
         m.mem_cap = pyo.Constraint(m.MEMROWS, rule=rule)
     elif sched == "stream":
         add_live_peak(m, problem)
+        cap0 = {k: mem_unit_bytes(m, problem, k) for k in m.STAGES}
         m.mem_cap = pyo.Constraint(m.STAGES, rule=lambda m, k: _checked(
-            sum(stat[k]) + (m.act_peak[k] if k in m.PEAK_STAGES else 0.0) <= 1.0))
+            sum(stat[k]) + (m.act_peak[k] if k in m.PEAK_STAGES else 0.0)
+            + (m.boundary_bytes[k - 1] / cap0[k] if k >= 1 and len(m.EDGES) else 0.0) <= 1.0))
     else:
         f_of = {k: activation_factors(sched, k, K, M) for k in m.STAGES}
         sent: dict[int, list] = {}

@@ -166,7 +166,8 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
 
     ``op_cost[v, c]`` seconds of op v on kind c (incl. casts it performs), ``edge_bytes[e]``
     bytes tensor e puts on a boundary, ``mem_*[v]`` bytes, ``factors[s]`` the activation
-    copies stage s holds (``segment_memory``). Boundary load = bytes x max over its links
+    copies stage s holds (``segment_memory``; an inference stream's stage also the bytes that cross into
+    it, as costs.memory counts). Boundary load = bytes x max over its links
     of 1/bw (exact when no two boundaries share a link, a lower bound otherwise).
     Returns (value, op -> stage).
     """
@@ -180,6 +181,7 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     mems = segment_memory(problem, mat, mem_static, mem_act, mem_send, factors, mem_tied)
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ edge_bytes if len(u) else np.zeros(N)
+    stream = problem.schedule == "stream"
     topo, bw = problem.topology, problem.link_bw_bytes_per_s
     sub = _subset_matrix(mat)
     full = N - 1
@@ -198,7 +200,8 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
             base = np.maximum(f, out_bytes * inv)
         seg = np.where(BAD[c][:, None] - BAD[c][None, :] > 0.5, math.inf, W[c][:, None] - W[c][None, :])
         val = np.maximum(base[None, :], seg)
-        val[~sub | (mems[s] > cap * (1 + 1e-12))] = math.inf
+        mem = mems[s] + out_bytes[None, :] if stream and s else mems[s]   # + what crosses into the stage
+        val[~sub | (mem > cap * (1 + 1e-12))] = math.inf
         j = np.argmin(val, axis=1)
         f = val[np.arange(N), j]
         choice[s] = j

@@ -5,8 +5,8 @@ the topological order, segment k on ``path[k]`` (empty segments are relays). The
 on a cut depend only on its position (every tensor u -> v with u < cut <= v crosses
 it), so the DP over (stage, cut position) is exact for this restricted plan space when
 no two boundaries share a link; every candidate is re-scored with costs.evaluate. An
-inference stream's segment holds what the checker charges it (its liveness peak and the
-older sent copies, costs.memory.contiguous_stream_bytes).
+inference stream's segment holds what the checker charges it (its liveness peak, the
+older sent copies and the bytes crossing into it, costs.memory).
 Several precision assignments are tried: each uniform precision, fastest per op, and a
 greedy fill of the sensitivity budget.
 """
@@ -79,8 +79,8 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
         for j in range(V + 1):
             i = idx[: j + 1]
             seg = np.where(NB[j] - NB[i] > 0, inf, P[j] - P[i])
-            if live is not None:
-                mem = live[i, j]
+            if live is not None:   # and one microbatch of what crosses into the stage
+                mem = live[i, j] + cut_bytes[i]
             else:
                 mem = n_all * (act[j] - act[i])
                 if n_sent:
