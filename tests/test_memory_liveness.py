@@ -5,7 +5,8 @@ it sends (costs.memory.stream_activation_bytes), not the sum of every output.
 The checker's estimate (costs.evaluate.plan_memory_bytes), the MILP's rows
 (model.build.add_live_peak) and the simulator (sim.memory) must agree: hand-worked
 figures, exact; on random instances the MILP's least memory equals the checker's,
-bounds the simulated peak and never exceeds the old sum.
+bounds the simulated own peak and never exceeds the old sum (both with the bytes a
+stage receives, one microbatch of them, which the old rule left out).
 """
 from __future__ import annotations
 
@@ -51,9 +52,10 @@ def five() -> Graph:
     return Graph("five", ops, ts, mode="inference")
 
 
-def milp_activation_bytes(pb, plan: Plan) -> list[float]:
-    """The MILP's least ``act_peak[k]`` (bytes) with the plan's stages and precisions fixed:
-    an LP over the memory auxiliaries (sent, sent_all, before, act_peak)."""
+def milp_memory_bytes(pb, plan: Plan) -> list[float]:
+    """The MILP's least memory (bytes) per stage with the plan's stages and precisions
+    fixed: an LP over the memory auxiliaries (sent, sent_all, before, act_peak), read off
+    the memory rows (static + act_peak + bytes crossing into the stage)."""
     K = plan.n_stages
     m = build_model(pb, ModelSpec(path=tuple(s.devices[0] for s in plan.stages)))
     assign_plan(m, pb, plan)
@@ -64,8 +66,8 @@ def milp_activation_bytes(pb, plan: Plan) -> list[float]:
     m.least = pyo.Objective(expr=sum(m.act_peak[k] for k in m.PEAK_STAGES))
     res = pyo.SolverFactory("appsi_highs").solve(m)
     assert str(res.solver.termination_condition) == "optimal", res
-    return [pyo.value(m.act_peak[k]) * float(pb.device_mem_bytes[plan.stages[k].devices[0]])
-            if k in m.PEAK_STAGES else 0.0 for k in range(K)]
+    return [pyo.value(m.mem_cap[k].body) * float(pb.device_mem_bytes[plan.stages[k].devices[0]])
+            if k in m.mem_cap else 0.0 for k in range(K)]
 
 
 # --- hand-worked ----------------------------------------------------------------------------
@@ -73,22 +75,27 @@ def milp_activation_bytes(pb, plan: Plan) -> list[float]:
     # one stage: at x2, x2 (200 B) + x0 (2,000 B, read by x2) + x1 (200 B): 2,400 (the sum: 2,600)
     (1, (0, 0, 0, 0, 0), 1e9, [2400], [2400]),
     (4, (0, 0, 0, 0, 0), 1e9, [2400], [2400]),
-    # x4 on a second stage, one microbatch: x3 stays alive to the end of stage 0: still 2,400
-    (1, (0, 0, 0, 0, 1), 1e9, [2400, 200], [2400, 200]),
+    # x4 on a second stage, one microbatch: x3 stays alive to the end of stage 0: still
+    # 2,400; stage 1 holds x4 (200 B) and the 200 B it receives from x3
+    (1, (0, 0, 0, 0, 1), 1e9, [2400, 400], [2400, 200]),
     # two microbatches: x3 of the first may wait to be sent while the second runs: + 200
-    (2, (0, 0, 0, 0, 1), 1e9, [2600, 200], [2400, 200]),
+    (2, (0, 0, 0, 0, 1), 1e9, [2600, 400], [2400, 200]),
     # four, over a slow link: x3 of microbatches m-1 and m both wait while m+1 runs x2 (two
     # older copies of an op not yet run, the stream's two buffers): 2,400 + 2 x 200, reached
-    (4, (0, 0, 0, 0, 1), 20.0, [2800, 200], [2800, 200]),
-    (4, (0, 0, 0, 0, 1), 1e9, [2800, 200], [2400, 200]),
+    (4, (0, 0, 0, 0, 1), 20.0, [2800, 400], [2800, 200]),
+    (4, (0, 0, 0, 0, 1), 1e9, [2800, 400], [2400, 200]),
 ])
 def test_hand_worked_peak(M, stage, bw, expected, simulated):
+    """Checker and MILP (``expected``) and the simulator's own peak (``simulated``), exact;
+    the received bytes are buffers in flight (``peak_memory_bytes``), within the bound."""
     K = max(stage) + 1
     pb = build_problem(five(), line(K, bw), ProblemOptions(precisions=("fp16",), microbatches=M, schedule="stream"))
     plan = Plan(stage, ("fp16",) * 5, tuple(Stage((d,)) for d in range(K)), M, "stream")
     assert np.allclose(plan_memory_bytes(pb, plan), expected, rtol=1e-12)
-    assert np.allclose(milp_activation_bytes(pb, plan), expected, rtol=1e-7)
-    assert np.allclose(simulate(pb, plan, SimOptions()).peak_own_memory_bytes, simulated, rtol=1e-12)
+    assert np.allclose(milp_memory_bytes(pb, plan), expected, rtol=1e-7)
+    r = simulate(pb, plan, SimOptions())
+    assert np.allclose(r.peak_own_memory_bytes, simulated, rtol=1e-12)
+    assert np.all(r.peak_memory_bytes <= np.array(expected) * (1 + 1e-12))
 
 
 def test_live_peak_helpers_by_hand():
@@ -138,13 +145,16 @@ def instances(draw):
 
 def old_sum_bytes(pb, plan: Plan) -> np.ndarray:
     """What the planner charged before: static + every output once + n1 x the sent bytes of
-    the ops a later stage reads."""
+    the ops a later stage reads; plus, new, the bytes crossing into each stage."""
     n1, _ = stream_copies(plan.microbatches)
     mem = np.zeros(pb.n_devices)
     for v, k in enumerate(plan.op_stage):
         q = pb.q_index(plan.op_precision[v])
         leaves = any(plan.op_stage[w] > k for u, w in pb.edges if u == v)
         mem[plan.stages[k].devices[0]] += pb.static_bytes[v, q] + pb.act_bytes[v, q] + n1 * leaves * pb.send_bytes[v, q]
+    for e, (u, w) in enumerate(pb.edges):
+        for k in range(plan.op_stage[u] + 1, plan.op_stage[w] + 1):
+            mem[plan.stages[k].devices[0]] += pb.edge_elems[e] * pb.bytes_per_elem[pb.q_index(plan.op_precision[u])]
     return mem
 
 
@@ -152,10 +162,7 @@ def old_sum_bytes(pb, plan: Plan) -> np.ndarray:
 @given(instances(), st.sampled_from(["fifo", "fair", "free"]), st.booleans())
 def test_milp_memory_bounds_the_simulated_peak_and_never_exceeds_the_sum(x, link_model, ideal):
     pb, plan = x
-    static = np.zeros(pb.n_devices)
-    for v, k in enumerate(plan.op_stage):
-        static[k] += pb.static_bytes[v, pb.q_index(plan.op_precision[v])]
-    milp = static + np.array(milp_activation_bytes(pb, plan))
+    milp = np.array(milp_memory_bytes(pb, plan))
     checker = plan_memory_bytes(pb, plan)
     assert np.allclose(milp, checker, rtol=1e-6, atol=1e-3)
     sim = simulate(pb, plan, SimOptions(link_model=link_model, ideal=ideal)).peak_own_memory_bytes
