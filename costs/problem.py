@@ -27,6 +27,10 @@ MAX_MICROBATCHES = 100_000
 
 #: operator kinds that are matrix products (GEMM-class kernels)
 MATMUL_KINDS = ("matmul", "attn_score", "attn_context", "head", "conv")
+#: what the "matmul" policy lets compute below 16 bits: the matrix products, and embedding
+#: tables (weight-only int8: rows gathered from an int8 table and dequantised on the way
+#: out, as TensorRT-LLM stores them; a tied LM head shares that table)
+LOW_BIT_KINDS = MATMUL_KINDS + ("embedding",)
 #: which operators may compute in a format narrower than 16 bits (int8, fp8), and how casts
 #: run. "matmul": the int8-engine model (TensorRT, SmoothQuant W8A8 kernels, Transformer
 #: Engine): only matrix products compute in low bit (norms, softmax, activations, residual
@@ -44,7 +48,7 @@ def low_bit(prec: str) -> bool:
 
 def op_allows(kind: str, prec: str, low_bit_ops: str) -> bool:
     """May an operator of ``kind`` compute at ``prec`` under the ``low_bit_ops`` policy?"""
-    return low_bit_ops == "all" or not low_bit(prec) or kind in MATMUL_KINDS
+    return low_bit_ops == "all" or not low_bit(prec) or kind in LOW_BIT_KINDS
 
 
 @dataclass(frozen=True)
@@ -262,8 +266,8 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
         tied_bytes=np.array([[static_bytes(op.tied_elems, p, training) if op.tied_to is not None else 0.0
                               for p in precs] for op in graph.ops]).reshape(V, Q),
         sensitivity=sens, op_allowed=allowed,
-        cast_fused=np.array([options.low_bit_ops == "matmul" and (graph.ops[u].kind in MATMUL_KINDS
-                                                                 or graph.ops[v].kind in MATMUL_KINDS)
+        cast_fused=np.array([options.low_bit_ops == "matmul" and (graph.ops[u].kind in LOW_BIT_KINDS
+                                                                 or graph.ops[v].kind in LOW_BIT_KINDS)
                              for u, v in edges.tolist()], dtype=bool),
         edges=edges, edge_elems=elems, bytes_per_elem=bpe, cast_s_per_elem=cast,
         cast_fixed_s=np.array([k.launch_overhead_s for k in kinds]),
@@ -278,4 +282,4 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
 
 
 __all__ = ["Problem", "ProblemOptions", "build_problem", "SCHEDULES", "PRECISION_NAMES", "MATMUL_KINDS",
-           "LOW_BIT_OPS", "low_bit", "op_allows"]
+           "LOW_BIT_KINDS", "LOW_BIT_OPS", "low_bit", "op_allows"]

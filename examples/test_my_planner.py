@@ -38,11 +38,12 @@ def naive_plan(problem: Problem) -> tuple[Plan, bool]:
     V, K = problem.n_ops, len(path)
     op_stage = tuple(v * K // V for v in range(V))          # topological order -> stages
 
-    def lowest(device: int) -> str:                          # precisions: highest first
-        kind = problem.topology.kind_of(device)
-        return [p for p in problem.precisions if kind.supports(p)][-1]
+    def lowest(v: int, device: int) -> str:                  # precisions: highest first
+        kind = problem.topology.kind_of(device)               # op_allowed: int8 on matrix products only
+        runs = [p for q, p in enumerate(problem.precisions) if kind.supports(p)]
+        return ([p for p in runs if problem.op_allowed[v, problem.q_index(p)]] or runs)[-1]
 
-    plan = Plan(op_stage=op_stage, op_precision=tuple(lowest(path[k]) for k in op_stage),
+    plan = Plan(op_stage=op_stage, op_precision=tuple(lowest(v, path[k]) for v, k in enumerate(op_stage)),
                 stages=tuple(Stage((path[k],)) for k in range(max(op_stage) + 1)),
                 microbatches=problem.microbatches, schedule=problem.schedule)
     fits = bool((plan_memory_bytes(problem, plan) <= problem.device_mem_bytes).all())

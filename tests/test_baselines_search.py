@@ -14,7 +14,7 @@ from distplan.baselines import annealing, dp, grid, random_search
 from distplan.baselines.space import build_plan, compact, device_paths
 from conftest import chain_graph, line_topology
 from distplan.costs import ProblemOptions, build_problem
-from distplan.costs.problem import MATMUL_KINDS
+from distplan.costs.problem import LOW_BIT_KINDS
 from distplan.costs.evaluate import plan_cost
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
@@ -164,7 +164,7 @@ def test_every_returned_plan_is_feasible(g, topo, precs, method, seed, low_bit_o
         with pytest.raises(DistplanError, match="supports any of"):
             build_problem(g, topo, options)
         return
-    if precs == ("int8",) and low_bit_ops == "matmul" and any(op.kind not in MATMUL_KINDS for op in g.ops):
+    if precs == ("int8",) and low_bit_ops == "matmul" and any(op.kind not in LOW_BIT_KINDS for op in g.ops):
         with pytest.raises(DistplanError, match="may not compute at int8"):
             build_problem(g, topo, options)
         return

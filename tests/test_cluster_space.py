@@ -96,7 +96,7 @@ def test_solve_picks_the_cluster_space_for_training_on_gpus():
 
 def test_no_training_precision_is_refused():
     p = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=64, mode="training",
-                     precisions=("int8",), microbatches=2)
+                     precisions=("int8",), microbatches=2, low_bit_ops="all")
     assert resolve_space(p, SolveOptions()) == "pipeline"
     with pytest.raises(DistplanError, match="bf16"):
         plan_cluster(p)

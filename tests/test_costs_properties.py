@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distplan.costs import ProblemOptions, build_problem
+from distplan.costs.problem import LOW_BIT_KINDS, low_bit
 from distplan.costs.comm import transfer_time_s
 from distplan.costs.compute import roofline_time_s
 from distplan.core.precision import PRECISION_NAMES, precision
@@ -17,7 +18,7 @@ from distplan.testing.strategies import device_kinds, graphs, topologies
 def _options(topo, data):
     supported = sorted({p for d in topo.devices for p in topo.kinds[d.kind].peak_flops_per_s})
     precs = data.draw(st.sets(st.sampled_from(supported), min_size=1))
-    return ProblemOptions(precisions=tuple(precs), microbatches=data.draw(st.integers(1, 8)))
+    return ProblemOptions(precisions=tuple(precs), microbatches=data.draw(st.integers(1, 8)), low_bit_ops="all")
 
 
 @settings(max_examples=60, deadline=None)
@@ -32,6 +33,14 @@ def test_costs_finite_nonnegative(g, topo, data):
                 assert np.isfinite(col).all() and (col >= 0).all()
             else:
                 assert np.isinf(col).all()
+    # the "matmul" policy: infinite exactly where an op may not use the precision
+    if any(not low_bit(x) for x in p.precisions) or all(op.kind in LOW_BIT_KINDS for op in g.ops):
+        m = build_problem(g, topo, dataclasses.replace(p.options, low_bit_ops="matmul"))
+        tm = m.fwd_time_s + m.bwd_time_s
+        for q in range(len(p.precisions)):
+            for c in range(len(p.kind_names)):
+                if p.supported[q, c]:
+                    assert (np.isinf(tm[:, q, c]) == ~m.op_allowed[:, q]).all()
     for arr in (p.static_bytes, p.act_bytes, p.sensitivity, p.edge_elems, p.cast_s_per_elem):
         assert np.isfinite(arr).all() and (arr >= 0).all()
     assert (p.sensitivity[:, 0] == 0).all()
@@ -61,7 +70,7 @@ def test_transfer_time_anti_monotone_in_bandwidth(topo, nbytes, factor, data):
 @given(graphs(), topologies())
 def test_lower_precision_never_costs_more_memory(g, topo):
     supported = sorted({p for d in topo.devices for p in topo.kinds[d.kind].peak_flops_per_s}, key=PRECISION_NAMES.index)
-    p = build_problem(g, topo, ProblemOptions(precisions=tuple(supported)))
+    p = build_problem(g, topo, ProblemOptions(precisions=tuple(supported), low_bit_ops="all"))
     sizes = [precision(q).bytes_per_elem for q in p.precisions]
     for i in range(len(sizes)):
         for j in range(len(sizes)):

@@ -14,7 +14,7 @@ from distplan.api import problem as make_problem
 from distplan.baselines import METHODS, analytic_throughput, run_baseline
 from distplan.core.errors import DistplanError
 from distplan.costs import ProblemOptions, build_problem
-from distplan.costs.problem import MATMUL_KINDS
+from distplan.costs.problem import LOW_BIT_KINDS
 from distplan.model import SolveOptions
 from distplan.model import solve as milp_solve
 from distplan.testing.corpus import load_corpus
@@ -35,12 +35,12 @@ def test_default_allows_int8_only_on_matrix_products():
     assert p.low_bit_ops == "matmul"
     q8 = p.q_index("int8")
     for v, op in enumerate(p.graph.ops):
-        assert bool(p.op_allowed[v, q8]) == (op.kind in MATMUL_KINDS), op.name
+        assert bool(p.op_allowed[v, q8]) == (op.kind in LOW_BIT_KINDS), op.name
         assert p.op_allowed[v, p.q_index("fp16")]
-        if op.kind not in MATMUL_KINDS:
+        if op.kind not in LOW_BIT_KINDS:
             assert math.isinf(p.fwd_time_s[v, q8, 0])
-    # 12 layers x (4 matmuls + score + context) + the head
-    assert int(p.op_allowed[:, q8].sum()) == 73
+    # 12 layers x (4 matmuls + score + context) + the head + the embedding table
+    assert int(p.op_allowed[:, q8].sum()) == 74
     assert make_problem("bert-base", "mcm4x4", low_bit_ops="all").op_allowed.all()
 
 
@@ -98,7 +98,7 @@ def test_llama_latency_space_keeps_norms_in_sixteen_bits():
     r = plan_cluster(p, time_limit_s=60, top_k=1)
     plan = r.plans[0].plan
     for v, op in enumerate(p.graph.ops):
-        if op.kind not in MATMUL_KINDS:
+        if op.kind not in LOW_BIT_KINDS:
             assert plan.op_precision[v] in ("fp16", "bf16"), (op.name, plan.op_precision[v])
 
 

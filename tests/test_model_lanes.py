@@ -3,6 +3,8 @@ force over every replication factor and layout, the simulator's ideal period, an
 degenerate instance that once crashed the model build."""
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 

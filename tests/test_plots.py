@@ -64,7 +64,7 @@ def ytick_labels(fig) -> list[str]:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """bert-base on mcm4x4: 4 stages x 4 lanes, stages alternating int8/fp16 (casts)."""
-    p = problem("bert-base", "mcm4x4", microbatches=8)
+    p = problem("bert-base", "mcm4x4", microbatches=8, low_bit_ops="all")
     plan = striped_plan(p, 4, lambda v, k: ("int8", "fp16")[k % 2])
     res = simulate(p, plan, SimOptions(trace=True))
     out = tmp_path_factory.mktemp("small")
@@ -75,7 +75,7 @@ def small(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """mlp-xs on 1,024 H100s (128 nodes): 16 stages of 64 devices each."""
-    p = problem("mlp-xs", "h100x1024", microbatches=64)
+    p = problem("mlp-xs", "h100x1024", microbatches=64, low_bit_ops="all")
     plan = striped_plan(p, 16)
     res = simulate(p, plan, SimOptions(trace=True))
     out = tmp_path_factory.mktemp("cluster")
@@ -115,7 +115,7 @@ def test_small_timeline(small):
 def test_timeline_title_keyword_and_training_classes(tmp_path):
     """``title=`` (as write_report passes it) wins; training traces show backward and
     the gradient all-reduce in the legend."""
-    p = problem("mlp-xs", "dgx-a100", mode="training", microbatches=8)
+    p = problem("mlp-xs", "dgx-a100", mode="training", microbatches=8, low_bit_ops="all")
     plan = striped_plan(p, 4)
     res = simulate(p, plan, SimOptions(trace=True))
     write_chrome_trace(res, p, tmp_path / "trace.json")
@@ -164,7 +164,7 @@ def test_cluster_timeline_folds_rows(cluster):
 
 def test_many_stages_use_a_colour_bar(tmp_path):
     """1,024 one-device stages on a 32x32 mesh: a colour bar instead of 1,024 legend rows."""
-    p = problem("mlp-xs", "mcm32x32")
+    p = problem("mlp-xs", "mcm32x32", low_bit_ops="all")
     V, D = p.n_ops, p.n_devices
     plan = Plan(op_stage=tuple(v * D // V for v in range(V)), op_precision=("int8",) * V,
                 stages=tuple(Stage((d,)) for d in range(D)), microbatches=16, schedule="stream")

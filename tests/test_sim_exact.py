@@ -6,6 +6,7 @@ tensor of ``n`` fp16 elements on a 1e9 B/s link takes 2n / 1e9 s.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -59,9 +60,11 @@ def pipeline_plan(n_ops: int, M: int, schedule: str, devices: list[int] | None =
     return Plan(tuple(range(n_ops)), ("fp16",) * n_ops, tuple(Stage((d,)) for d in devices), M, schedule)
 
 
-def run(g: Graph, topo: Topology, plan: Plan, **opts):
+def run(g: Graph, topo: Topology, plan: Plan, low_bit_ops: str = "all", **opts):
+    """Simulate ``plan``; "all": every cast is a kernel of its own (the hand counts below)."""
     pb = build_problem(g, topo, ProblemOptions(precisions=("fp16", "int8"), microbatches=plan.microbatches,
-                                               schedule=plan.schedule if plan.schedule != "explicit" else None))
+                                               schedule=plan.schedule if plan.schedule != "explicit" else None,
+                                               low_bit_ops=low_bit_ops))
     return simulate(pb, plan, SimOptions(**opts)), pb
 
 
@@ -175,6 +178,11 @@ def test_cast_on_consumer_device():
     # o1 at int8 runs at 2e12 FLOP/s: 0.5 s
     assert close(r.makespan_s, 1.0 + 2e9 / 1e12 + 3e-3 + 0.5)
     assert close(r.device_busy_s[1], 3e-3 + 0.5)
+    # the int8-engine policy fuses a cast into the matrix product it feeds: no cast task
+    mm = Graph(g.name, tuple(dataclasses.replace(op, kind="matmul") for op in g.ops), g.tensors)
+    r, pb = run(mm, topo, plan, low_bit_ops="matmul")
+    assert close(r.makespan_s, 1.0 + 2e9 / 1e12 + 0.5)
+    assert close(r.device_busy_s[1], 0.5)
 
 
 def test_ring_allreduce_after_backward():

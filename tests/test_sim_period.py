@@ -195,7 +195,8 @@ def test_bert_base_8way_tp_period_is_physical():
     from distplan.workloads.zoo import get_workload
     pb = build_problem(get_workload("bert-base"), get_topology("mcm4x4"))
     V = pb.n_ops
-    plan = Plan((0,) * V, ("int8",) * V, (Stage(tuple(range(8)), tensor_parallel=8),), 16, "stream")
+    plan = Plan((0,) * V, pb.effective_precisions(("int8",) * V), (Stage(tuple(range(8)), tensor_parallel=8),), 16,
+                "stream")
     r = simulate(pb, plan)
     assert not r.steady
     assert r.throughput_per_s <= pb.graph.batch_size / pb.period_lower_bound_s()

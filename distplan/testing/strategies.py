@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from distplan.core.plan import Plan, Stage
 from distplan.core.precision import PRECISION_NAMES
 from distplan.costs.check import plan_violations
-from distplan.costs.problem import MATMUL_KINDS, Problem, ProblemOptions, build_problem, low_bit
+from distplan.costs.problem import LOW_BIT_KINDS, Problem, ProblemOptions, build_problem, low_bit
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
 
@@ -159,7 +159,7 @@ def problems(draw, max_ops: int = 6, max_devices: int = 4, mode: str | st.Search
 
 def _low_bit_ops(g: Graph, precs) -> st.SearchStrategy[str]:
     """Either low-bit policy; "all" when the precisions leave some op nothing under "matmul"."""
-    if all(low_bit(p) for p in precs) and any(op.kind not in MATMUL_KINDS for op in g.ops):
+    if all(low_bit(p) for p in precs) and any(op.kind not in LOW_BIT_KINDS for op in g.ops):
         return st.just("all")
     return st.sampled_from(["matmul", "all"])
 
