@@ -348,7 +348,9 @@ class _Lags:
     crossing tensor leaves when its producer is done (its gradient when its consumer's
     backward is), the tensors queue on the route's links (store and forward, in order of
     readiness), and each receiving op starts once its own inputs are there, as in the
-    simulator; one microbatch alone on the links."""
+    simulator; one microbatch alone on the links. A lag is negative when the receiver's
+    first ops wait for nothing from the sender, -inf when no tensor crosses. A tensor
+    relayed through the receiving stage counts as needed by the end of that stage."""
 
     def __init__(self, problem: Problem, plan: Plan):
         self.pb, self.plan = problem, plan
@@ -357,8 +359,7 @@ class _Lags:
         self.cross: list[list[int]] = [[] for _ in range(max(plan.n_stages - 1, 0))]
         for e, (u, v) in enumerate(problem.edges.tolist()):
             for b in range(plan.op_stage[u], plan.op_stage[v]):
-                if problem.edge_elems[e] > 0:
-                    self.cross[b].append(e)
+                self.cross[b].append(e)   # an empty tensor still orders the ops (latency only)
 
     def __call__(self, b: int, m: int) -> tuple[float, float]:
         key = (b, m % self.plan.cycle)
@@ -418,10 +419,12 @@ class _Lags:
             t -= p_f[v]
         items = [(done.get(int(pb.edges[e][0]), 0.0), nb[e], e) for e in self.cross[b]]
         arrive = self._queue(a_dev, c_dev, items)
-        t = 0.0
+        t = -math.inf   # ops that wait for nothing from the sender may run early
         for v in c_ops:
             need = [arrive[e] for e in pb.in_edge_ids(v) if e in arrive]
             t = max([t] + need) + c_f[v]
+        # relayed onward: in hand by the end of this stage (the next boundary sends it then)
+        t = max([t] + [arrive[e] for e in self.cross[b] if plan.op_stage[int(pb.edges[e][1])] > b + 1])
         lag_f = t - sum(c_f.values())
         # backward: the receiving stage's backward ends at 0; ops run last to first
         done, t = {}, 0.0
@@ -433,9 +436,10 @@ class _Lags:
         out_edges: dict[int, list[int]] = {}
         for e in self.cross[b]:
             out_edges.setdefault(int(pb.edges[e][0]), []).append(e)
-        t = 0.0
+        t = -math.inf
         for v in reversed(p_ops):
             t = max([t] + [arrive[e] for e in out_edges.get(v, ())]) + p_b[v]
+        t = max([t] + [arrive[e] for e in self.cross[b] if plan.op_stage[int(pb.edges[e][0])] < b])
         lag_b = t - sum(p_b.values())
         return lag_f, lag_b
 
