@@ -23,10 +23,19 @@ GPU_KINDS = ("a100", "h100", "v100", "t4")
 
 
 def resolve_space(problem: Problem, options: SolveOptions) -> str:
-    """"pipeline" or "cluster" for ``options.space`` ("auto": cluster for training with the
-    throughput objective, or inference with the latency objective, on one kind of GPU;
-    else pipeline)."""
+    """"pipeline", "cluster" or "fleet" for ``options.space`` ("auto": cluster for training
+    with the throughput objective, or inference with the latency objective, on one kind of
+    GPU; fleet for training with the throughput objective on several kinds; else pipeline)."""
     cluster_objective = "throughput" if problem.training else "latency"
+    kinds = {problem.topology.kind_of(d).name for d in range(problem.n_devices)}
+    if options.space == "fleet" or (options.space == "auto" and problem.training and len(kinds) > 1
+                                    and options.objective == "throughput" and options.extra_constraints is None
+                                    and options.n_stages is None and options.path is None
+                                    and options.replicas is None):
+        if not problem.training or options.objective != "throughput":
+            raise DistplanError("the fleet plan space minimises the training iteration; use --objective "
+                                "throughput on a training workload, or --space pipeline")
+        return "fleet"
     if options.space != "auto":
         if options.space == "cluster":
             if options.objective != cluster_objective:
@@ -39,7 +48,6 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
             if problem.training:
                 training_precision(problem)
         return options.space
-    kinds = {problem.topology.kind_of(d).name for d in range(problem.n_devices)}
     if (options.objective != cluster_objective or len(kinds) != 1
             or not kinds <= set(GPU_KINDS) or options.sensitivity_budget is not None
             or options.extra_constraints is not None or options.n_stages is not None or options.path is not None

@@ -10,8 +10,10 @@ from distplan.core.plan import Plan
 OBJECTIVES = ("throughput", "latency")
 #: plan spaces: "pipeline" (the MILP: stages along device paths, per-op precision,
 #: replicated lanes), "cluster" (model.cluster: Megatron-style dp x tp x pp training
-#: plans), "auto" (cluster for training on one kind of GPU, else pipeline)
-SPACES = ("auto", "pipeline", "cluster")
+#: plans), "fleet" (model.fleet: mixed-fleet training, replica groups with their own
+#: shares and precisions), "auto" (cluster for training on one kind of GPU, fleet for
+#: training on several, else pipeline)
+SPACES = ("auto", "pipeline", "cluster", "fleet")
 #: microbatch sizes the cluster space tries by default (those dividing the global batch)
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 

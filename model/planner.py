@@ -35,6 +35,7 @@ from distplan.core.interrupt import stop_on_interrupt
 from distplan.costs.problem import Problem
 from distplan.model.admission import PlanGate
 from distplan.model.cluster_solve import resolve_space, solve_cluster
+from distplan.model.fleet_solve import solve_fleet
 from distplan.model.inputs import check_inputs
 from distplan.model.options import SolveOptions, SolveResult
 from distplan.model.phase_budget import BudgetPhase, budget_phase
@@ -76,8 +77,11 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     options = options or SolveOptions()
     with stop_on_interrupt() as stop:
         clock, say = Clock(options.time_limit_s, stop=stop), Log(options.progress)
-        if resolve_space(problem, options) == "cluster":
+        space = resolve_space(problem, options)
+        if space == "cluster":
             return solve_cluster(problem, options, clock, say)
+        if space == "fleet":
+            return solve_fleet(problem, options, clock, say)
         check_inputs(problem, options)
         gate = PlanGate(problem, options)
         fast = fast_phase(problem, options, gate, clock, say)

@@ -85,8 +85,8 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
     """Solve, on a coarsened graph when it is large; plans come back on ``problem``'s ops.
     The MILP gets the time left until ``deadline`` less the ranking margin."""
     margin = ranking_margin_s(problem, options)
-    # the cluster space splits whole layers and reads the ops' tensor-parallel roles: never coarsened
-    target = None if resolve_space(problem, options) == "cluster" else coarsen_target(problem, options.coarsen_ops)
+    # the cluster and fleet spaces split whole layers and reads the ops' tensor-parallel roles: never coarsened
+    target = None if resolve_space(problem, options) in ("cluster", "fleet") else coarsen_target(problem, options.coarsen_ops)
     if target is None:
         solved = milp_solve(problem, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
         return solved, list(solved.plans), None

@@ -13,6 +13,7 @@ from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
 from distplan.model import SolveOptions, SolveResult
 from distplan.model.cluster_solve import CLUSTER_SPACE
+from distplan.model.fleet_solve import FLEET_SPACE
 from distplan.sim import SimResult
 
 
@@ -114,7 +115,7 @@ class SolveReport:
         return _json_safe({
             "workload": g.name, "mode": g.mode, "topology": p.topology.name,
             "precisions_allowed": list(p.precisions), "microbatches": p.microbatches,
-            "solver": {"space": "cluster" if s.path_name == CLUSTER_SPACE else "pipeline", "status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
+            "solver": {"space": {CLUSTER_SPACE: "cluster", FLEET_SPACE: "fleet"}.get(s.path_name, "pipeline"), "status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
                        "gap": s.gap, "seconds": s.seconds, "build_seconds": s.build_seconds,
                        "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops,
                        "time_limit_s": self.options.time_limit_s if self.options is not None else None,
@@ -141,7 +142,7 @@ class SolveReport:
         """The human-readable table: one row per plan, what each differs in from the
         winner, then the solver's line."""
         p, g, s = self.problem, self.problem.graph, self.solver
-        if s.path_name == CLUSTER_SPACE:
+        if s.path_name in (CLUSTER_SPACE, FLEET_SPACE):
             return self._cluster_table()
         winner = self.best.plan
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, "
@@ -194,7 +195,11 @@ class SolveReport:
         for r in self.plans:
             model = float(r.plan.predicted.get("model_iteration_s", float("nan")))
             err = model / r.sim.iteration_s - 1 if r.sim.iteration_s > 0 else float("nan")
-            how = [r.plan.predicted.get("cluster_point", "?"), f"{r.plan.op_precision[0]}"]
+            how = [r.plan.predicted.get("cluster_point", "?")]
+            if s.path_name == CLUSTER_SPACE:
+                how.append(r.plan.op_precision[0])
+            elif any(st.shares for st in r.plan.stages):
+                how.append("shares " + " / ".join(",".join(map(str, st.shares)) for st in r.plan.stages if st.shares))
             if r.plan.stages[0].replicas > 1:
                 how.append(f"{r.plan.dp_allreduce} reduction" + (", overlapped" if r.plan.overlap_grad_reduce else ""))
             lines.append(f"{r.rank:>4} {model:>12.5g} {r.sim.iteration_s:>12.5g} {err:>+7.2%} "
@@ -202,14 +207,17 @@ class SolveReport:
                          f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {'; '.join(how)}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         ex = s.explored[0] if s.explored else {}
-        lines.append(f"solver: cluster space, {s.status}, best analytic {'iteration' if p.training else 'latency'} "
+        lines.append(f"solver: {'cluster' if s.path_name == CLUSTER_SPACE else 'fleet'} space, {s.status}, best analytic {'iteration' if p.training else 'latency'} "
                      f"{s.objective_s:.6g} s, proven "
                      f"bound {s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s; {ex.get('points', 0):,} points: "
                      f"{ex.get('visited', 0):,} visited ({ex.get('infeasible', 0):,} over memory), "
                      f"{ex.get('pruned', 0):,} pruned by bound")
         lines.append("note: the bound holds over the declared space (README: the cluster plan space) under the "
                      "analytic model; plans are ranked by the simulated "
-                     + ("iteration" if p.training else "latency of one microbatch"))
+                     + ("iteration" if p.training else "latency of one microbatch")
+                     if s.path_name == CLUSTER_SPACE else
+                     "note: the bound is the fleet's ideal (all work spread over every device by speed, no bubble, "
+                     "no communication; README: the fleet plan space); plans are ranked by the simulated iteration")
         for what in self.cut_short:
             lines.append(f"note: cut short: {what}")
         for _, why in self.dropped:

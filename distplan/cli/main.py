@@ -54,10 +54,12 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training: samples per microbatch to search at the same global batch "
                         "(--microbatches x --batch-size); default 1,2,4,8 (those dividing it); 'none': only "
                         "--batch-size")
-    s.add_argument("--space", choices=("auto", "pipeline", "cluster"), default="auto",
+    s.add_argument("--space", choices=("auto", "pipeline", "cluster", "fleet"), default="auto",
                    help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
-                        "(Megatron-style dp x tp x pp for training steps or inference latency), auto (cluster for "
-                        "training, or latency, on one kind of GPU)")
+                        "(Megatron-style dp x tp x pp for training steps or inference latency), fleet (mixed-fleet "
+                        "training: data-parallel stages whose replicas of different kinds get their own shares and "
+                        "precisions), auto (cluster for training, or latency, on one kind of GPU; fleet for training "
+                        "on several kinds)")
     s.add_argument("--sensitivity-budget", default=None,
                    help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
                         "all-lowest-precision total such as 10%%")

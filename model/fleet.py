@@ -1,0 +1,262 @@
+"""The mixed-fleet training space: pipelines of data-parallel stages whose replicas may be
+of different device kinds, each kind with its own precision per operator and each
+replica with its own share of the microbatches (replica groups, ``core.plan``).
+
+Declared space (training, 1F1B, tensor parallelism 1, no recomputation, no ZeRO):
+
+- **Device order.** Devices grouped by kind, the kinds in every order (within a kind,
+  the topology's order, so a kind's devices stay on their hosts).
+- **Pipeline depth** ``pp``: every divisor of the device count up to the number of
+  layers; stage k is the k-th block of ``D / pp`` consecutive devices of the order (a
+  block may mix kinds: its replicas then form groups).
+- **Precision per kind**: "wide" (each op at the highest-fidelity precision the kind
+  runs and the op may use) or "fast" (each op at the precision that runs it fastest on
+  that kind: int8 matrix products on a T4 under the default low-bit policy); chosen per
+  kind independently. A ``sensitivity_budget`` keeps only the combinations within it.
+- **Shares**: per stage, ``core.plan.balanced_shares`` of the replicas' per-microbatch
+  seconds (the integer shares with the least slowest replica).
+- **Layer split**: the split of the layers over the stages with the least bottleneck
+  (the slowest stage's slowest replica: its share x its seconds per microbatch), exact
+  by dynamic programming over the layers for that proxy.
+- **Gradient reduction**: ring or hierarchical, overlapped with the backward or not.
+
+Every point is scored by the analytic iteration (``costs.iteration.estimate_iteration``,
+which replays mixed-fleet pipelines task by task); the simulator then judges the best.
+The reported bound is the fleet's ideal: the whole step's work at each kind's fastest
+precisions spread over all devices by speed, with no bubble and no communication. It
+holds over every plan of every space, so the status is "searched", never "optimal",
+unless the best plan reaches it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage, balanced_shares
+from distplan.costs.evaluate import plan_memory_bytes, plan_sensitivity
+from distplan.costs.iteration import estimate_iteration
+from distplan.costs.problem import Problem, low_bit
+from distplan.model.cluster import _units
+
+PRECISION_POLICIES = ("wide", "fast")
+REDUCTIONS = (("ring", True), ("hierarchical", True), ("ring", False), ("hierarchical", False))
+
+
+@dataclass(frozen=True)
+class FleetPoint:
+    """One outer point: device order, depth and each kind's precision policy."""
+
+    order: tuple[int, ...]
+    pp: int
+    policy: tuple[tuple[str, str], ...]   # (kind name, policy)
+
+    def label(self, problem: Problem) -> str:
+        kinds = [problem.topology.kind_of(d).name for d in self.order]
+        first = ">".join(dict.fromkeys(kinds))
+        pol = ", ".join(f"{k} {p}" for k, p in self.policy)
+        return f"pp {self.pp} x dp {len(self.order) // self.pp} ({first}; {pol})"
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    point: FleetPoint
+    plan: Plan
+    iteration_s: float
+
+
+@dataclass
+class FleetResult:
+    plans: list[FleetPlan]
+    bound_s: float
+    gap: float
+    points: int
+    solved: int
+    infeasible: int
+    seconds: float
+    cut_short: list[str] = field(default_factory=list)
+
+
+def kind_precisions(problem: Problem, c: int, policy: str) -> list[int] | None:
+    """Per op, the precision index kind ``c`` computes it at under ``policy`` (None when
+    the kind cannot run some op at any allowed precision)."""
+    out = []
+    for v in range(problem.n_ops):
+        ok = [q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
+        if not ok:
+            return None
+        if policy == "wide":
+            out.append(ok[0])
+        else:
+            out.append(min(ok, key=lambda q: (problem.op_time_s(v, q, c), q)))
+    return out
+
+
+def fleet_ideal_s(problem: Problem) -> float:
+    """The step's work at each kind's fastest precisions spread over every device by
+    speed (no bubble, no communication, no optimizer): a bound on every plan."""
+    speed = 0.0
+    for d in range(problem.n_devices):
+        c = int(problem.device_kind[d])
+        qs = kind_precisions(problem, c, "fast")
+        if qs is None:
+            continue
+        work = math.fsum(problem.op_time_s(v, q, c) for v, q in enumerate(qs))
+        speed += 1.0 / work if work > 0 else 0.0
+    return problem.microbatches / speed if speed > 0 else math.inf
+
+
+def _orders(problem: Problem) -> list[tuple[int, ...]]:
+    by_kind: dict[int, list[int]] = {}
+    for d in range(problem.n_devices):
+        by_kind.setdefault(int(problem.device_kind[d]), []).append(d)
+    kinds = sorted(by_kind)
+    return [tuple(d for c in perm for d in by_kind[c]) for perm in itertools.permutations(kinds)]
+
+
+def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]], qs: dict[int, list[int]],
+           unit_s: dict[int, np.ndarray]) -> list[int] | None:
+    """Stage of each unit: the split with the least bottleneck (DP over the units)."""
+    U, K, M = len(units), len(blocks), problem.microbatches
+    if K > U:
+        return None
+    pre = {c: np.concatenate([[0.0], np.cumsum(unit_s[c])]) for c in unit_s}
+
+    def stage_s(k: int, i: int, j: int) -> float:
+        t = [pre[int(problem.device_kind[d])][j] - pre[int(problem.device_kind[d])][i] for d in blocks[k]]
+        if min(t) <= 0:
+            return max(t) * M
+        n = balanced_shares(t, M)
+        return max(a * b for a, b in zip(n, t))
+
+    INF = math.inf
+    best = [[INF] * (U + 1) for _ in range(K + 1)]
+    arg = [[0] * (U + 1) for _ in range(K + 1)]
+    best[0][0] = 0.0
+    for k in range(1, K + 1):
+        for j in range(k, U - (K - k) + 1):
+            for i in range(k - 1, j):
+                if best[k - 1][i] == INF:
+                    continue
+                x = max(best[k - 1][i], stage_s(k - 1, i, j))
+                if x < best[k][j]:
+                    best[k][j], arg[k][j] = x, i
+    if best[K][U] == INF:
+        return None
+    stage_of_unit = [0] * U
+    j = U
+    for k in range(K, 0, -1):
+        i = arg[k][j]
+        for u in range(i, j):
+            stage_of_unit[u] = k - 1
+        j = i
+    return stage_of_unit
+
+
+def _plan(problem: Problem, point: FleetPoint, units: list[list[int]], split: list[int],
+          qs: dict[int, list[int]], allreduce: str, overlap: bool) -> Plan:
+    D = len(point.order)
+    size = D // point.pp
+    op_stage = [0] * problem.n_ops
+    for u, k in zip(units, split):
+        for v in u:
+            op_stage[v] = k
+    first_kind = int(problem.device_kind[point.order[0]])
+    base = [problem.precisions[q] for q in qs[first_kind]]
+    stages = []
+    for k in range(point.pp):
+        devs = point.order[k * size:(k + 1) * size]
+        ops = [v for v in range(problem.n_ops) if op_stage[v] == k]
+        over = []
+        for d in devs:
+            c = int(problem.device_kind[d])
+            over.append({v: problem.precisions[qs[c][v]] for v in ops if problem.precisions[qs[c][v]] != base[v]})
+        stages.append(Stage(tuple(devs), replica_precision=tuple(over) if any(over) else None))
+    plan = Plan(tuple(op_stage), tuple(base), tuple(stages), problem.microbatches, "1f1b",
+                dp_allreduce=allreduce, overlap_grad_reduce=overlap)
+    from distplan.costs.iteration import replica_microbatch_s
+
+    shared = []
+    for k, st in enumerate(plan.stages):
+        if st.replicas > 1:
+            t = [replica_microbatch_s(problem, plan, k, i) for i in range(st.replicas)]
+            st = dataclasses.replace(st, shares=balanced_shares(t, problem.microbatches))
+        shared.append(st)
+    return dataclasses.replace(plan, stages=tuple(shared))
+
+
+def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None] | None = None,
+               deadline: float | None = None, stop=None, sensitivity_budget: float | None = None) -> FleetResult:
+    """The best plans of the declared space (module docstring) under the analytic
+    iteration; ``deadline`` (perf_counter) or ``stop`` cut the search short."""
+    if not problem.training:
+        raise DistplanError("the fleet space plans training; inference on a mixed fleet uses the pipeline space")
+    t0 = time.perf_counter()
+    say = progress or (lambda _m: None)
+    units = _units(problem)
+    kinds = sorted({int(c) for c in problem.device_kind.tolist()})
+    names = {c: problem.kind_names[c] for c in kinds}
+    per_kind = {c: {p: kind_precisions(problem, c, p) for p in PRECISION_POLICIES} for c in kinds}
+    combos, seen = [], set()
+    for choice in itertools.product(PRECISION_POLICIES, repeat=len(kinds)):
+        qs = {c: per_kind[c][p] for c, p in zip(kinds, choice)}
+        if any(q is None for q in qs.values()):
+            continue
+        key = tuple(tuple(qs[c]) for c in kinds)
+        if key in seen:
+            continue   # "fast" that changes nothing on a kind (a V100 runs only fp16): same point
+        seen.add(key)
+        combos.append((tuple((names[c], p) for c, p in zip(kinds, choice)), qs))
+    orders = _orders(problem)
+    D = problem.n_devices
+    depths = [pp for pp in range(1, D + 1) if D % pp == 0 and pp <= len(units)]
+    points = [(FleetPoint(o, pp, pol), qs) for o in orders for pp in depths for pol, qs in combos]
+    say(f"fleet space: {len(points)} points ({len(orders)} device orders x depths {depths} x "
+        f"{len(combos)} precision choices per kind) x {len(REDUCTIONS)} gradient reductions, {len(units)} layers")
+    found: list[FleetPlan] = []
+    solved = infeasible = 0
+    cut: list[str] = []
+    cap = np.asarray(problem.device_mem_bytes)
+    for i, (pt, qs) in enumerate(points):
+        if (deadline is not None and time.perf_counter() > deadline) or (stop is not None and stop.requested):
+            cut.append(f"fleet space: {len(points) - i} of {len(points)} points not visited (time)")
+            break
+        unit_s = {c: np.array([math.fsum(problem.op_time_s(v, q[v], c) for v in u) for u in units])
+                  for c, q in qs.items()}
+        size = D // pt.pp
+        blocks = [list(pt.order[k * size:(k + 1) * size]) for k in range(pt.pp)]
+        split = _split(problem, units, blocks, qs, unit_s)
+        solved += 1
+        if split is None:
+            infeasible += 1
+            continue
+        fits_any = False
+        for allreduce, overlap in REDUCTIONS:
+            plan = _plan(problem, pt, units, split, qs, allreduce, overlap)
+            if not (plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all():
+                continue
+            if sensitivity_budget is not None and plan_sensitivity(problem, plan) > sensitivity_budget * (1 + 1e-9):
+                continue
+            fits_any = True
+            found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s))
+        infeasible += not fits_any
+    if not found:
+        raise DistplanError("no plan of the fleet space fits the devices' memory"
+                            + (" within the sensitivity budget" if sensitivity_budget is not None else ""))
+    found.sort(key=lambda f: f.iteration_s)
+    bound = min(fleet_ideal_s(problem), found[0].iteration_s)
+    gap = (found[0].iteration_s - bound) / found[0].iteration_s
+    say(f"fleet space: {solved} visited ({infeasible} infeasible by memory or budget); best "
+        f"{found[0].iteration_s:.6g} s ({found[0].point.label(problem)}, {found[0].plan.dp_allreduce}"
+        f"{', overlapped' if found[0].plan.overlap_grad_reduce else ''}), fleet ideal {bound:.6g} s, gap {gap:.2%}")
+    return FleetResult(found[:top_k], bound, gap, len(points), solved, infeasible, time.perf_counter() - t0, cut)
+
+
+__all__ = ["FleetPoint", "FleetPlan", "FleetResult", "plan_fleet", "fleet_ideal_s", "kind_precisions",
+           "PRECISION_POLICIES"]
