@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     c.add_argument("--candidates", type=int, default=None,
                    help="deterministic budget: each baseline scores this many plans (--budget is then only a "
                         "safety cap); with --seed every method reproduces exactly")
+    c.add_argument("--pareto", type=int, default=None, metavar="N",
+                   help="print (and plot to pareto.png, or --report's folder) N points of the sensitivity / "
+                        "throughput frontier, every point a simulated plan; --time-limit bounds the whole frontier")
     return ap.parse_args(argv)
 
 
@@ -135,6 +138,27 @@ def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if stop is not None and stop.requested else 0
 
 
+def run_pareto(problem: api.Problem, args: argparse.Namespace) -> int:
+    """``--pareto N``: the frontier table, and its plot."""
+    from pathlib import Path
+
+    from distplan.api.pareto import pareto, pareto_table, plot_pareto
+
+    pts = pareto(problem, args.pareto, solve_options(args, problem), progress=None if args.quiet else _say)
+    if args.json:
+        print(json.dumps([{"budget": p.budget, "sensitivity": p.sensitivity, "throughput_per_s": p.throughput_per_s,
+                           "found_at_budget": None if p.from_budget == float("inf") else p.from_budget}
+                          for p in pts], indent=1))
+    else:
+        print(pareto_table(pts))
+    out = Path(args.report) if args.report else Path(".")
+    out.mkdir(parents=True, exist_ok=True)
+    plot_pareto(pts, out / "pareto.png", f"{problem.graph.name} ({problem.graph.mode}) on {problem.topology.name}")
+    if not args.json:
+        print(f"wrote {out / 'pareto.png'}")
+    return 0
+
+
 def run_solve(problem: api.Problem, args: argparse.Namespace, started: float | None = None) -> int:
     """Solve, rank, print, write the winner's plan/trace/report. ``started``: when the
     run began (perf_counter); the time limit counts from there. Returns 130 after a
@@ -143,6 +167,8 @@ def run_solve(problem: api.Problem, args: argparse.Namespace, started: float | N
         raise DistplanError("--top-k must be >= 1")
     if args.compare:
         return run_compare(problem, args)
+    if args.pareto is not None:
+        return run_pareto(problem, args)
     opts = solve_options(args, problem)
     if started is not None:   # what the start (imports, loading the workload) took is spent
         opts = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - (time.perf_counter() - started),

@@ -1,0 +1,118 @@
+"""The accuracy/speed frontier: ``pareto(problem, n)`` solves under ``n`` sensitivity
+budgets, from 0 (every op at the highest precision it may use) to the sensitivity of the
+fastest plan found without a budget, simulates every plan, and reports for each budget
+the best simulated plan whose sensitivity is within it.
+
+Monotone by construction: a plan within a budget is within every larger one, so each
+point takes the best plan of its own solve *and of every solve at a lower budget*; a
+larger budget never shows lower throughput. Each point's plan is simulated (training:
+per optimizer step; inference: steady state).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan
+from distplan.costs.evaluate import plan_sensitivity
+from distplan.costs.problem import Problem
+from distplan.model import SolveOptions
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    budget: float              # the sensitivity budget of this point
+    sensitivity: float         # the chosen plan's sensitivity (<= budget)
+    throughput_per_s: float    # simulated: per step in training, steady in inference
+    plan: Plan
+    problem: Problem           # the problem the plan is for (its microbatch size may differ)
+    from_budget: float         # the budget of the solve that found the plan
+
+
+def _rate(report) -> float:
+    sim = report.best.sim
+    return sim.step_throughput_per_s if report.problem.training else sim.throughput_per_s
+
+
+def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
+           progress=None) -> list[ParetoPoint]:
+    """``n`` >= 2 frontier points (module docstring); ``options.time_limit_s`` bounds the
+    whole frontier (each solve gets an equal share of what is left)."""
+    from distplan.api.pipeline import solve
+
+    if n < 2:
+        raise DistplanError(f"--pareto needs at least 2 points, got {n}")
+    options = options or SolveOptions()
+    say = progress or (lambda _m: None)
+    end = time.perf_counter() + options.time_limit_s
+
+    def run(budget: float | None, left_points: int):
+        share = max(1.0, (end - time.perf_counter()) / left_points)
+        opts = dataclasses.replace(options, sensitivity_budget=budget, time_limit_s=share, progress=None)
+        return solve(problem, opts)
+
+    top = run(None, n)
+    s_max = plan_sensitivity(top.problem, top.best.plan)
+    say(f"pareto: fastest plan {_rate(top):,.1f}/s at sensitivity {s_max:.6g}")
+    found = [(s_max, _rate(top), top.best.plan, top.problem, math.inf)]
+    points: list[ParetoPoint] = []
+    budgets = [s_max * i / (n - 1) for i in range(n)]
+    for i, b in enumerate(budgets):
+        if i == n - 1:
+            rep = top
+        else:
+            try:
+                rep = run(b, n - i)
+            except DistplanError as e:
+                say(f"pareto: budget {b:.6g}: {e}")
+                rep = None
+        if rep is not None:
+            for r in rep.plans:
+                found.append((plan_sensitivity(rep.problem, r.plan),
+                              r.sim.step_throughput_per_s if rep.problem.training else r.sim.throughput_per_s,
+                              r.plan, rep.problem, b))
+        within = [f for f in found if f[0] <= b * (1 + 1e-9) + 1e-12]
+        if not within:
+            say(f"pareto: budget {b:.6g}: no plan found within it")
+            continue
+        s, rate, plan, pb, fb = max(within, key=lambda f: (f[1], -f[0]))
+        points.append(ParetoPoint(b, s, rate, plan, pb, fb))
+        say(f"pareto: budget {b:.6g}: {rate:,.1f}/s (sensitivity {s:.6g})")
+    return points
+
+
+def pareto_table(points: list[ParetoPoint]) -> str:
+    """One row per point: budget, sensitivity, simulated throughput, precision mix."""
+    from distplan.api.report import precision_mix
+
+    lines = [f"{'budget':>10} {'sensitivity':>12} {'samples/s':>11}  precision mix (found at budget)"]
+    for p in points:
+        fb = "unbounded" if math.isinf(p.from_budget) else f"{p.from_budget:.4g}"
+        lines.append(f"{p.budget:>10.4g} {p.sensitivity:>12.4g} {p.throughput_per_s:>11.5g}  "
+                     f"{precision_mix(p.plan)} ({fb})")
+    return "\n".join(lines)
+
+
+def plot_pareto(points: list[ParetoPoint], path, title: str) -> None:
+    """The frontier as a step plot (sensitivity budget -> simulated samples/s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.step([p.budget for p in points], [p.throughput_per_s for p in points], where="post", label="frontier")
+    ax.plot([p.sensitivity for p in points], [p.throughput_per_s for p in points], "o", label="chosen plans")
+    ax.set_xlabel("sensitivity budget (QSync-style proxy)")
+    ax.set_ylabel("simulated samples/s")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+__all__ = ["ParetoPoint", "pareto", "pareto_table", "plot_pareto"]
