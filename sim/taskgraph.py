@@ -227,7 +227,7 @@ class _Builder:
                         if first is not None:
                             releases[u][ju].append(first)
                     cast = None
-                    if qs[u] != qs[v]:
+                    if qs[u] != qs[v] and not pb.cast_fused[e]:   # a fused cast: no task, no buffer of its own
                         ct = tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * cast_share,
                                             pb.cast_fixed_s[kinds[d]], tv)
                         cast = prog.add(d, ct, K_CAST_F, p, v, [src], 0, e)
