@@ -10,14 +10,19 @@ Declared space (training, 1F1B, tensor parallelism 1, no recomputation, no ZeRO)
   layers; stage k is the k-th block of ``D / pp`` consecutive devices of the order (a
   block may mix kinds: its replicas then form groups).
 - **Precision per kind**: "wide" (each op at the highest-fidelity precision the kind
-  runs and the op may use) or "fast" (each op at the precision that runs it fastest on
-  that kind: int8 matrix products on a T4 under the default low-bit policy); chosen per
-  kind independently. A ``sensitivity_budget`` keeps only the combinations within it.
+  runs and the op may use), "fast" (each op at the precision that runs it fastest on
+  that kind: int8 matrix products on a T4 under the default low-bit policy) or "fast50"
+  (half of fast's lowered ops, those with the most time saved per unit of sensitivity);
+  chosen per kind independently. A ``sensitivity_budget`` keeps only the combinations within it.
 - **Shares**: per stage, ``core.plan.balanced_shares`` of the replicas' per-microbatch
   seconds (the integer shares with the least slowest replica).
-- **Layer split**: the split of the layers over the stages with the least bottleneck
-  (the slowest stage's slowest replica: its share x its seconds per microbatch), exact
-  by dynamic programming over the layers for that proxy.
+- **Layer split**: every split of the layers over the stages when there are at most
+  ``EXACT_LIMIT`` of them; else the split with the least bottleneck (the slowest stage's
+  slowest replica: its share x its seconds per microbatch), exact by dynamic programming
+  over the layers for that proxy.
+- On small instances the space is wider and enumerated whole: every per-op precision
+  of each kind (when a kind has at most ``EXACT_LIMIT`` assignments) and every share
+  vector of a stage (at most ``EXACT_LIMIT``), besides the policies and balanced shares.
 - **Gradient reduction**: ring or hierarchical, overlapped with the backward or not.
 
 Every point is scored by the analytic iteration (``costs.iteration.estimate_iteration``,
@@ -45,7 +50,12 @@ from distplan.costs.iteration import estimate_iteration
 from distplan.costs.problem import Problem, low_bit
 from distplan.model.cluster import _units
 
-PRECISION_POLICIES = ("wide", "fast")
+PRECISION_POLICIES = ("wide", "fast50", "fast")
+#: "fastX": the X % of the ops that "fast" would lower with the most time saved per unit
+#: of sensitivity added, lowered; the rest wide (QSync's trade: the cheapest ops first)
+PARTIAL = {"fast50": 0.5}
+#: enumerate splits, per-op precisions and shares exhaustively up to this many each
+EXACT_LIMIT = 64
 REDUCTIONS = (("ring", True), ("hierarchical", True), ("ring", False), ("hierarchical", False))
 
 
@@ -95,6 +105,17 @@ def kind_precisions(problem: Problem, c: int, policy: str) -> list[int] | None:
             out.append(ok[0])
         else:
             out.append(min(ok, key=lambda q: (problem.op_time_s(v, q, c), q)))
+    if policy in PARTIAL:
+        wide = kind_precisions(problem, c, "wide")
+        moved = [v for v in range(problem.n_ops) if out[v] != wide[v]]
+
+        def ratio(v: int) -> float:
+            saved = problem.op_time_s(v, wide[v], c) - problem.op_time_s(v, out[v], c)
+            added = problem.sensitivity[v, out[v]] - problem.sensitivity[v, wide[v]]
+            return saved / added if added > 0 else math.inf
+
+        keep = set(sorted(moved, key=ratio, reverse=True)[:int(round(PARTIAL[policy] * len(moved)))])
+        out = [out[v] if v in keep else wide[v] for v in range(problem.n_ops)]
     return out
 
 
@@ -159,6 +180,55 @@ def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]], qs
     return stage_of_unit
 
 
+def _all_splits(U: int, K: int) -> list[list[int]] | None:
+    """Every split of U units into K non-empty contiguous stages (None: more than EXACT_LIMIT)."""
+    if K > U or math.comb(U - 1, K - 1) > EXACT_LIMIT:
+        return None
+    out = []
+    for cuts in itertools.combinations(range(1, U), K - 1):
+        b = (0, *cuts, U)
+        out.append([k for k in range(K) for _ in range(b[k], b[k + 1])])
+    return out
+
+
+def _compositions(total: int, parts: int) -> list[tuple[int, ...]] | None:
+    """Every way to give ``parts`` replicas >= 1 of ``total`` (None: more than EXACT_LIMIT)."""
+    if parts < 1 or total < parts or math.comb(total - 1, parts - 1) > EXACT_LIMIT:
+        return None
+    return [tuple(b - a for a, b in zip((0, *c), (*c, total)))
+            for c in itertools.combinations(range(1, total), parts - 1)]
+
+
+def _per_op_assignments(problem: Problem, c: int) -> list[list[int]]:
+    """Every per-op precision assignment of kind ``c`` (empty: more than EXACT_LIMIT)."""
+    choices = [[q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
+               for v in range(problem.n_ops)]
+    if any(not x for x in choices) or math.prod(len(x) for x in choices) > EXACT_LIMIT:
+        return []
+    return [list(x) for x in itertools.product(*choices)]
+
+
+def _with_shares(problem: Problem, plan: Plan) -> list[Plan]:
+    """``plan`` with balanced shares on every data-parallel stage, and on small instances
+    with every combination of share vectors too."""
+    from distplan.costs.iteration import replica_microbatch_s
+
+    balanced, every = [], []
+    for k, st in enumerate(plan.stages):
+        if st.replicas == 1:
+            balanced.append(st)
+            every.append([st])
+            continue
+        t = [replica_microbatch_s(problem, plan, k, i) for i in range(st.replicas)]
+        balanced.append(dataclasses.replace(st, shares=balanced_shares(t, problem.microbatches)))
+        comp = _compositions(problem.microbatches, st.replicas)
+        every.append([dataclasses.replace(st, shares=s) for s in comp] if comp else [balanced[-1]])
+    out = [dataclasses.replace(plan, stages=tuple(balanced))]
+    if math.prod(len(e) for e in every) <= EXACT_LIMIT:
+        out += [dataclasses.replace(plan, stages=tuple(c)) for c in itertools.product(*every)]
+    return out
+
+
 def _plan(problem: Problem, point: FleetPoint, units: list[list[int]], split: list[int],
           qs: dict[int, list[int]], allreduce: str, overlap: bool) -> Plan:
     D = len(point.order)
@@ -178,17 +248,8 @@ def _plan(problem: Problem, point: FleetPoint, units: list[list[int]], split: li
             c = int(problem.device_kind[d])
             over.append({v: problem.precisions[qs[c][v]] for v in ops if problem.precisions[qs[c][v]] != base[v]})
         stages.append(Stage(tuple(devs), replica_precision=tuple(over) if any(over) else None))
-    plan = Plan(tuple(op_stage), tuple(base), tuple(stages), problem.microbatches, "1f1b",
+    return Plan(tuple(op_stage), tuple(base), tuple(stages), problem.microbatches, "1f1b",
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
-    from distplan.costs.iteration import replica_microbatch_s
-
-    shared = []
-    for k, st in enumerate(plan.stages):
-        if st.replicas > 1:
-            t = [replica_microbatch_s(problem, plan, k, i) for i in range(st.replicas)]
-            st = dataclasses.replace(st, shares=balanced_shares(t, problem.microbatches))
-        shared.append(st)
-    return dataclasses.replace(plan, stages=tuple(shared))
 
 
 def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None] | None = None,
@@ -213,6 +274,15 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
             continue   # "fast" that changes nothing on a kind (a V100 runs only fp16): same point
         seen.add(key)
         combos.append((tuple((names[c], p) for c, p in zip(kinds, choice)), qs))
+    exact = {c: _per_op_assignments(problem, c) for c in kinds}
+    if all(exact.values()):   # small: every per-op assignment of every kind
+        for assign in itertools.product(*(exact[c] for c in kinds)):
+            qs = dict(zip(kinds, assign))
+            key = tuple(tuple(qs[c]) for c in kinds)
+            if key not in seen:
+                seen.add(key)
+                combos.append((tuple((names[c], "ops " + ",".join(problem.precisions[q] for q in qs[c]))
+                                     for c in kinds), qs))
     orders = _orders(problem)
     D = problem.n_devices
     depths = [pp for pp in range(1, D + 1) if D % pp == 0 and pp <= len(units)]
@@ -220,6 +290,7 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     say(f"fleet space: {len(points)} points ({len(orders)} device orders x depths {depths} x "
         f"{len(combos)} precision choices per kind) x {len(REDUCTIONS)} gradient reductions, {len(units)} layers")
     found: list[FleetPlan] = []
+    keys: set = set()
     solved = infeasible = 0
     cut: list[str] = []
     cap = np.asarray(problem.device_mem_bytes)
@@ -231,20 +302,25 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
                   for c, q in qs.items()}
         size = D // pt.pp
         blocks = [list(pt.order[k * size:(k + 1) * size]) for k in range(pt.pp)]
-        split = _split(problem, units, blocks, qs, unit_s)
+        splits = _all_splits(len(units), pt.pp)
+        if splits is None:
+            one = _split(problem, units, blocks, qs, unit_s)
+            splits = [one] if one is not None else []
         solved += 1
-        if split is None:
-            infeasible += 1
-            continue
         fits_any = False
-        for allreduce, overlap in REDUCTIONS:
-            plan = _plan(problem, pt, units, split, qs, allreduce, overlap)
-            if not (plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all():
-                continue
-            if sensitivity_budget is not None and plan_sensitivity(problem, plan) > sensitivity_budget * (1 + 1e-9):
-                continue
-            fits_any = True
-            found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s))
+        for split in splits:
+            for allreduce, overlap in REDUCTIONS:
+                for plan in _with_shares(problem, _plan(problem, pt, units, split, qs, allreduce, overlap)):
+                    if not (plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all():
+                        continue
+                    if sensitivity_budget is not None and \
+                            plan_sensitivity(problem, plan) > sensitivity_budget * (1 + 1e-9):
+                        continue
+                    fits_any = True
+                    key = (plan.op_stage, plan.op_precision, plan.stages, plan.dp_allreduce, plan.overlap_grad_reduce)
+                    if key not in keys:
+                        keys.add(key)
+                        found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s))
         infeasible += not fits_any
     if not found:
         raise DistplanError("no plan of the fleet space fits the devices' memory"
