@@ -170,7 +170,7 @@ def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tupl
     end = {v: float(ends[i]) for i, v in enumerate(ops)}
     bwd = float(b_op.sum())
     for e, (u, v) in enumerate(problem.edges.tolist()):
-        if plan.op_stage[v] == k and qs[u] != qs[v]:   # casts on the consumer, the gradient's back
+        if plan.op_stage[v] == k and qs[u] != qs[v] and not problem.cast_fused[e]:   # casts on the consumer
             t = tp_shard_time_s(problem.cast_time_s(e, qs[u], qs[v], c) * cast_share, launch, tv)
             fwd += t
             if problem.training:
@@ -383,7 +383,7 @@ class _Lags:
         for v in ops:
             for e in pb.in_edge_ids(v):
                 u = int(pb.edges[e][0])
-                if qs[u] != qs[v]:
+                if qs[u] != qs[v] and not pb.cast_fused[e]:
                     t = tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], c) * share, float(pb.cast_fixed_s[c]), len(G))
                     fwd[v] += t
                     bwd[v] += t
@@ -426,12 +426,19 @@ class _Lags:
         # relayed onward: in hand by the end of this stage (the next boundary sends it then)
         t = max([t] + [arrive[e] for e in self.cross[b] if plan.op_stage[int(pb.edges[e][1])] > b + 1])
         lag_f = t - sum(c_f.values())
-        # backward: the receiving stage's backward ends at 0; ops run last to first
+        # backward: the receiving stage's backward ends at 0; ops run last to first; a
+        # gradient cast back (a task of its own, not fused) runs after the stage's
+        # backward in the simulator's order, so that gradient leaves at the end
         done, t = {}, 0.0
         for v in c_ops:
             done[v] = t
             t -= c_b[v]
-        items = [(done.get(int(pb.edges[e][1]), 0.0), nb[e], e) for e in self.cross[b]]
+
+        def grad_ready(e: int) -> float:
+            u, v = int(pb.edges[e][0]), int(pb.edges[e][1])
+            return 0.0 if qs[u] != qs[v] and not pb.cast_fused[e] else done.get(v, 0.0)
+
+        items = [(grad_ready(e), nb[e], e) for e in self.cross[b]]
         arrive = self._queue(c_dev, a_dev, items)
         out_edges: dict[int, list[int]] = {}
         for e in self.cross[b]:

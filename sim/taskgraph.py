@@ -299,7 +299,7 @@ class _Builder:
                     dw = Gw[jw]
                     src = grad_at[w][jw]
                     nb = float(elems[e] * bpe[qs[v]] / tv)
-                    if qs[v] != qs[w]:
+                    if qs[v] != qs[w] and not pb.cast_fused[e]:   # a fused cast: no task
                         ct = tp_shard_time_s(pb.cast_time_s(e, qs[v], qs[w], int(kinds[dw])) * 0.5,
                                             pb.cast_fixed_s[kinds[dw]], len(Gw))
                         src = prog.add(dw, ct, K_CAST_B, p, w, [src], 1, e)
