@@ -76,7 +76,7 @@ def test_problem_numbers_and_sensitivity_zero_at_top(chain4, line2):
 
 
 def test_plan_cost_two_stage_exact(chain4, line2):
-    p = build_problem(chain4, line2)
+    p = build_problem(chain4, line2, ProblemOptions(low_bit_ops="all"))   # an unfused cast, charged
     plan = Plan((0, 0, 1, 1), ("fp16", "fp16", "int8", "int8"), (Stage((0,)), Stage((1,))), 4, "stream")
     check_plan(p, plan)
     c = plan_cost(p, plan)
