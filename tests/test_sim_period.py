@@ -75,14 +75,14 @@ def server_loads_s(pb: Problem, plan: Plan, link_model: str) -> np.ndarray:
                 if ku != kv:
                     path = [Gu[j % len(Gu)]] + [where[b][j % len(where[b])] for b in range(ku + 1, kv + 1)]
                     send(path, pb.edge_elems[e] * bpe[qs[u]] / len(Gv))
-                if qs[u] != qs[v]:
+                if qs[u] != qs[v] and not pb.cast_fused[e]:   # a fused cast is no task
                     load[d] += tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[d])) * share,
                                               pb.cast_fixed_s[kinds[d]], len(Gv))
             if not pb.training:
                 continue
             for j, d in enumerate(Gu):  # backward: producer u's TP share j gets its gradient
                 dw = Gv[j % len(Gv)]
-                if qs[u] != qs[v]:
+                if qs[u] != qs[v] and not pb.cast_fused[e]:   # a fused cast is no task
                     load[dw] += tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], int(kinds[dw])) * 0.5,
                                                pb.cast_fixed_s[kinds[dw]], len(Gv))
                 if kv != ku:
