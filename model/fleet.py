@@ -16,10 +16,11 @@ Declared space (training, 1F1B, tensor parallelism 1, no recomputation, no ZeRO)
   chosen per kind independently. A ``sensitivity_budget`` keeps only the combinations within it.
 - **Shares**: per stage, ``core.plan.balanced_shares`` of the replicas' per-microbatch
   seconds (the integer shares with the least slowest replica).
-- **Layer split**: every split of the layers over the stages when there are at most
-  ``EXACT_LIMIT`` of them; else the split with the least bottleneck (the slowest stage's
-  slowest replica: its share x its seconds per microbatch), exact by dynamic programming
-  over the layers for that proxy.
+- **Layer split**: every split of the layers over the stages on graphs of at most
+  ``EXACT_UNITS`` layers (and at most ``EXACT_LIMIT`` splits); else the split with the
+  least bottleneck (the slowest stage's slowest replica: its share x its seconds per
+  microbatch), exact by dynamic programming over the layers for that proxy, and the
+  splits one boundary away from it.
 - On small instances the space is wider and enumerated whole: every per-op precision
   of each kind (when a kind has at most ``EXACT_LIMIT`` assignments) and every share
   vector of a stage (at most ``EXACT_LIMIT``), besides the policies and balanced shares.
@@ -56,6 +57,9 @@ PRECISION_POLICIES = ("wide", "fast50", "fast")
 PARTIAL = {"fast50": 0.5}
 #: enumerate splits, per-op precisions and shares exhaustively up to this many each
 EXACT_LIMIT = 64
+#: layer counts up to which every split is enumerated; above, the min-max split and the
+#: splits one cut away from it (each estimate of a mixed fleet replays the pipeline)
+EXACT_UNITS = 8
 REDUCTIONS = (("ring", True), ("hierarchical", True), ("ring", False), ("hierarchical", False))
 
 
@@ -181,13 +185,30 @@ def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]], qs
 
 
 def _all_splits(U: int, K: int) -> list[list[int]] | None:
-    """Every split of U units into K non-empty contiguous stages (None: more than EXACT_LIMIT)."""
-    if K > U or math.comb(U - 1, K - 1) > EXACT_LIMIT:
+    """Every split of U units into K non-empty contiguous stages (None: more than
+    EXACT_LIMIT, or a graph of more than EXACT_UNITS layers)."""
+    if K > U or U > EXACT_UNITS or math.comb(U - 1, K - 1) > EXACT_LIMIT:
         return None
     out = []
     for cuts in itertools.combinations(range(1, U), K - 1):
         b = (0, *cuts, U)
         out.append([k for k in range(K) for _ in range(b[k], b[k + 1])])
+    return out
+
+
+def _neighbours(split: list[int]) -> list[list[int]]:
+    """The splits with one stage boundary moved by one unit (stages stay non-empty)."""
+    out = []
+    bounds = [i for i in range(1, len(split)) if split[i] != split[i - 1]]
+    for b in bounds:
+        for nb in (b - 1, b + 1):
+            s = list(split)
+            if nb < b:
+                s[nb] = split[b]          # the unit before the boundary joins the next stage
+            else:
+                s[b] = split[b - 1]       # the first unit after it joins the previous stage
+            if len(set(s)) == len(set(split)) and s != split:
+                out.append(s)
     return out
 
 
@@ -305,7 +326,7 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
         splits = _all_splits(len(units), pt.pp)
         if splits is None:
             one = _split(problem, units, blocks, qs, unit_s)
-            splits = [one] if one is not None else []
+            splits = [] if one is None else [one] + _neighbours(one)
         solved += 1
         fits_any = False
         for split in splits:

@@ -64,9 +64,11 @@ class Comparison:
 
     @property
     def ceiling_per_s(self) -> float:
-        """batch_size / proven bound (inf when the bound is 0 or unknown)."""
+        """batch_size / proven bound (inf when the bound is 0 or unknown); for a bound on
+        the training iteration (the cluster and fleet spaces): global batch / bound."""
         b = self.milp.bound_s
-        return self.problem.graph.batch_size / b if b > 0 and math.isfinite(b) else math.inf
+        samples = self.milp.extra.get("bound_samples", self.problem.graph.batch_size)
+        return samples / b if b > 0 and math.isfinite(b) else math.inf
 
     def ratio(self, row: MethodRow) -> float:
         """row throughput / MILP throughput."""
@@ -103,7 +105,11 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
                      extra={"solve_seconds": solved.seconds, "build_seconds": solved.build_seconds,
                             "binaries": solved.n_binaries, "constraints": solved.n_constraints,
                             "milp_period_s": best.milp_period_s, "sim_period_s": best.sim.period_s,
-                            "coarse_ops": rep.coarse_ops})
+                            "coarse_ops": rep.coarse_ops,
+                            # a bound on the iteration covers a step's samples, not one microbatch's
+                            "bound_samples": (rep.problem.microbatches * rep.problem.graph.batch_size
+                                              if problem.training and "model_iteration_s" in best.plan.predicted
+                                              else problem.graph.batch_size)})
 
 
 def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
@@ -186,7 +192,7 @@ def format_comparison(c: Comparison) -> str:
                      f"{r.candidates:>10}  {note}")
     ceil = c.ceiling_per_s
     lines.append(f"{'ceiling':<8} {_num(ceil):>11} {_num(ceil / c.milp.throughput_per_s if c.milp.throughput_per_s else math.nan, '.3f'):>8} "
-                 f"{'':>7} {'':>10}  batch / proven bound {_num(c.milp.bound_s, '.6g')} s (MILP cost model)")
+                 f"{'':>7} {'':>10}  {'samples per step' if c.milp.extra.get('bound_samples', c.problem.graph.batch_size) != c.problem.graph.batch_size else 'batch'} / proven bound {_num(c.milp.bound_s, '.6g')} s (planner's cost model)")
     for r in c.rows[1:]:
         if r.throughput_per_s > ceil * (1 + 1e-6):
             why = ("its plan has tensor-parallel or unevenly replicated stages, outside the MILP's plan space"
