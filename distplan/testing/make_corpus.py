@@ -120,7 +120,8 @@ def _tiny_problem(spec: TinySpec, mem_bytes: float) -> Problem:
     topo = tiny_topology(spec, rng, mem_bytes)
     mb = spec.microbatches or rng.randint(1, 8)
     return build_problem(g, topo, ProblemOptions(precisions=spec.precisions, microbatches=mb,
-                                                 schedule="stream" if spec.mode == "inference" else "1f1b"))
+                                                 schedule="stream" if spec.mode == "inference" else "1f1b",
+                                                 low_bit_ops="all"))   # the tiny instances' rule: int8 on any op
 
 
 def tiny_problem(spec: TinySpec) -> tuple[Problem, float]:
