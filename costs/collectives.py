@@ -106,10 +106,16 @@ def gradient_reduction_s(problem: Problem, devs: list[int], nbytes: float, hiera
 class Transfers:
     """Store-and-forward transfers over FIFO links, timed like the simulator's links:
     each link serves one transfer after another in order of arrival (ties: order of
-    creation), a hop is busy ``bytes / bw`` and delivered ``latency`` later, and a
+    release), a hop is busy ``bytes / bw`` and delivered ``latency`` later, and a
     transfer starts when its release time and every transfer it waits for are past.
     Used where the closed forms above assume replicas that start together: the gradient
-    reduction of replicas of different speeds, shares or precisions."""
+    reduction of replicas of different speeds, shares or precisions, and (with a
+    ``walker``, ``delivered_s``) the pipeline's stage-boundary tensors of every
+    microbatch, all on the same links.
+
+    A ``gated`` transfer also waits for ``trigger(i, t)``: the device side of a joint
+    run releases it (a tensor leaves when its producer is done). A transfer with an
+    empty route is delivered when released (an anchor other transfers wait for)."""
 
     def __init__(self, problem: Problem):
         self.pb = problem
@@ -117,52 +123,89 @@ class Transfers:
         self.nbytes: list[float] = []
         self.release: list[float] = []
         self.preds: list[list[int]] = []
+        self.gated: list[bool] = []
 
-    def add(self, a: int, b: int, nbytes: float, release_s: float, preds: list[int]) -> int:
-        """A transfer of ``nbytes`` from device a to b, after ``release_s`` and ``preds``."""
-        self.links.append(tuple(self.pb.topology.route(a, b)))
+    def add(self, a: int, b: int, nbytes: float, release_s: float, preds: list[int], gated: bool = False,
+            route: tuple[int, ...] | None = None) -> int:
+        """A transfer of ``nbytes`` from device a to b (over ``route`` when given: the
+        links of a relay through several devices), after ``release_s`` and ``preds``, and
+        when ``gated`` after its ``trigger``."""
+        self.links.append(tuple(route) if route is not None else tuple(self.pb.topology.route(a, b)))
         self.nbytes.append(float(nbytes))
         self.release.append(float(release_s))
         self.preds.append(list(preds))
+        self.gated.append(bool(gated))
         return len(self.links) - 1
 
-    def delivered_s(self) -> list[float]:
-        """When each transfer has arrived (its release time when its route is empty)."""
+    def trigger(self, i: int, t: float) -> None:
+        """Release gated transfer ``i`` at ``t`` (during ``delivered_s``, from the walker;
+        ``t`` is never before the last delivery the walker was told of)."""
+        import heapq
+
+        if self._ready[i] < t:
+            self._ready[i] = t
+        self._pending[i] -= 1
+        if not self._pending[i]:
+            heapq.heappush(self._heap, (self._ready[i], self._seq, i, 0))
+            self._seq += 1
+
+    def delivered_s(self, walker=None) -> list[float]:
+        """When each transfer has arrived (its release time when its route is empty).
+        ``walker``: the devices of a joint run, ``start()`` once (it runs every device as
+        far as its inputs allow, releasing gated transfers by ``trigger``) and
+        ``delivered(i, t)`` after each delivery; as in the simulator, the links' heap is
+        popped only when the devices can do nothing more, so every release comes at or
+        after the last delivery popped and the links serve transfers in true arrival
+        order. ``self.arrived[i]`` says whether transfer i was delivered."""
         import heapq
 
         n = len(self.links)
         bw, lat = self.pb.link_bw_bytes_per_s, self.pb.link_latency_s
+        bw = [float(x) for x in bw]
+        lat = [float(x) for x in lat]
         succ: list[list[int]] = [[] for _ in range(n)]
-        pending = [len(p) for p in self.preds]
-        ready = list(self.release)
+        self._pending = pending = [len(p) + g for p, g in zip(self.preds, self.gated)]
+        self._ready = ready = list(self.release)
         for i, ps in enumerate(self.preds):
             for j in ps:
                 succ[j].append(i)
-        done = [0.0] * n
+        self.done = done = [0.0] * n
+        self.arrived = arrived = [False] * n
         free: dict[int, float] = {}
-        heap: list[tuple[float, int, int, int]] = []
-        seq = 0
+        self._heap = heap = []
+        self._seq = 0
         for i in range(n):
             if not pending[i]:
-                heapq.heappush(heap, (ready[i], seq, i, 0))
-                seq += 1
+                heap.append((ready[i], self._seq, i, 0))
+                self._seq += 1
+        heapq.heapify(heap)
+        if walker is not None:
+            walker.start()
+        links, nbytes = self.links, self.nbytes
         while heap:
             t, _, i, h = heapq.heappop(heap)
-            route = self.links[i]
+            route = links[i]
             if h < len(route):
                 l = route[h]
-                start = max(t, free.get(l, 0.0))
-                free[l] = start + self.nbytes[i] / float(bw[l])
-                heapq.heappush(heap, (free[l] + float(lat[l]), seq, i, h + 1))
-                seq += 1
+                start = free.get(l, 0.0)
+                if start < t:
+                    start = t
+                f = start + nbytes[i] / bw[l]
+                free[l] = f
+                heapq.heappush(heap, (f + lat[l], self._seq, i, h + 1))
+                self._seq += 1
                 continue
             done[i] = t
+            arrived[i] = True
             for j in succ[i]:
-                ready[j] = max(ready[j], t)
+                if ready[j] < t:
+                    ready[j] = t
                 pending[j] -= 1
                 if not pending[j]:
-                    heapq.heappush(heap, (ready[j], seq, j, 0))
-                    seq += 1
+                    heapq.heappush(heap, (ready[j], self._seq, j, 0))
+                    self._seq += 1
+            if walker is not None:
+                walker.delivered(i, t)
         return done
 
 
@@ -184,14 +227,14 @@ def ring_transfers(tr: Transfers, devs: list[int], arrived: list[tuple[float, li
     return arrived
 
 
-def reduction_transfers(tr: Transfers, devs: list[int], start_s: list[float], nbytes: float, hierarchical: bool,
+def reduction_transfers(tr: Transfers, devs: list[int], start_s: list, nbytes: float, hierarchical: bool,
                         zero: int) -> None:
     """One gradient reduction of ``nbytes`` over the replicas ``devs``, replica i's
-    gradients ready at ``start_s[i]``, as the simulator orders it (flat ring, or
-    reduce-scatter by node, rings across nodes, all-gather by node; ZeRO-1 keeps the
-    reduce-scatter halves)."""
+    gradients ready at ``start_s[i]`` (a time, or a (time, transfers it waits for) pair),
+    as the simulator orders it (flat ring, or reduce-scatter by node, rings across nodes,
+    all-gather by node; ZeRO-1 keeps the reduce-scatter halves)."""
     r = len(devs)
-    start = [(float(s), []) for s in start_s]
+    start = [(float(s[0]), list(s[1])) if isinstance(s, tuple) else (float(s), []) for s in start_s]
     members = hierarchical_groups(tr.pb.topology, devs) if hierarchical else None
     if members is None:
         ring_transfers(tr, devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), own=start)

@@ -264,6 +264,31 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
     """``estimate_iteration`` for plans whose replicas differ (module docstring)."""
     K, M = plan.n_stages, plan.microbatches
     per = [[_stage_times(problem, plan, k, i) for i in range(st.replicas)] for k, st in enumerate(plan.stages)]
+    T = [[x[0] + x[1] for x in row] for row in per]
+    rs0 = [st.replica_of(0) for st in plan.stages]
+    c = np.array([_boundary_s(problem, plan, b, 0) for b in range(K - 1)])
+    F = np.array([per[k][rs0[k]][0] for k in range(K)])
+    B = np.array([per[k][rs0[k]][1] for k in range(K)])
+    period = max(max(row) for row in T)
+    run = _JointRun(problem, plan).run()
+    if run is None:   # the order did not run through (never on the simulator's schedules)
+        return _estimate_lanes(problem, plan, per, F, B, c, period)
+    pipeline, ends_at, reduced = run
+    ar = np.zeros(K)
+    finish = pipeline
+    for k in range(K):
+        if reduced[k] is not None:
+            ar[k] = max(0.0, reduced[k] - ends_at[k])
+            finish = max(finish, reduced[k])
+    opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
+    return IterationEstimate(finish + opt, pipeline, period, F, B, c, ar, finish - pipeline, opt)
+
+
+def _estimate_lanes(problem: Problem, plan: Plan, per, F, B, c, period) -> IterationEstimate:
+    """The lanes' closed form (module docstring) with the gradient reductions timed by
+    ``Transfers`` from each replica's last backward: the stand-in when the joint run
+    cannot run through."""
+    K, M = plan.n_stages, plan.microbatches
     n = [st.replica_counts(M) for st in plan.stages]
     T = [[x[0] + x[1] for x in row] for row in per]
     lanes: dict[int, tuple[list[int], np.ndarray]] = {}
@@ -277,26 +302,13 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
         return lanes[m]
 
     def lane_span(k: int, i: int, m: int) -> float:
-        """Replica (k, i)'s microbatches back to back, with the fill and drain of the
-        other stages along microbatch m's replicas."""
         rs, cs = lane(m)
         return n[k][i] * T[k][i] + sum(T[j][rs[j]] for j in range(K) if j != k) + 2 * float(cs.sum())
 
-    first_m = [[_first_microbatch(st, i) for i in range(st.replicas)] for st in plan.stages]
-    span = [[lane_span(k, i, first_m[k][i]) for i in range(st.replicas)] for k, st in enumerate(plan.stages)]
-    rs0, c = lane(0)
-    F = np.array([per[k][rs0[k]][0] for k in range(K)])
-    B = np.array([per[k][rs0[k]][1] for k in range(K)])
-    period = max(max(row) for row in T)
-    replay = _replay_1f1b(problem, plan, per, _Lags(problem, plan))
-    pipeline = replay[0] if replay is not None else max(max(row) for row in span)
+    span = [[lane_span(k, i, _first_microbatch(st, i)) for i in range(st.replicas)] for k, st in enumerate(plan.stages)]
+    pipeline = max(max(row) for row in span)
 
     def last_backward_end(k: int, i: int) -> float:
-        """When replica (k, i) ends its last backward: replayed, or its lane's span (the
-        slowest stage along the replicas of its last microbatch) less the backwards and
-        boundaries of the earlier stages along that lane."""
-        if replay is not None:
-            return replay[1][k][i]
         st = plan.stages[k]
         m = max(x for x in range(M) if st.replica_of(x) == i)
         rs, cs = lane(m)
@@ -315,8 +327,6 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
         wide = plan.widest_precisions(k, lambda p: problem.bytes_per_elem[problem.q_index(p)])
         ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
         buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
-        if plan.overlap_grad_reduce:   # by readiness on replica 0
-            buckets.sort(key=lambda b: per[k][0][2][b[0]])
         for j in range(st.tensor_parallel):
             devs = [st.devices[i * st.tensor_parallel + j] for i in range(st.replicas)]
             for bucket in buckets:
@@ -342,174 +352,262 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
     return IterationEstimate(finish + opt, pipeline, period, F, B, c, ar, finish - pipeline, opt)
 
 
-class _Lags:
-    """What boundary b adds to microbatch m's path, forward and backward: how much later
-    the receiving stage ends than its own work after the sending stage ended. Each
-    crossing tensor leaves when its producer is done (its gradient when its consumer's
-    backward is), the tensors queue on the route's links (store and forward, in order of
-    readiness), and each receiving op starts once its own inputs are there, as in the
-    simulator; one microbatch alone on the links. A lag is negative when the receiver's
-    first ops wait for nothing from the sender, -inf when no tensor crosses. A tensor
-    relayed through the receiving stage counts as needed by the end of that stage."""
+class _JointRun:
+    """The simulator's run of a 1F1B training plan, a stage's work per microbatch at a
+    time: every device (rank 0 of each replica) runs its replicas' forward and backward
+    blocks in the simulator's order (``Plan.window_offsets``: round, then pattern,
+    forwards first); inside a block the ops run back to back, each op (or the cast of
+    an input) waiting for the tensors it receives from other stages; every tensor that
+    crosses a stage boundary, microbatch by microbatch, is a transfer over its whole
+    route (relays included: store and forward, no device involved), and every gradient
+    reduction's ring steps are transfers too, released when the replica's gradients
+    are ready (after the op's backward of its last microbatch when overlapped, else
+    after the device's last task), all on FIFO links served in order of arrival
+    (``costs.collectives.Transfers``). So transfers of different microbatches, replicas
+    and reductions queue behind one another on a shared link as in the simulator.
+
+    A block is a list of segments (gates, seconds, sends, marks): the segment starts
+    when the device is free and its gate tensors have arrived, runs its seconds, then
+    releases its send tensors and reduction anchors. Blocks are built once per stage,
+    replica and precisions of the incoming tensors' producers."""
 
     def __init__(self, problem: Problem, plan: Plan):
         self.pb, self.plan = problem, plan
-        self.memo: dict[tuple[int, int], tuple[float, float]] = {}
         self.again = recomputed(problem, plan)
-        self.cross: list[list[int]] = [[] for _ in range(max(plan.n_stages - 1, 0))]
-        for e, (u, v) in enumerate(problem.edges.tolist()):
-            for b in range(plan.op_stage[u], plan.op_stage[v]):
-                self.cross[b].append(e)   # an empty tensor still orders the ops (latency only)
+        self.edges = problem.edges.tolist()
+        V = problem.n_ops
+        self.out_edges: list[list[int]] = [[] for _ in range(V)]
+        for e, (u, _) in enumerate(self.edges):
+            self.out_edges[u].append(e)
+        self.blocks: dict[tuple, tuple[list, list]] = {}
+        self.stage_ops = [plan.ops_in_stage(k) for k in range(plan.n_stages)]
+        # producers of the tensors each stage receives: their precisions key its blocks
+        self.feeders = [sorted({u for v in ops for e in problem.in_edge_ids(v)
+                                for u in (self.edges[e][0],) if plan.op_stage[u] < k})
+                        for k, ops in enumerate(self.stage_ops)]
 
-    def __call__(self, b: int, m: int) -> tuple[float, float]:
-        key = (b, m % self.plan.cycle)
-        if key not in self.memo:
-            self.memo[key] = self._lags(b, m)
-        return self.memo[key]
-
-    def _ops(self, k: int, m: int, qs: list[int]) -> tuple[list[int], dict[int, float], dict[int, float]]:
-        """Stage k's ops on microbatch m's replica and their forward and backward seconds
-        on one rank, each with the casts the simulator runs right before it (a cast of an
-        input before the op's forward, of its input gradient after its backward)."""
+    # --- blocks ------------------------------------------------------------------
+    def _block(self, k: int, i: int, qs: list[int]) -> tuple[list, list]:
+        """(forward, backward) segments of stage k on replica i at precisions ``qs``;
+        gates and sends are (edge, direction) pairs ('f' tensor, 'b' gradient), marks
+        the ops whose gradients are ready (overlapped reduction)."""
         pb, plan = self.pb, self.plan
+        stage_of = plan.op_stage
+        ops = self.stage_ops[k]
+        key = (k, i, tuple(qs[u] for u in self.feeders[k]))
+        if key in self.blocks:
+            return self.blocks[key]
         st = plan.stages[k]
-        G = list(st.replica_devices(m))
-        ops = plan.ops_in_stage(k)
-        f, bw = op_rank_times(pb, G, qs, ops, st.sequence_parallel, self.again)
-        fwd = {v: float(x) for v, x in zip(ops, f)}
-        bwd = {v: float(x) for v, x in zip(ops, bw)}
+        G = list(st.replica_group(i))
+        tv = len(G)
         c = int(pb.device_kind[G[0]])
+        launch = float(pb.cast_fixed_s[c])
+        f_op, b_op = op_rank_times(pb, G, qs, ops, st.sequence_parallel, self.again)
         share = 0.5 if pb.training else 1.0
-        for v in ops:
-            for e in pb.in_edge_ids(v):
-                u = int(pb.edges[e][0])
-                if qs[u] != qs[v] and not pb.cast_fused[e]:
-                    t = tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], c) * share, float(pb.cast_fixed_s[c]), len(G))
-                    fwd[v] += t
-                    bwd[v] += t
-        return ops, fwd, bwd
 
-    def _queue(self, a: int, c: int, items: list[tuple[float, float, int]]) -> dict[int, float]:
-        """Arrival of each (ready, bytes, edge) sent a -> c, FIFO per link."""
-        pb = self.pb
-        free: dict[int, float] = {}
-        out = {}
-        for ready, nbytes, e in sorted(items):
-            t = ready
-            for l in pb.topology.route(a, c):
-                t = max(t, free.get(l, -math.inf))
-                free[l] = t + nbytes / float(pb.link_bw_bytes_per_s[l])
-                t = free[l] + float(pb.link_latency_s[l])
-            out[e] = t
+        def cast_s(e: int) -> float:
+            u, v = self.edges[e]
+            if qs[u] == qs[v] or pb.cast_fused[e]:
+                return -1.0
+            return tp_shard_time_s(pb.cast_time_s(e, qs[u], qs[v], c) * share, launch, tv)
+
+        segs: list[list] = []
+
+        def item(gates: list, dur: float, sends: list = (), marks: list = ()) -> None:
+            if gates or not segs or segs[-1][2] or segs[-1][3]:
+                if segs and not segs[-1][1] and not segs[-1][2] and not segs[-1][3]:
+                    segs[-1][0].extend(gates)   # nothing to run in between: wait for all
+                else:
+                    segs.append([list(gates), 0.0, [], []])
+            segs[-1][1] += dur
+            segs[-1][2].extend(sends)
+            segs[-1][3].extend(marks)
+
+        for idx, v in enumerate(ops):
+            gates = []
+            for e in pb.in_edge_ids(v):
+                crossing = stage_of[self.edges[e][0]] < k
+                t = cast_s(e)
+                if t >= 0:
+                    item([(e, "f")] if crossing else [], t)
+                elif crossing:
+                    gates.append((e, "f"))
+            sends = [(e, "f") for e in self.out_edges[v] if stage_of[self.edges[e][1]] > k]
+            item(gates, float(f_op[idx]), sends)
+        fwd = [tuple(s) for s in segs]
+        segs = []
+        tail = []   # casts of crossing gradients: after the stage's whole backward
+        for idx in reversed(range(len(ops))):
+            v = ops[idx]
+            for e in self.out_edges[v]:     # casts of gradients from this stage's ops
+                w = self.edges[e][1]
+                if stage_of[w] == k and cast_s(e) >= 0:
+                    item([], cast_s(e))
+            gates = [(e, "b") for e in self.out_edges[v] if stage_of[self.edges[e][1]] > k]
+            sends = []
+            for e in pb.in_edge_ids(v):
+                if stage_of[self.edges[e][0]] < k:
+                    if cast_s(e) >= 0:
+                        tail.append(e)
+                    else:
+                        sends.append((e, "b"))
+            marks = [v] if plan.overlap_grad_reduce and pb.graph.ops[v].param_elems > 0 else []
+            item(gates, float(b_op[idx]), sends, marks)
+        for e in sorted(tail, key=lambda e: (-self.edges[e][0], e)):   # the simulator's creation order
+            item([], cast_s(e), [(e, "b")])
+        out = (fwd, [tuple(s) for s in segs])
+        self.blocks[key] = out
         return out
 
-    def _lags(self, b: int, m: int) -> tuple[float, float]:
+    # --- the run -------------------------------------------------------------------
+    def run(self) -> tuple[float, list[float], list[float | None]] | None:
+        """(the last pipeline task's end, each stage's last backward end, each stage's
+        reduction end or None), or None if some device never got its inputs."""
         pb, plan = self.pb, self.plan
-        qs = [pb.q_index(p) for p in plan.microbatch_precisions(m)]
-        a_dev = plan.stages[b].replica_devices(m)[0]
-        c_dev = plan.stages[b + 1].replica_devices(m)[0]
-        tv = plan.stages[b + 1].tensor_parallel
-        p_ops, p_f, p_b = self._ops(b, m, qs)
-        c_ops, c_f, c_b = self._ops(b + 1, m, qs)
-        nb = {e: float(pb.edge_elems[e] * pb.bytes_per_elem[qs[int(pb.edges[e][0])]]) / tv for e in self.cross[b]}
-        # forward: producer ends at 0; each tensor ready when its producer is done
-        done, t = {}, 0.0
-        for v in reversed(p_ops):
-            done[v] = t
-            t -= p_f[v]
-        items = [(done.get(int(pb.edges[e][0]), 0.0), nb[e], e) for e in self.cross[b]]
-        arrive = self._queue(a_dev, c_dev, items)
-        t = -math.inf   # ops that wait for nothing from the sender may run early
-        for v in c_ops:
-            need = [arrive[e] for e in pb.in_edge_ids(v) if e in arrive]
-            t = max([t] + need) + c_f[v]
-        # relayed onward: in hand by the end of this stage (the next boundary sends it then)
-        t = max([t] + [arrive[e] for e in self.cross[b] if plan.op_stage[int(pb.edges[e][1])] > b + 1])
-        lag_f = t - sum(c_f.values())
-        # backward: the receiving stage's backward ends at 0; ops run last to first; a
-        # gradient cast back (a task of its own, not fused) runs after the stage's
-        # backward in the simulator's order, so that gradient leaves at the end
-        done, t = {}, 0.0
-        for v in c_ops:
-            done[v] = t
-            t -= c_b[v]
+        topo = pb.topology
+        K, M, C = plan.n_stages, plan.microbatches, plan.cycle
+        stage_of = plan.op_stage
+        off = plan.window_offsets()
+        rep = [[st.replica_of(m) for m in range(M)] for st in plan.stages]
+        qi = {x: q for q, x in enumerate(pb.precisions)}
+        qs_of = [[qi[x] for x in plan.microbatch_precisions(p)] for p in range(C)]
+        tr = Transfers(pb)
+        routes: dict[tuple[int, ...], tuple[int, ...]] = {}
 
-        def grad_ready(e: int) -> float:
-            u, v = int(pb.edges[e][0]), int(pb.edges[e][1])
-            return 0.0 if qs[u] != qs[v] and not pb.cast_fused[e] else done.get(v, 0.0)
+        def route(path: list[int]) -> tuple[int, ...]:
+            key = tuple(path)
+            if key not in routes:
+                routes[key] = tuple(l for a, b in zip(path, path[1:]) for l in topo.route(a, b))
+            return routes[key]
 
-        items = [(grad_ready(e), nb[e], e) for e in self.cross[b]]
-        arrive = self._queue(c_dev, a_dev, items)
-        out_edges: dict[int, list[int]] = {}
-        for e in self.cross[b]:
-            out_edges.setdefault(int(pb.edges[e][0]), []).append(e)
-        t = -math.inf
-        for v in reversed(p_ops):
-            t = max([t] + [arrive[e] for e in out_edges.get(v, ())]) + p_b[v]
-        t = max([t] + [arrive[e] for e in self.cross[b] if plan.op_stage[int(pb.edges[e][0])] < b])
-        lag_b = t - sum(p_b.values())
-        return lag_f, lag_b
-
-
-def _replay_1f1b(problem: Problem, plan: Plan, per, lags) -> tuple[float, list[list[float]]] | None:
-    """The 1F1B run of every microbatch, task by task, without link contention: each
-    device runs its replicas' forwards (round m) and backwards (round m + the stage's
-    ``Plan.window_offsets``) in the simulator's order (round, then pattern, forwards
-    first), a forward after the previous stage's forward of the microbatch and its
-    boundary, a backward after the next stage's backward and the boundary back.
-    ``per[k][i]`` = (F, B, _) of replica i of stage k; ``lags`` (``_Lags``) the time
-    a boundary adds, forward and backward. Returns
-    (the last task's end, the end of each replica's last backward), or None if the
-    order does not run through (never for the simulator's schedules)."""
-    K, M, C = plan.n_stages, plan.microbatches, plan.cycle
-    off = plan.window_offsets()
-    rep = [[st.replica_of(m) for m in range(M)] for st in plan.stages]
-    order: dict[int, list[tuple]] = {}
-    for k, st in enumerate(plan.stages):
+        xfer: dict[tuple[int, str, int], int] = {}
+        crossing = [e for e, (u, v) in enumerate(self.edges) if stage_of[u] < stage_of[v]]
         for m in range(M):
-            dev = st.replica_group(rep[k][m])[0]
-            order.setdefault(dev, []).append((m, m % C, 0, k, m))
-            order.setdefault(dev, []).append((m + off[k], m % C, 1, -k, m))
-    for seq in order.values():
-        seq.sort()
-    end: dict[tuple[int, int, int], float] = {}
-    waiting: dict[tuple[int, int, int], int] = {}
-    pos = dict.fromkeys(order, 0)
-    free = dict.fromkeys(order, 0.0)
-    stack = list(order)
-    while stack:
-        dev = stack.pop()
-        seq = order[dev]
-        while pos[dev] < len(seq):
-            _, _, ph, sk, m = seq[pos[dev]]
-            k = sk if ph == 0 else -sk
-            i = rep[k][m]
-            dep, lag = None, 0.0
-            if ph == 0 and k > 0:
-                dep, lag = (0, k - 1, m), lags(k - 1, m)[0]
-            elif ph == 1 and k < K - 1:
-                dep, lag = (1, k + 1, m), lags(k, m)[1]
-            elif ph == 1:
-                dep = (0, k, m)
-            if dep is not None and dep not in end:
-                waiting[dep] = dev
+            qs = qs_of[m % C]
+            at = [st.replica_devices(m)[0] for st in plan.stages]
+            for e in crossing:
+                u, v = self.edges[e]
+                ku, kv = stage_of[u], stage_of[v]
+                path = [at[b] for b in range(ku, kv + 1)]
+                nb = float(pb.edge_elems[e] * pb.bytes_per_elem[qs[u]])
+                xfer[(e, "f", m)] = tr.add(path[0], path[-1], nb / plan.stages[kv].tensor_parallel, 0.0, [],
+                                           gated=True, route=route(path))
+                xfer[(e, "b", m)] = tr.add(path[-1], path[0], nb / plan.stages[ku].tensor_parallel, 0.0, [],
+                                           gated=True, route=route(path[::-1]))
+        # gradient reductions, each replica's part waiting for its anchors
+        anchors: dict[tuple[int, int, int | None], list[int]] = {}   # (stage, replica, op | None)
+        red_range: list[tuple[int, int] | None] = []
+        for k, st in enumerate(plan.stages):
+            if st.replicas < 2:
+                red_range.append(None)
+                continue
+            lo = len(tr.links)
+            wide = plan.widest_precisions(k, lambda p: pb.bytes_per_elem[pb.q_index(p)])
+            ops = [v for v in plan.ops_in_stage(k) if pb.graph.ops[v].param_elems > 0]
+            buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
+            tp = st.tensor_parallel
+            for bucket in buckets:
+                nbytes = sum(pb.graph.ops[v].param_elems * float(pb.bytes_per_elem[pb.q_index(wide[v])])
+                             for v in bucket) / tp
+                if nbytes <= 0:
+                    continue
+                mark = bucket[-1] if plan.overlap_grad_reduce else None
+                for j in range(tp):
+                    devs = [st.devices[i * tp + j] for i in range(st.replicas)]
+                    start = []
+                    for i, d in enumerate(devs):
+                        a = tr.add(d, d, 0.0, 0.0, [], gated=True, route=())
+                        anchors.setdefault((k, i, mark), []).append(a)
+                        start.append((0.0, [a]))
+                    reduction_transfers(tr, devs, start, nbytes, plan.dp_allreduce == "hierarchical", st.zero)
+            red_range.append((lo, len(tr.links)))
+        # every device's blocks in the simulator's order
+        last_m = [{} for _ in plan.stages]
+        for k in range(K):
+            for m in range(M):
+                last_m[k][rep[k][m]] = m
+        order: dict[int, list[tuple]] = {}
+        for k, st in enumerate(plan.stages):
+            for m in range(M):
+                dev = st.replica_group(rep[k][m])[0]
+                order.setdefault(dev, []).append((m, m % C, 0, k, m))
+                order.setdefault(dev, []).append((m + off[k], m % C, 1, -k, m))
+        seqs: dict[int, list[tuple]] = {}
+        for dev, tasks in order.items():
+            tasks.sort()
+            seq = []
+            for _, p, ph, sk, m in tasks:
+                k = sk if ph == 0 else -sk
+                i = rep[k][m]
+                fwd, bwd = self._block(k, i, qs_of[p])
+                segs = fwd if ph == 0 else bwd
+                final = ph == 1 and last_m[k][i] == m
+                for n_s, (gates, dur, sends, marks) in enumerate(segs):
+                    g = [xfer[(e, d, m)] for e, d in gates]
+                    s = [xfer[(e, d, m)] for e, d in sends]
+                    if final:
+                        for v in marks:
+                            s.extend(anchors.get((k, i, v), ()))
+                    rec = (k, i) if ph == 1 and n_s == len(segs) - 1 else None
+                    seq.append((g, dur, s, rec))
+            seqs[dev] = seq
+        for (k, i, v), ids in anchors.items():   # not overlapped: after the device's last task
+            if v is None:
+                seqs[plan.stages[k].replica_group(i)[0]].append(([], 0.0, ids, None))
+        walker = _Walker(tr, seqs)
+        done = tr.delivered_s(walker)
+        if any(walker.pos[d] < len(s) for d, s in seqs.items()):
+            return None
+        ends_at = [max((walker.last.get((k, i), 0.0) for i in range(st.replicas)), default=0.0)
+                   for k, st in enumerate(plan.stages)]
+        reduced = [None if r is None or r[0] == r[1] else max(done[r[0]:r[1]]) for r in red_range]
+        return walker.end, ends_at, reduced
+
+
+class _Walker:
+    """The devices of ``_JointRun``: each runs its segments in order, as far as the
+    arrived tensors allow (``Transfers.delivered_s`` calls ``start`` and ``delivered``)."""
+
+    def __init__(self, tr: Transfers, seqs: dict[int, list[tuple]]):
+        self.tr, self.seqs = tr, seqs
+        self.pos = dict.fromkeys(seqs, 0)
+        self.free = dict.fromkeys(seqs, 0.0)
+        self.waiting: dict[int, list[int]] = {}
+        self.last: dict[tuple[int, int], float] = {}
+        self.end = 0.0
+
+    def start(self) -> None:
+        for dev in self.seqs:
+            self._go(dev)
+
+    def delivered(self, i: int, t: float) -> None:
+        for dev in self.waiting.pop(i, ()):
+            self._go(dev)
+
+    def _go(self, dev: int) -> None:
+        tr = self.tr
+        arrived, done = tr.arrived, tr.done
+        seq = self.seqs[dev]
+        pos, t = self.pos[dev], self.free[dev]
+        while pos < len(seq):
+            gates, dur, sends, rec = seq[pos]
+            blocked = next((g for g in gates if not arrived[g]), None)
+            if blocked is not None:
+                self.waiting.setdefault(blocked, []).append(dev)
                 break
-            start = max(free[dev], end[dep] + lag if dep is not None else 0.0)
-            if ph == 1:
-                start = max(start, end.get((0, k, m), 0.0))
-            free[dev] = end[(ph, k, m)] = start + per[k][i][ph]
-            pos[dev] += 1
-            nxt = waiting.pop((ph, k, m), None)
-            if nxt is not None:
-                stack.append(nxt)
-    if any(pos[d] < len(seq) for d, seq in order.items()):
-        return None
-    last = [[0.0] * st.replicas for st in plan.stages]
-    for k in range(K):
-        for m in range(M):
-            i = rep[k][m]
-            last[k][i] = max(last[k][i], end[(1, k, m)])
-    return max(end.values(), default=0.0), last
+            for g in gates:
+                if done[g] > t:
+                    t = done[g]
+            t += dur
+            for s in sends:
+                tr.trigger(s, t)
+            if rec is not None:
+                if self.last.get(rec, -1.0) < t:
+                    self.last[rec] = t
+            pos += 1
+        self.pos[dev], self.free[dev] = pos, t
+        if t > self.end and pos:
+            self.end = t
 
 
 def estimate_latency(problem: Problem, plan: Plan) -> float:
