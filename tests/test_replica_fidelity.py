@@ -3,7 +3,10 @@ PCIe inside a host, 100 Gb/s between hosts) the analytic iteration
 (``costs.iteration.estimate_iteration``) is within 5 % of the simulator on data-parallel
 plans with uneven shares and per-group precision, with and without
 ``overlap_grad_reduce``, ring and hierarchical reduction (bert-base and bert-large
-training, batch 8, 16 microbatches, precisions fp16,int8)."""
+training, batch 8, 16 microbatches, precisions fp16,int8), on named pipelines, and on the
+plans the mixed-fleet plan space (``model.fleet.plan_fleet``) ranks best, where the 4
+replicas' stage-boundary tensors share the 100 Gb/s link and overlapped reduction steps
+share a GPU's PCIe link with them."""
 from __future__ import annotations
 
 import functools
@@ -104,3 +107,33 @@ def test_mixed_fleet_pipelines_predicted_within_5_percent():
         check_plan(pb, plan, memory_bound=False)
         err = estimate_iteration(pb, plan).iteration_s / simulate(pb, plan).iteration_s - 1
         assert abs(err) <= TOLERANCE, (plan.stages, err)
+
+
+def _fleet_errors(workload: str, top_k: int = 10) -> dict[str, float]:
+    """Predicted / simulated - 1 of the fleet space's ``top_k`` plans (by its own
+    estimate), keyed by point, reduction and overlap."""
+    from distplan.model.fleet import plan_fleet
+    pb = hybrid(workload)
+    out = {}
+    for n, f in enumerate(plan_fleet(pb, top_k=top_k).plans):
+        sim = simulate(pb, f.plan).iteration_s
+        key = f"#{n} {f.point.label(pb)} {f.plan.dp_allreduce} overlap={f.plan.overlap_grad_reduce}"
+        out[key] = estimate_iteration(pb, f.plan).iteration_s / sim - 1
+    return out
+
+
+def test_fleet_space_top_plans_predicted_within_5_percent_bert_base():
+    # the best was pp 2 x dp 4, T4 stage first at int8, 4+4 shares, ring overlapped:
+    # estimated 38.3 ms vs 41.1 ms simulated (-6.8 %) before the boundary tensors of
+    # all microbatches and the reductions' steps queued together on the links
+    errs = _fleet_errors("bert-base")
+    worst = max(errs, key=lambda k: abs(errs[k]))
+    assert abs(errs[worst]) <= TOLERANCE, (worst, errs[worst])
+
+
+@pytest.mark.slow
+def test_fleet_space_top_plans_predicted_within_5_percent_bert_large():
+    # pp 4 x dp 2 plans were -8.1 % before
+    errs = _fleet_errors("bert-large")
+    worst = max(errs, key=lambda k: abs(errs[k]))
+    assert abs(errs[worst]) <= TOLERANCE, (worst, errs[worst])
