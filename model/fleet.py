@@ -20,11 +20,11 @@ Declared space (training, 1F1B, tensor parallelism 1, no recomputation, no ZeRO)
   ``EXACT_UNITS`` layers (and at most ``EXACT_LIMIT`` splits); else the split with the
   least bottleneck (the slowest stage's slowest replica: its share x its seconds per
   microbatch), exact by dynamic programming over the layers for that proxy, and the
-  splits one boundary away from it.
+  splits one boundary away from it whose bottleneck is within ``NEIGHBOUR_SLACK``.
 - On small instances the space is wider and enumerated whole: every per-op precision
   of each kind (when a kind has at most ``EXACT_LIMIT`` assignments) and every share
   vector of a stage (at most ``EXACT_LIMIT``), besides the policies and balanced shares.
-- **Gradient reduction**: ring or hierarchical, overlapped with the backward or not.
+- **Gradient reduction**: ring or hierarchical, overlapped with the backward.
 
 Every point is scored by the analytic iteration (``costs.iteration.estimate_iteration``,
 which replays mixed-fleet pipelines task by task); the simulator then judges the best.
@@ -60,7 +60,9 @@ EXACT_LIMIT = 64
 #: layer counts up to which every split is enumerated; above, the min-max split and the
 #: splits one cut away from it (each estimate of a mixed fleet replays the pipeline)
 EXACT_UNITS = 8
-REDUCTIONS = (("ring", True), ("hierarchical", True), ("ring", False), ("hierarchical", False))
+#: gradient reductions tried: overlapped with the backward (Megatron's bucketed overlap;
+#: reducing after the backward only adds exposed time to the same transfers)
+REDUCTIONS = (("ring", True), ("hierarchical", True))
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,22 @@ def _orders(problem: Problem) -> list[tuple[int, ...]]:
         by_kind.setdefault(int(problem.device_kind[d]), []).append(d)
     kinds = sorted(by_kind)
     return [tuple(d for c in perm for d in by_kind[c]) for perm in itertools.permutations(kinds)]
+
+
+def _bottleneck_s(problem: Problem, blocks: list[list[int]], unit_s: dict[int, np.ndarray],
+                  split: list[int]) -> float:
+    """The split's slowest stage: its slowest replica's share x seconds per microbatch."""
+    worst = 0.0
+    for k, devs in enumerate(blocks):
+        us = [u for u, s in enumerate(split) if s == k]
+        t = [float(unit_s[int(problem.device_kind[d])][us].sum()) for d in devs]
+        n = balanced_shares(t, problem.microbatches) if min(t) > 0 else [problem.microbatches] * len(t)
+        worst = max(worst, max(a * b for a, b in zip(n, t)))
+    return worst
+
+
+#: neighbours of the min-max split are estimated when their bottleneck is within this
+NEIGHBOUR_SLACK = 0.03
 
 
 def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]], qs: dict[int, list[int]],
@@ -326,11 +344,14 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
         splits = _all_splits(len(units), pt.pp)
         if splits is None:
             one = _split(problem, units, blocks, qs, unit_s)
-            splits = [] if one is None else [one] + _neighbours(one)
+            splits = []
+            if one is not None:
+                lim = _bottleneck_s(problem, blocks, unit_s, one) * (1 + NEIGHBOUR_SLACK)
+                splits = [one] + [s for s in _neighbours(one) if _bottleneck_s(problem, blocks, unit_s, s) <= lim]
         solved += 1
         fits_any = False
         for split in splits:
-            for allreduce, overlap in REDUCTIONS:
+            for allreduce, overlap in (REDUCTIONS if size > 1 else REDUCTIONS[:1]):   # dp 1: no reduction
                 for plan in _with_shares(problem, _plan(problem, pt, units, split, qs, allreduce, overlap)):
                     if not (plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all():
                         continue

@@ -23,7 +23,7 @@ from distplan.testing.strategies import KIND_A, KIND_B
 from distplan.topologies.builders import hosts_on_network
 from distplan.workloads.graph import Graph, Operator, Tensor
 
-REDUCTIONS = [("ring", True), ("ring", False), ("hierarchical", True), ("hierarchical", False)]
+REDUCTIONS = [("ring", True), ("hierarchical", True)]
 
 
 def _tiny(M: int = 4):
