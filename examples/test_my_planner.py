@@ -70,7 +70,7 @@ def test_naive_planner_against_the_corpus(inst):
 def test_the_corpus_catches_a_plan_that_overflows_memory():
     """On this instance the even split overflows a device, and it would beat the proven
     optimum if memory did not count: the helper says the plan is infeasible."""
-    (inst,) = load_corpus(["tiny-10-chain5-star4-tight"])
+    (inst,) = load_corpus(["tiny-08-chain6-line4-tight"])
     plan, fits = naive_plan(inst.problem())
     assert not fits
     with pytest.raises(AssertionError, match="beats corpus instance .* but the plan is infeasible"):
