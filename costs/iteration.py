@@ -435,7 +435,9 @@ class _JointRun:
                     item([(e, "f")] if crossing else [], t)
                 elif crossing:
                     gates.append((e, "f"))
-            sends = [(e, "f") for e in self.out_edges[v] if stage_of[self.edges[e][1]] > k]
+            # ties on a link go in the simulator's order of creation: by consumer, then edge
+            sends = [(e, "f") for e in sorted((e for e in self.out_edges[v] if stage_of[self.edges[e][1]] > k),
+                                               key=lambda e: (self.edges[e][1], e))]
             item(gates, float(f_op[idx]), sends)
         fwd = [tuple(s) for s in segs]
         segs = []
@@ -454,6 +456,7 @@ class _JointRun:
                         tail.append(e)
                     else:
                         sends.append((e, "b"))
+            sends.sort(key=lambda x: (-self.edges[x[0]][0], x[0]))   # by producer, last first
             marks = [v] if plan.overlap_grad_reduce and pb.graph.ops[v].param_elems > 0 else []
             item(gates, float(b_op[idx]), sends, marks)
         for e in sorted(tail, key=lambda e: (-self.edges[e][0], e)):   # the simulator's creation order
@@ -551,7 +554,7 @@ class _JointRun:
                     if final:
                         for v in marks:
                             s.extend(anchors.get((k, i, v), ()))
-                    rec = (k, i) if ph == 1 and n_s == len(segs) - 1 else None
+                    rec = (ph, k, m) if n_s == len(segs) - 1 else None
                     seq.append((g, dur, s, rec))
             seqs[dev] = seq
         for (k, i, v), ids in anchors.items():   # not overlapped: after the device's last task
@@ -561,8 +564,8 @@ class _JointRun:
         done = tr.delivered_s(walker)
         if any(walker.pos[d] < len(s) for d, s in seqs.items()):
             return None
-        ends_at = [max((walker.last.get((k, i), 0.0) for i in range(st.replicas)), default=0.0)
-                   for k, st in enumerate(plan.stages)]
+        self.block_end = walker.block_end
+        ends_at = [max((walker.block_end.get((1, k, m), 0.0) for m in range(M)), default=0.0) for k in range(K)]
         reduced = [None if r is None or r[0] == r[1] else max(done[r[0]:r[1]]) for r in red_range]
         return walker.end, ends_at, reduced
 
@@ -576,11 +579,11 @@ class _Walker:
         self.pos = dict.fromkeys(seqs, 0)
         self.free = dict.fromkeys(seqs, 0.0)
         self.waiting: dict[int, list[int]] = {}
-        self.last: dict[tuple[int, int], float] = {}
+        self.block_end: dict[tuple[int, int, int], float] = {}   # (phase, stage, microbatch)
         self.end = 0.0
 
     def start(self) -> None:
-        for dev in self.seqs:
+        for dev in sorted(self.seqs):   # the simulator's first pass (ties on a link: its order)
             self._go(dev)
 
     def delivered(self, i: int, t: float) -> None:
@@ -605,8 +608,7 @@ class _Walker:
             for s in sends:
                 tr.trigger(s, t)
             if rec is not None:
-                if self.last.get(rec, -1.0) < t:
-                    self.last[rec] = t
+                self.block_end[rec] = t
             pos += 1
         self.pos[dev], self.free[dev] = pos, t
         if t > self.end and pos:
