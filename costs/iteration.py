@@ -45,9 +45,11 @@ tensor behind overlapped reduction steps on a GPU's PCIe link, consecutive
 microbatches' tensors), the slowest route of each ring step, the wait for the slowest
 replica. Measured on ``hybrid-v100-t4`` (bert-base/-large training, batch 8, 16
 microbatches): equal to the simulator to 1e-12 on 48 data-parallel plans, on the
-named and random pipelines of ``tests/test_replica_fidelity.py`` and on the fleet
-space's top plans (``model.fleet``; the task-by-task replay without contention it
-replaces was off by up to -8.1 % there). If the run cannot go through (it always can
+named pipelines and 70 random ones (cuts inside layers, shares, int8 T4 groups) and on
+the fleet space's top plans (``model.fleet``), where the task-by-task replay without
+contention it replaced was off by up to -6.7 % and -8.1 %; ties on a link go in the
+simulator's order (devices start in index order, a task's tensors leave in its order of
+creation). About 20 ms per bert plan. If the run cannot go through (it always can
 on the simulator's schedules) the lanes' closed form stands in: ``max over (k, i) of
 n_{k,i} T_{k,i} + sum_{j != k} T_{j,l(j)} + 2 sum_b c_b`` along replica (k, i)'s first
 microbatch's replicas l(j), its reductions timed from there.
