@@ -14,6 +14,11 @@ in the order move behind the merged node), so the check looks only at that stret
    smallest combined weight (share of total FLOPs + share of touched elements + share of
    parameters; ties: the heavier tensor first), which keeps coarse operators balanced.
    A graph with disconnected parts merges operators adjacent in the topological order.
+3. Runs: groups whose spans in the fine topological order overlap are merged, so every
+   coarse operator is a contiguous run of that order (``_Intervals``; the count may end
+   below ``target_ops``). A stage runs its operators in that order and an inference
+   stage's memory is its liveness peak in it (costs.memory): what is alive at a fine
+   operator is then alive at its coarse one too.
 
 Conserved exactly (sums over the members, ``math.fsum`` for floats — exact because every
 count the importers and the zoo produce is an integer below 2**53): ``fwd_flops``,
@@ -21,8 +26,9 @@ count the importers and the zoo produce is an integer below 2**53): ``fwd_flops`
 parameter, memory-traffic and activation totals are unchanged. A coarse operator's
 ``send_elems`` is the sum of the sent elements of its members that send a tensor out of
 it, so the memory a plan needs on each device is the same on the coarse and the fine
-graph in training, and in an inference stream at least the fine one (a member whose
-tensors leave the group only for the same stage is still counted). Tensors between two
+graph in training, and in an inference stream at least the fine one (a coarse operator
+holds all its members' outputs while it runs; a member whose tensors leave the group
+only for the same stage is still counted). Tensors between two
 coarse operators are summed; tensors inside one disappear (they no longer cross a
 device boundary). Not conserved: the number of operator launches, and the sensitivity
 proxy (a coarse operator takes the name and kind of its member with the most forward
@@ -206,18 +212,48 @@ def coarsen(graph: Graph, target_ops: int | None = None, fuse_cheap: bool = True
         _fuse_cheap(c, graph)
     if target_ops is not None and c.size > target_ops:
         _contract_to(c, target_ops)
-    return _build(graph, c)
+    return _build(graph, _Intervals(graph, c))
 
 
-def _build(g: Graph, c: _Contractor) -> Coarsening:
+class _Intervals:
+    """The contractor's groups made contiguous in the fine topological order: groups whose
+    index spans overlap are merged (a sweep by first member). A stage runs its fine
+    operators in index order, and an inference stage's memory is its liveness peak in that
+    order (costs.memory): with every coarse operator a contiguous run of it, what is alive
+    at a fine operator is alive at its coarse one too, so a coarse plan never needs more
+    memory on the fine graph. Runs of a topological order are always a DAG."""
+
+    def __init__(self, g: Graph, c: _Contractor) -> None:
+        spans = sorted((min(c.members[grp]), max(c.members[grp]), grp) for grp in c.live_order())
+        self.members: dict[int, list[int]] = {}
+        cur, end = None, -1
+        for lo, hi, grp in spans:
+            if cur is not None and lo <= end:
+                self.members[cur].extend(c.members[grp])
+                end = max(end, hi)
+            else:
+                cur, end = grp, hi
+                self.members[cur] = list(c.members[grp])
+        group_of = {v: grp for grp, mem in self.members.items() for v in mem}
+        self.succ: dict[int, dict[int, int]] = {grp: {} for grp in self.members}
+        for u, v, e in g.edges():
+            a, b = group_of[u], group_of[v]
+            if a != b:
+                self.succ[a][b] = self.succ[a].get(b, 0) + e
+
+    def live_order(self) -> list[int]:
+        return sorted(self.members, key=lambda grp: min(self.members[grp]))
+
+
+def _build(g: Graph, c: _Intervals) -> Coarsening:
     ops: list[Operator] = []
     names: dict[int, str] = {}
     live = c.live_order()
     group_of = {v: grp for grp in live for v in c.members[grp]}
     sends = graph_send_elems(g)
-    leaves = [False] * len(g.ops)   # sends a tensor with bytes to another group
+    leaves = [False] * len(g.ops)   # sends a tensor (of any bytes: costs.memory) to another group
     for u, w, e in g.edges():
-        if e > 0 and group_of[u] != group_of[w]:
+        if group_of[u] != group_of[w]:
             leaves[u] = True
     for grp in live:
         fine = [g.ops[v] for v in sorted(c.members[grp])]
