@@ -384,7 +384,7 @@ class _JointRun:
         self.out_edges: list[list[int]] = [[] for _ in range(V)]
         for e, (u, _) in enumerate(self.edges):
             self.out_edges[u].append(e)
-        self.blocks: dict[tuple, tuple[list, list]] = {}
+        self.blocks: dict[tuple, tuple[list, list, list]] = {}
         self.stage_ops = [plan.ops_in_stage(k) for k in range(plan.n_stages)]
         # producers of the tensors each stage receives: their precisions key its blocks
         self.feeders = [sorted({u for v in ops for e in problem.in_edge_ids(v)
@@ -392,10 +392,11 @@ class _JointRun:
                         for k, ops in enumerate(self.stage_ops)]
 
     # --- blocks ------------------------------------------------------------------
-    def _block(self, k: int, i: int, qs: list[int]) -> tuple[list, list]:
-        """(forward, backward) segments of stage k on replica i at precisions ``qs``;
-        gates and sends are (edge, direction) pairs ('f' tensor, 'b' gradient), marks
-        the ops whose gradients are ready (overlapped reduction)."""
+    def _block(self, k: int, i: int, qs: list[int]) -> tuple[list, list, list]:
+        """(forward, backward, backward of the replica's last microbatch) segments of
+        stage k on replica i at precisions ``qs``; gates and sends are (edge, direction)
+        pairs ('f' tensor, 'b' gradient), marks the ops whose gradients are then ready
+        (overlapped reduction: only the last backward has them)."""
         pb, plan = self.pb, self.plan
         stage_of = plan.op_stage
         ops = self.stage_ops[k]
@@ -442,28 +443,31 @@ class _JointRun:
                                                key=lambda e: (self.edges[e][1], e))]
             item(gates, float(f_op[idx]), sends)
         fwd = [tuple(s) for s in segs]
-        segs = []
-        tail = []   # casts of crossing gradients: after the stage's whole backward
-        for idx in reversed(range(len(ops))):
-            v = ops[idx]
-            for e in self.out_edges[v]:     # casts of gradients from this stage's ops
-                w = self.edges[e][1]
-                if stage_of[w] == k and cast_s(e) >= 0:
-                    item([], cast_s(e))
-            gates = [(e, "b") for e in self.out_edges[v] if stage_of[self.edges[e][1]] > k]
-            sends = []
-            for e in pb.in_edge_ids(v):
-                if stage_of[self.edges[e][0]] < k:
-                    if cast_s(e) >= 0:
-                        tail.append(e)
-                    else:
-                        sends.append((e, "b"))
-            sends.sort(key=lambda x: (-self.edges[x[0]][0], x[0]))   # by producer, last first
-            marks = [v] if plan.overlap_grad_reduce and pb.graph.ops[v].param_elems > 0 else []
-            item(gates, float(b_op[idx]), sends, marks)
-        for e in sorted(tail, key=lambda e: (-self.edges[e][0], e)):   # the simulator's creation order
-            item([], cast_s(e), [(e, "b")])
-        out = (fwd, [tuple(s) for s in segs])
+        bwd = []
+        for marked in ((False, True) if plan.overlap_grad_reduce else (False,)):
+            segs = []
+            tail = []   # casts of crossing gradients: after the stage's whole backward
+            for idx in reversed(range(len(ops))):
+                v = ops[idx]
+                for e in self.out_edges[v]:     # casts of gradients from this stage's ops
+                    w = self.edges[e][1]
+                    if stage_of[w] == k and cast_s(e) >= 0:
+                        item([], cast_s(e))
+                gates = [(e, "b") for e in self.out_edges[v] if stage_of[self.edges[e][1]] > k]
+                sends = []
+                for e in pb.in_edge_ids(v):
+                    if stage_of[self.edges[e][0]] < k:
+                        if cast_s(e) >= 0:
+                            tail.append(e)
+                        else:
+                            sends.append((e, "b"))
+                sends.sort(key=lambda x: (-self.edges[x[0]][0], x[0]))   # by producer, last first
+                marks = [v] if marked and pb.graph.ops[v].param_elems > 0 else []
+                item(gates, float(b_op[idx]), sends, marks)
+            for e in sorted(tail, key=lambda e: (-self.edges[e][0], e)):   # the simulator's creation order
+                item([], cast_s(e), [(e, "b")])
+            bwd.append([tuple(s) for s in segs])
+        out = (fwd, bwd[0], bwd[-1])
         self.blocks[key] = out
         return out
 
@@ -547,9 +551,9 @@ class _JointRun:
             for _, p, ph, sk, m in tasks:
                 k = sk if ph == 0 else -sk
                 i = rep[k][m]
-                fwd, bwd = self._block(k, i, qs_of[p])
-                segs = fwd if ph == 0 else bwd
+                fwd, bwd, bwd_last = self._block(k, i, qs_of[p])
                 final = ph == 1 and last_m[k][i] == m
+                segs = fwd if ph == 0 else bwd_last if final else bwd
                 for n_s, (gates, dur, sends, marks) in enumerate(segs):
                     g = [xfer[(e, d, m)] for e, d in gates]
                     s = [xfer[(e, d, m)] for e, d in sends]
