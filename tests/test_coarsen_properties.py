@@ -170,7 +170,8 @@ def test_any_coarse_plan_expands_to_a_feasible_fine_plan(g, target, n_stages, da
     topo = _line(n_stages)
     sched = "1f1b" if g.mode == "training" else "stream"
     plan = Plan(tuple(stage), prec, tuple(Stage((k,)) for k in range(n_stages)), 4, sched)
-    opts = ProblemOptions(precisions=("fp16", "int8"), microbatches=4)
+    # the coarsening property, for any precisions: int8 may go on any op here
+    opts = ProblemOptions(precisions=("fp16", "int8"), microbatches=4, low_bit_ops="all")
     pc, pf = build_problem(cg, topo, opts), build_problem(g, topo, opts)
     check_plan(pc, plan)
     fine = expand_plan(c, plan)

@@ -15,6 +15,8 @@ import dataclasses
 import math
 import time
 
+import numpy as np
+
 from distplan.api.report import RankedPlan, SolveReport
 from distplan.core.errors import DistplanError, InternalError
 from distplan.core.interrupt import Stop, stop_on_interrupt
@@ -93,9 +95,9 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
     from distplan.workloads.coarsen import coarsen, expand_plan
 
     c = coarsen(problem.graph, target_ops=target)
-    coarse = build_problem(c.coarse, problem.topology, ProblemOptions(
+    coarse = effective_coarse_memory(build_problem(c.coarse, problem.topology, ProblemOptions(
         precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
-        low_bit_ops=problem.low_bit_ops))
+        low_bit_ops=problem.low_bit_ops)), problem, c)
     if options.progress:
         options.progress(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back "
                          "and simulated on the original graph (the proven gap holds for the coarse problem)")
@@ -107,6 +109,29 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
         plans.append(fine.with_predicted(coarse_milp_period_s=p.predicted.get("milp_period_s"),
                                           milp_period_s=plan_cost(problem, fine).period_s))
     return solved, plans, coarse.n_ops
+
+
+def effective_coarse_memory(coarse: Problem, fine: Problem, c) -> Problem:
+    """``coarse`` with each coarse op's bytes at precision q scaled to what its members
+    hold at the precisions they will run (``Problem.fallback_q``: int8 on a group's matrix
+    products, fp16 on its norms and adds), so a coarse plan that fits expands to a fine
+    plan that fits. Unchanged when every member may use every precision."""
+    if fine.op_allowed.all():
+        return coarse
+    Q = len(fine.precisions)
+    fb = np.array([[fine.fallback_q(v, q) for q in range(Q)] for v in range(fine.n_ops)])
+    arrays = {}
+    for name in ("static_bytes", "act_bytes", "send_bytes", "tied_bytes"):
+        fa, ca = getattr(fine, name), np.array(getattr(coarse, name), dtype=float)
+        for k in range(coarse.n_ops):
+            m = list(c.members(k))
+            for q in range(Q):
+                want, plain = fa[m, fb[m, q]].sum(), fa[m, q].sum()
+                if plain > 0 and want != plain:
+                    ca[k, q] *= want / plain
+        ca.setflags(write=False)
+        arrays[name] = ca
+    return dataclasses.replace(coarse, **arrays)
 
 
 def simulated_overflow(problem: Problem, sim: SimResult) -> str | None:
