@@ -84,15 +84,26 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
     return points
 
 
-def pareto_table(points: list[ParetoPoint]) -> str:
-    """One row per point: budget, sensitivity, simulated throughput, precision mix."""
+def _mix(plan: Plan) -> str:
+    """The precision mix, and the ops some replicas run at another precision (replica groups)."""
     from distplan.api.report import precision_mix
 
-    lines = [f"{'budget':>10} {'sensitivity':>12} {'samples/s':>11}  precision mix (found at budget)"]
+    over: dict[str, set[int]] = {}
+    for st in plan.stages:
+        for i in range(st.replicas):
+            for v, p in st.overrides(i).items():
+                over.setdefault(p, set()).add(v)
+    extra = "; ".join(f"{len(vs)} ops at {p} on some replicas" for p, vs in sorted(over.items()))
+    return precision_mix(plan) + (f" ({extra})" if extra else "")
+
+
+def pareto_table(points: list[ParetoPoint]) -> str:
+    """One row per point: budget, sensitivity, simulated throughput, precision mix."""
+    lines = [f"{'budget':>10} {'sensitivity':>12} {'samples/s':>11}  precision mix [found at budget]"]
     for p in points:
         fb = "unbounded" if math.isinf(p.from_budget) else f"{p.from_budget:.4g}"
         lines.append(f"{p.budget:>10.4g} {p.sensitivity:>12.4g} {p.throughput_per_s:>11.5g}  "
-                     f"{precision_mix(p.plan)} ({fb})")
+                     f"{_mix(p.plan)} [{fb}]")
     return "\n".join(lines)
 
 
