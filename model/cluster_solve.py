@@ -28,13 +28,14 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
     GPU; fleet for training with the throughput objective on several kinds; else pipeline)."""
     cluster_objective = "throughput" if problem.training else "latency"
     kinds = {problem.topology.kind_of(d).name for d in range(problem.n_devices)}
-    if options.space == "fleet" or (options.space == "auto" and problem.training and len(kinds) > 1
-                                    and options.objective == "throughput" and options.extra_constraints is None
+    if options.space == "fleet" or options.objective == "sensitivity" or (
+            options.space == "auto" and problem.training and len(kinds) > 1
+            and options.objective == "throughput" and options.extra_constraints is None
                                     and options.n_stages is None and options.path is None
                                     and options.replicas is None):
-        if not problem.training or options.objective != "throughput":
-            raise DistplanError("the fleet plan space minimises the training iteration; use --objective "
-                                "throughput on a training workload, or --space pipeline")
+        if not problem.training or options.objective not in ("throughput", "sensitivity"):
+            raise DistplanError("the fleet plan space plans training (--objective throughput or sensitivity); "
+                                "use a training workload, or --space pipeline")
         return "fleet"
     if options.space != "auto":
         if options.space == "cluster":

@@ -85,6 +85,7 @@ class FleetPlan:
     point: FleetPoint
     plan: Plan
     iteration_s: float
+    sensitivity: float = 0.0
 
 
 @dataclass
@@ -362,7 +363,8 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
                     key = (plan.op_stage, plan.op_precision, plan.stages, plan.dp_allreduce, plan.overlap_grad_reduce)
                     if key not in keys:
                         keys.add(key)
-                        found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s))
+                        found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s,
+                                               plan_sensitivity(problem, plan)))
         infeasible += not fits_any
     if not found:
         raise DistplanError("no plan of the fleet space fits the devices' memory"

@@ -22,6 +22,42 @@ def mixed_training(problem: Problem) -> bool:
     return problem.training and len(set(problem.device_kind.tolist())) > 1
 
 
+def iteration_target_s(target: float | str | None, fastest_s: float) -> float:
+    """An iteration target in seconds: a number of seconds, or a share over the fastest
+    plan ("5%"); None: the fastest itself."""
+    if target is None:
+        return fastest_s
+    t = str(target).strip()
+    try:
+        value = fastest_s * (1 + float(t[:-1]) / 100) if t.endswith("%") else float(t)
+    except ValueError:
+        raise DistplanError(f"iteration target must be seconds or a percentage like 5%, got {target!r}") from None
+    if not value > 0:
+        raise DistplanError(f"iteration target must be > 0, got {target!r}")
+    return value
+
+
+def _least_sensitivity(results, options: SolveOptions, say: Log):
+    """Per microbatch size, the plans meeting the iteration target, least sensitivity
+    first (ties: faster first), keeping only the least sensitivity (the ranking then
+    orders those by simulated iteration)."""
+    fastest = min(r.plans[0].iteration_s for _, r in results)
+    target = iteration_target_s(options.iteration_target, fastest)
+    say(f"fleet space: least sensitivity with an iteration <= {target:.6g} s (fastest plan {fastest:.6g} s)")
+    out = []
+    for pb, r in results:
+        ok = sorted((f for f in r.plans if f.iteration_s <= target * (1 + 1e-9)),
+                    key=lambda f: (f.sensitivity, f.iteration_s))
+        if ok:
+            least = ok[0].sensitivity
+            r.plans = [f for f in ok if f.sensitivity <= least * (1 + 1e-12) + 1e-12][:options.top_k]
+            out.append((pb, r))
+    if not out:
+        raise DistplanError(f"no plan of the fleet space meets the iteration target {target:.6g} s "
+                            f"(the fastest takes {fastest:.6g} s)")
+    return out
+
+
 def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log) -> SolveResult:
     """Search the fleet space at every microbatch size within the clock; plans carry their
     analytic iteration (``predicted['model_iteration_s']``)."""
@@ -29,6 +65,7 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
         raise DistplanError("the fleet plan space plans training; use --space pipeline for inference")
     sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
     variants = batch_variants(problem, sizes)
+    least_sens = options.objective == "sensitivity"
     results = []
     for key, pb in sorted(variants.items(), key=lambda kv: kv[0] != 0):
         if clock.expired():
@@ -36,18 +73,23 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
             continue
         say(f"fleet space: microbatch size {pb.graph.batch_size} x {pb.microbatches} microbatches")
         try:
-            results.append((pb, plan_fleet(pb, top_k=options.top_k, progress=say, deadline=clock.deadline,
-                                           stop=clock.stop, sensitivity_budget=options.sensitivity_budget)))
+            results.append((pb, plan_fleet(pb, top_k=10**9 if least_sens else options.top_k, progress=say,
+                                           deadline=clock.deadline, stop=clock.stop,
+                                           sensitivity_budget=options.sensitivity_budget)))
         except DistplanError as e:
             say(f"fleet space: microbatch size {pb.graph.batch_size}: {e}")
     if not results:
         raise DistplanError("no plan of the fleet space fits (every microbatch size tried); "
                             "try --space pipeline")
-    chosen, res = min(results, key=lambda x: x[1].plans[0].iteration_s)
+    if least_sens:
+        results = _least_sensitivity(results, options, say)
+    chosen, res = min(results, key=lambda x: (x[1].plans[0].sensitivity, x[1].plans[0].iteration_s)
+                      if least_sens else x[1].plans[0].iteration_s)
     bound = min(r.bound_s for _, r in results)
     best = res.plans[0]
     gap = (best.iteration_s - bound) / best.iteration_s if best.iteration_s > 0 else 0.0
     plans = [f.plan.with_predicted(milp_objective=f.iteration_s, model_iteration_s=f.iteration_s,
+                                   sensitivity=f.sensitivity,
                                    model_bound_s=bound, cluster_point=f.point.label(chosen))
              for f in res.plans]
     for _, r in results:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 
-OBJECTIVES = ("throughput", "latency")
+OBJECTIVES = ("throughput", "latency", "sensitivity")
 #: plan spaces: "pipeline" (the MILP: stages along device paths, per-op precision,
 #: replicated lanes), "cluster" (model.cluster: Megatron-style dp x tp x pp training
 #: plans), "fleet" (model.fleet: mixed-fleet training, replica groups with their own
@@ -23,7 +23,10 @@ class SolveOptions:
     """Solver settings.
 
     ``objective``: "throughput" minimises the pipeline period, "latency" one
-    microbatch's end-to-end latency (costs.evaluate.plan_latency_s).
+    microbatch's end-to-end latency (costs.evaluate.plan_latency_s), "sensitivity"
+    (training on a mixed fleet, the fleet space) the summed sensitivity among the plans
+    whose iteration meets ``iteration_target``: seconds, or a share over the fastest plan
+    found ("5%"; default "0%": as fast as the fastest, no kind straggling).
     ``sensitivity_budget`` caps the summed numerical sensitivity; ``sensitivity_weight``
     adds weight x sensitivity (seconds per unit) to the objective.
     ``n_stages``: pipeline positions (default: every device). ``path``: force one device
@@ -52,6 +55,7 @@ class SolveOptions:
     objective: str = "throughput"
     sensitivity_budget: float | None = None
     sensitivity_weight: float = 0.0
+    iteration_target: float | str | None = None
     top_k: int = 5
     time_limit_s: float = 60.0   # the whole solve, every phase (model.planner)
     rel_gap: float = 0.01

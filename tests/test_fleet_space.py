@@ -129,3 +129,22 @@ def test_pareto_is_monotone_and_every_point_within_its_budget():
         assert a.budget <= b.budget and a.throughput_per_s <= b.throughput_per_s
     for p in pts:
         assert p.sensitivity <= p.budget * (1 + 1e-9) + 1e-12
+
+
+def test_least_sensitivity_meets_the_target_with_the_least_sensitivity():
+    """--objective sensitivity: among every plan of the space within the iteration target,
+    the chosen one has the least sensitivity (checked against the whole space)."""
+    from distplan.model import solve as model_solve
+
+    pb = _tiny()
+    every = plan_fleet(pb, top_k=10**9).plans
+    fastest = min(f.iteration_s for f in every)
+    target = fastest * 1.5
+    res = model_solve(pb, SolveOptions(objective="sensitivity", iteration_target="50%", top_k=3,
+                                       microbatch_sizes=()))
+    within = [f.sensitivity for f in every if f.iteration_s <= target * (1 + 1e-9)]
+    assert res.plans[0].predicted["sensitivity"] == pytest.approx(min(within), abs=1e-12)
+    assert res.plans[0].predicted["model_iteration_s"] <= target * (1 + 1e-9)
+    assert min(within) < min(f.sensitivity for f in every if f.iteration_s == fastest)   # a real trade
+    with pytest.raises(distplan.DistplanError, match="iteration target"):
+        model_solve(pb, SolveOptions(objective="sensitivity", iteration_target="fast", microbatch_sizes=()))

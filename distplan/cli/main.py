@@ -49,7 +49,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     w.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")
     s = ap.add_argument_group("solver")
-    s.add_argument("--objective", choices=("throughput", "latency"), default="throughput")
+    s.add_argument("--objective", choices=("throughput", "latency", "sensitivity"), default="throughput",
+                   help="throughput (period; training: the step), latency (one request), or sensitivity: the least "
+                        "summed sensitivity meeting --iteration-target (mixed-fleet training, the fleet space)")
     s.add_argument("--microbatch-sizes", default=None, metavar="B1,B2,...",
                    help="cluster space, training: samples per microbatch to search at the same global batch "
                         "(--microbatches x --batch-size); default 1,2,4,8 (those dividing it); 'none': only "
@@ -63,6 +65,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     s.add_argument("--sensitivity-budget", default=None,
                    help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
                         "all-lowest-precision total such as 10%%")
+    s.add_argument("--iteration-target", default=None, metavar="S|P%",
+                   help="with --objective sensitivity (mixed-fleet training): the iteration to meet, seconds or a "
+                        "share over the fastest plan found (default 0%%: as fast as the fastest, no kind straggling)")
     s.add_argument("--sensitivity-weight", type=finite_float, default=0.0,
                    help="seconds of period traded per unit of sensitivity (weighted objective)")
     s.add_argument("--coarsen", type=int, default=None,
@@ -118,7 +123,8 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
     """The planner's options from the parsed flags."""
     kw = dict(objective=args.objective, space=args.space, microbatch_sizes=_sizes(args.microbatch_sizes),
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
-              sensitivity_weight=args.sensitivity_weight, top_k=args.top_k, time_limit_s=args.time_limit,
+              sensitivity_weight=args.sensitivity_weight, iteration_target=args.iteration_target,
+              top_k=args.top_k, time_limit_s=args.time_limit,
               rel_gap=args.gap, seed=args.seed, n_stages=args.stages, coarsen_ops=args.coarsen,
               progress=None if args.quiet or args.json else _say)
     if args.threads is not None:
