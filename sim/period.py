@@ -8,7 +8,7 @@ REL_TOL = 1e-9
 
 
 def steady_period(done: np.ndarray, tail: int, floor: float = 0.0,
-                  max_cyclicity: int = MAX_CYCLICITY) -> tuple[float, bool]:
+                  max_cyclicity: int = MAX_CYCLICITY, cycle: int = 1) -> tuple[float, bool]:
     """(period, steady) from completion times ``done`` (one per microbatch, in order).
 
     Completions count in order (a microbatch is delivered once all earlier ones are: the
@@ -18,8 +18,12 @@ def steady_period(done: np.ndarray, tail: int, floor: float = 0.0,
     is constant (to 1e-9 relative): take the smallest p <= ``max_cyclicity`` (8; a plan
     with uneven replica shares repeats only every ``Plan.cycle`` microbatches and passes
     that) for which that holds over a
-    trailing stretch of at least max(4p, 8) microbatches; the period is that difference
-    / p. A periodic stretch faster than ``floor`` (the busiest server's work per
+    trailing stretch of at least max(4p, 8, ``cycle``) microbatches; the period is that
+    difference / p. ``cycle``: the run repeats only every ``cycle`` microbatches (uneven
+    replica shares, ``Plan.cycle``), so a shorter p counts only if it holds over a whole
+    cycle: shares (1, 15) deliver 15 microbatches 6 us apart and one with the one before
+    it, and 14 equal steps of 6 us are no period of 6 us (the steady state is 90 us per
+    16, 5.625 us). A periodic stretch faster than ``floor`` (the busiest server's work per
     microbatch, which every steady state must fit in one period) is a transient, not the
     steady state, and is rejected.
 
@@ -37,7 +41,7 @@ def steady_period(done: np.ndarray, tail: int, floor: float = 0.0,
     if hi < 2:  # nothing kept past the fill: the run's own rate
         return max(float(done[-1]) / M, floor), False
     for p in range(1, max_cyclicity + 1):
-        need = max(4 * p, 8)
+        need = max(4 * p, 8, cycle)
         if hi + 1 - p < need:
             break
         d = done[p:hi + 1] - done[:hi + 1 - p]

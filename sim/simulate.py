@@ -181,7 +181,8 @@ def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str
     off = prog.offset
     tail = replicas * (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
     if any(s.shares is not None and len(set(s.shares)) > 1 for s in plan.stages):
-        return steady_period(done, tail, floor, max(MAX_CYCLICITY, plan.cycle))   # uneven shares repeat per cycle
+        # uneven shares repeat per cycle: a period must hold over one at least
+        return steady_period(done, tail, floor, max(MAX_CYCLICITY, plan.cycle), plan.cycle)
     return steady_period(done, tail, floor)
 
 
