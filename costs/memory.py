@@ -38,10 +38,14 @@ over every tensor, zero-byte ones too (such a reader still keeps the producer's 
 A stage also holds what it receives or relays for one microbatch (``edge_bytes`` of the
 tensors that cross into it, at the producer's precision): the next microbatch's inputs
 arrive while the current one runs. This is beyond the simulator's *own* peak (its
-``peak_memory_bytes`` counts such buffers in flight), and not a bound on it: a stage
-slower than its predecessor can queue more than one microbatch's inputs, which only the
-realistic simulation shows (plans it finds over memory are dropped). Without it a plan
-packed to the byte by its own activations overflowed with the first input in flight.
+``peak_memory_bytes`` counts such buffers in flight). The realistic simulation's flow
+control (``sim.schedule.stream_flow_control``) holds a stage to one received copy of
+each tensor, so a stage slower than its predecessor no longer queues microbatch after
+microbatch of inputs; where the transfer cannot hide behind the stage's other ops (the
+consumer op alone is most of the period) it keeps two, one beyond this charge, rather
+than slow the plan down (plans the realistic simulation finds over memory are dropped).
+Without the charge a plan packed to the byte by its own activations overflowed with the
+first input in flight.
 """
 from __future__ import annotations
 

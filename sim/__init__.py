@@ -38,7 +38,11 @@ hardware. What it executes (the same numbers ``costs.evaluate.plan_cost`` linear
   op's inner tensors, only while the op runs; training: until the op's backward task
   ends); received, relayed and cast tensors and gradients while they wait. 'stream'
   keeps at most two outputs of an op per device (a task waits for its buffer), more
-  only where the static order needs it (an all-reduce between producer and consumer).
+  only where the static order needs it (an all-reduce between producer and consumer),
+  and in realistic runs at most one received copy of each tensor a stage receives or
+  relays (flow control: the tensor of the next microbatch leaves its producer once the
+  consumer has freed the previous one), two where one would slow the plan below its
+  busiest server (``sim.schedule.stream_flow_control``).
   ``peak_own_memory_bytes`` (static + own outputs) never exceeds
   ``costs.evaluate.plan_memory_bytes`` in non-ideal runs (property-tested);
   ``peak_memory_bytes`` adds the in-flight buffers, which that bound leaves out.

@@ -21,7 +21,9 @@ forward and backward phases). Offsets:
 
 ``gpipe`` sorts every forward before any backward (block = phase); ``explicit`` devices
 follow ``plan.device_order`` instead. ``stream`` bounds each output's buffers
-(backpressure).
+(backpressure) and, in realistic runs, each stage's queue of received tensors (flow
+control: a tensor leaves for a stage once the stage has freed the previous copy,
+``stream_flow_control``).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def assign_schedule(prog: Program, plan: Plan, ideal: bool) -> None:
             same_round_per_device(prog, plan, o)
         prog.offset = o
     if plan.schedule == "stream":
-        prog.backpressure = stream_backpressure(prog, plan)
+        prog.backpressure = stream_backpressure(prog, plan) + ([] if ideal else stream_flow_control(prog, plan))
 
 
 def window_1f1b(prog: Program, plan: Plan) -> list[int]:
@@ -169,6 +171,54 @@ def stream_backpressure(prog: Program, plan: Plan) -> list[tuple[int, int, int, 
         shift = (p + depth) // C
         for r in rel:
             out.append((r, target, shift, depth))
+    return out
+
+
+def stream_flow_control(prog: Program, plan: Plan) -> list[tuple[int, int, int, int]]:
+    """Stream, realistic runs: bounded receive queues (credit-based flow control).
+
+    Without it a producer faster than its consumer sends microbatch after microbatch and
+    the consumer's queue of received tensors grows with the run. Here the first link hop
+    of tensor e for microbatch m + depth (leaving its producer: relays are covered too)
+    waits until the node that frees the consumer's received copy of e for microbatch m
+    (the consumer op, or the cast before it) has finished; depth counts microbatches on
+    the same consumer replica. depth 1: each stage device holds at most one copy of each
+    tensor it receives or relays, the one microbatch of them
+    ``costs.memory.stream_activation_bytes`` charges; the transfer of the next
+    microbatch then overlaps the stage's other ops, not the consumer op, so a cycle of
+    one microbatch holds the hops (each link's whole load per microbatch and its
+    latency: the tensor may queue behind others) and the freeing node. When that cycle
+    is longer than the busiest server's work per microbatch (the period every steady
+    state has, and the plan's when nothing else binds), depth 1 would slow the plan
+    down, and e gets depth 2 (double buffering: the next input arrives while the
+    consumer runs), one copy of e beyond the charge.
+
+    Built only where it cannot deadlock: no tensor-parallel stage and every device runs
+    its tasks in microbatch order (all of its node types in one round, as when it hosts
+    one stage of one replica's pattern): every wait then goes to the same or a later
+    microbatch, and within one microbatch the order is a topological one. Ideal runs
+    (the MILP's model, unbounded queues) do not use it. Returns gates as
+    ``stream_backpressure``."""
+    if any(st.tensor_parallel > 1 for st in plan.stages) or not prog.inputs:
+        return []
+    rounds: dict[int, int] = {}
+    for t in range(prog.T):
+        s = prog.server[t]
+        if s < prog.D and rounds.setdefault(s, prog.offset[t]) != prog.offset[t]:
+            return []
+    C, dur, server, lat = prog.C, prog.dur, prog.server, prog.server_latency
+    load = [0.0] * (prog.D + prog.L)
+    for t in range(prog.T):
+        load[server[t]] += dur[t] / C
+    period = max(load)
+    out = []
+    for (p, e, j), (first, last, release) in prog.inputs.items():
+        cycle = sum(load[server[t]] + lat[server[t]] for t in range(first, last + 1)) + dur[release]
+        st = plan.stages[plan.op_stage[prog.op[release]]]
+        depth = _next_on_replica(st, p, 1 if cycle <= period * (1 + 1e-9) else 2)
+        nxt = prog.inputs.get(((p + depth) % C, e, j))
+        if nxt is not None:
+            out.append((release, nxt[0], (p + depth) // C, depth))
     return out
 
 

@@ -73,6 +73,9 @@ class Program:
     buffers: list[Buffer] = field(default_factory=list)
     # (pattern, op, device index in the replica): (F node type, nodes that consume its output)
     outputs: dict[tuple[int, int, int], tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    # (pattern, edge, device index in the consumer's replica): (first and last link node
+    # types of the tensor's hops from its producer, the node whose end frees the received copy)
+    inputs: dict[tuple[int, int, int], tuple[int, int, int]] = field(default_factory=dict)
     # (release type, target type, unit shift, depth): target(m + depth) waits for release(m)
     backpressure: list[tuple[int, int, int, int]] = field(default_factory=list)
     # collective nodes after the pipeline (absolute, appended after the units)
@@ -211,6 +214,7 @@ class _Builder:
             fpreds: list[list[int]] = [[] for _ in G]
             patch_buf: list[list[int]] = [[] for _ in G]  # buffers freed when F[v][j] ends
             patch_rel: list[list[tuple[int, int]]] = [[] for _ in G]  # F[v][j] consumes u's output on ju
+            received: list[list[tuple[int, int, int, int | None]]] = [[] for _ in G]  # (edge, hops, cast)
             for e in self.in_edges[v]:
                 u = self.edges[e][0]
                 ku = plan.op_stage[u]
@@ -234,6 +238,7 @@ class _Builder:
                         prog.buffers.append(Buffer(d, float(elems[e] * bpe[qs[v]] / tv), cast, False, (), False))
                         patch_buf[j].append(len(prog.buffers) - 1)
                     if first is not None:
+                        received[j].append((e, first, src, cast))
                         prog.buffers.append(Buffer(d, nb, src, True, (cast,) if cast is not None else (), False))
                         if cast is None:
                             patch_buf[j].append(len(prog.buffers) - 1)
@@ -252,6 +257,8 @@ class _Builder:
                     prog.buffers[bi].frees = (f,)
                 for u, ju in patch_rel[j]:
                     releases[u][ju].append(f)
+                for e, first, last, cast in received[j]:   # the received copy is freed when this ends
+                    prog.inputs[(p, e, j)] = (first, last, cast if cast is not None else f)
             if tv > 1 and tp_forward_allreduce(op):
                 out_at[v] = self.ring(list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
             else:

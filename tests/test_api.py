@@ -109,14 +109,18 @@ def test_import_distplan_core_is_light():
 
 def _overflowing():
     """a -> b -> c on three chips of 7 MB: the checker's bound is 6 MB on b's device (b's
-    output, its older copy waiting to be sent, one received tensor of a), but a and the
-    link are fast and b (1 ms) slow, so a's 2 MB tensors queue there: 30 MB in simulation."""
+    output, its older copy waiting to be sent, one received tensor of a). a and its link
+    are fast, b (1 ms) is slow and b's 2 MB output takes 1.11 ms to c, the bottleneck.
+    The stream's flow control keeps a's tensors from queueing at b (they did: 30 MB),
+    but a's next tensor (0.2 ms) cannot arrive while b runs unless b's device keeps two
+    of them (b alone would take 1.2 ms a microbatch): 2 x 2 MB received + b's output and
+    its older copy waiting for the slow link, 8 MB in simulation."""
     from distplan.topologies.topology import Device, DeviceKind, Link, Topology
     from distplan.workloads.graph import Graph, Operator, Tensor
     E = 10**6
     k = DeviceKind("c", {"fp16": 1e12}, mem_capacity_bytes=7e6, mem_bw_bytes_per_s=1e12, efficiency=1.0)
     topo = Topology("t3", {"c": k}, tuple(Device(f"d{i}", "c") for i in range(3)),
-                    (Link("d0", "d1", 1e10), Link("d1", "d0", 1e10), Link("d1", "d2", 1e10), Link("d2", "d1", 1e10)))
+                    (Link("d0", "d1", 1e10), Link("d1", "d0", 1e10), Link("d1", "d2", 1.8e9), Link("d2", "d1", 1.8e9)))
     g = Graph("g", (Operator("a", "matmul", 1e6, 0, 0, E, 0), Operator("b", "matmul", 1e9, 0, 0, E, 0),
                     Operator("c", "add", 1e6, 0, 0, 10, 0)), (Tensor("a", "b", E), Tensor("b", "c", E)))
     p = distplan.problem(g, topo, precisions="fp16", microbatches=16)
@@ -128,7 +132,7 @@ def test_a_plan_overflowing_in_simulation_is_not_ranked():
     distplan.check(p, plan)  # the analytic bound fits ...
     ranked, dropped = distplan.api.rank_plans(p, [plan])
     assert ranked == () and len(dropped) == 1
-    assert "device d1 peaks at 28.61 MiB in the realistic simulation" in dropped[0][1]
+    assert "device d1 peaks at 7.63 MiB in the realistic simulation" in dropped[0][1]
 
 
 def test_replay_of_an_overflowing_plan_says_so(tmp_path):
@@ -137,7 +141,7 @@ def test_replay_of_an_overflowing_plan_says_so(tmp_path):
     out = subprocess.run([sys.executable, "-m", "distplan.sim", str(tmp_path / "p.json")], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "period" in out.stdout
-    assert out.stderr.startswith("error: the plan does not fit: device d1 peaks at 28.61 MiB")
+    assert out.stderr.startswith("error: the plan does not fit: device d1 peaks at 7.63 MiB")
 
 
 def test_a_coarse_plan_is_rechecked_against_the_budget_on_the_fine_graph(tiny, report):
