@@ -29,7 +29,13 @@ def simulated_throughput(problem: Problem, plan: Plan) -> float:
     r = simulate(problem, plan, SimOptions())
     if (r.peak_own_memory_bytes > problem.device_mem_bytes * (1 + 1e-12)).any():
         return 0.0
-    return float(r.step_throughput_per_s if problem.training else r.throughput_per_s)
+    return sim_rate(problem, r)
+
+
+def sim_rate(problem: Problem, sim) -> float:
+    """A simulation's samples/s as plans are scored: per optimizer step in training,
+    the steady rate in inference."""
+    return float(sim.step_throughput_per_s if problem.training else sim.throughput_per_s)
 
 
 def ideal_throughput(problem: Problem, plan: Plan) -> float:

@@ -47,7 +47,7 @@ import numpy as np
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage, balanced_shares
 from distplan.costs.evaluate import plan_memory_bytes, plan_sensitivity
-from distplan.costs.iteration import estimate_iteration
+from distplan.costs.iteration import estimate_iteration, replica_microbatch_s
 from distplan.costs.problem import Problem, low_bit
 from distplan.model.cluster import _units
 
@@ -100,12 +100,24 @@ class FleetResult:
     cut_short: list[str] = field(default_factory=list)
 
 
+def _runs(problem: Problem, v: int, c: int) -> list[int]:
+    """The precisions kind ``c`` runs and op ``v`` may use, highest fidelity first."""
+    return [q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
+
+
+def _slowest_replica_s(t: list[float], microbatches: int) -> float:
+    """A stage's slowest replica under balanced shares: its share x seconds per microbatch
+    (``t``: each replica's seconds per microbatch)."""
+    n = balanced_shares(t, microbatches) if min(t) > 0 else [microbatches] * len(t)
+    return max(a * b for a, b in zip(n, t))
+
+
 def kind_precisions(problem: Problem, c: int, policy: str) -> list[int] | None:
     """Per op, the precision index kind ``c`` computes it at under ``policy`` (None when
     the kind cannot run some op at any allowed precision)."""
     out = []
     for v in range(problem.n_ops):
-        ok = [q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
+        ok = _runs(problem, v, c)
         if not ok:
             return None
         if policy == "wide":
@@ -155,8 +167,7 @@ def _bottleneck_s(problem: Problem, blocks: list[list[int]], unit_s: dict[int, n
     for k, devs in enumerate(blocks):
         us = [u for u, s in enumerate(split) if s == k]
         t = [float(unit_s[int(problem.device_kind[d])][us].sum()) for d in devs]
-        n = balanced_shares(t, problem.microbatches) if min(t) > 0 else [problem.microbatches] * len(t)
-        worst = max(worst, max(a * b for a, b in zip(n, t)))
+        worst = max(worst, _slowest_replica_s(t, problem.microbatches))
     return worst
 
 
@@ -164,7 +175,7 @@ def _bottleneck_s(problem: Problem, blocks: list[list[int]], unit_s: dict[int, n
 NEIGHBOUR_SLACK = 0.03
 
 
-def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]], qs: dict[int, list[int]],
+def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]],
            unit_s: dict[int, np.ndarray]) -> list[int] | None:
     """Stage of each unit: the split with the least bottleneck (DP over the units)."""
     U, K, M = len(units), len(blocks), problem.microbatches
@@ -174,10 +185,7 @@ def _split(problem: Problem, units: list[list[int]], blocks: list[list[int]], qs
 
     def stage_s(k: int, i: int, j: int) -> float:
         t = [pre[int(problem.device_kind[d])][j] - pre[int(problem.device_kind[d])][i] for d in blocks[k]]
-        if min(t) <= 0:
-            return max(t) * M
-        n = balanced_shares(t, M)
-        return max(a * b for a, b in zip(n, t))
+        return _slowest_replica_s(t, M)
 
     INF = math.inf
     best = [[INF] * (U + 1) for _ in range(K + 1)]
@@ -241,8 +249,7 @@ def _compositions(total: int, parts: int) -> list[tuple[int, ...]] | None:
 
 def _per_op_assignments(problem: Problem, c: int) -> list[list[int]]:
     """Every per-op precision assignment of kind ``c`` (empty: more than EXACT_LIMIT)."""
-    choices = [[q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
-               for v in range(problem.n_ops)]
+    choices = [_runs(problem, v, c) for v in range(problem.n_ops)]
     if any(not x for x in choices) or math.prod(len(x) for x in choices) > EXACT_LIMIT:
         return []
     return [list(x) for x in itertools.product(*choices)]
@@ -251,8 +258,6 @@ def _per_op_assignments(problem: Problem, c: int) -> list[list[int]]:
 def _with_shares(problem: Problem, plan: Plan) -> list[Plan]:
     """``plan`` with balanced shares on every data-parallel stage, and on small instances
     with every combination of share vectors too."""
-    from distplan.costs.iteration import replica_microbatch_s
-
     balanced, every = [], []
     for k, st in enumerate(plan.stages):
         if st.replicas == 1:
@@ -326,7 +331,11 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     orders = _orders(problem)
     D = problem.n_devices
     depths = [pp for pp in range(1, D + 1) if D % pp == 0 and pp <= len(units)]
-    points = [(FleetPoint(o, pp, pol), qs) for o in orders for pp in depths for pol, qs in combos]
+    # each kind's seconds per microbatch of every layer: per precision choice, not per point
+    layer_s = [{c: np.array([math.fsum(problem.op_time_s(v, q[v], c) for v in u) for u in units])
+                for c, q in qs.items()} for _, qs in combos]
+    points = [(FleetPoint(o, pp, pol), qs, us) for o in orders for pp in depths
+              for (pol, qs), us in zip(combos, layer_s)]
     say(f"fleet space: {len(points)} points ({len(orders)} device orders x depths {depths} x "
         f"{len(combos)} precision choices per kind) x {len(REDUCTIONS)} gradient reductions, {len(units)} layers")
     found: list[FleetPlan] = []
@@ -334,17 +343,15 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     solved = infeasible = 0
     cut: list[str] = []
     cap = np.asarray(problem.device_mem_bytes)
-    for i, (pt, qs) in enumerate(points):
+    for i, (pt, qs, unit_s) in enumerate(points):
         if (deadline is not None and time.perf_counter() > deadline) or (stop is not None and stop.requested):
             cut.append(f"fleet space: {len(points) - i} of {len(points)} points not visited (time)")
             break
-        unit_s = {c: np.array([math.fsum(problem.op_time_s(v, q[v], c) for v in u) for u in units])
-                  for c, q in qs.items()}
         size = D // pt.pp
         blocks = [list(pt.order[k * size:(k + 1) * size]) for k in range(pt.pp)]
         splits = _all_splits(len(units), pt.pp)
         if splits is None:
-            one = _split(problem, units, blocks, qs, unit_s)
+            one = _split(problem, units, blocks, unit_s)
             splits = []
             if one is not None:
                 lim = _bottleneck_s(problem, blocks, unit_s, one) * (1 + NEIGHBOUR_SLACK)
@@ -356,15 +363,14 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
                 for plan in _with_shares(problem, _plan(problem, pt, units, split, qs, allreduce, overlap)):
                     if not (plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all():
                         continue
-                    if sensitivity_budget is not None and \
-                            plan_sensitivity(problem, plan) > sensitivity_budget * (1 + 1e-9):
+                    sens = plan_sensitivity(problem, plan)
+                    if sensitivity_budget is not None and sens > sensitivity_budget * (1 + 1e-9):
                         continue
                     fits_any = True
                     key = (plan.op_stage, plan.op_precision, plan.stages, plan.dp_allreduce, plan.overlap_grad_reduce)
                     if key not in keys:
                         keys.add(key)
-                        found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s,
-                                               plan_sensitivity(problem, plan)))
+                        found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s, sens))
         infeasible += not fits_any
     if not found:
         raise DistplanError("no plan of the fleet space fits the devices' memory"

@@ -65,7 +65,6 @@ def _brute_force(pb) -> float:
                                       if stage_of[v] == k and pb.precisions[qs[int(pb.device_kind[d])][v]] != base[v]}
                                      for d in devs)
                         stages.append(Stage(tuple(devs), replica_precision=over if any(over) else None))
-                    share_sets = [[None]] * pp
                     share_sets = []
                     for st in stages:
                         r = st.replicas

@@ -23,6 +23,7 @@ from distplan.core.errors import DistplanError
 from distplan.api.pipeline import solve
 from distplan.api.report import _json_safe
 from distplan.baselines import parse_methods, run_baseline
+from distplan.baselines.scoring import sim_rate
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.model import SolveOptions
 
@@ -98,7 +99,7 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
     t0 = time.perf_counter()
     rep = solve(problem, options)
     solved, best = rep.solver, rep.best
-    rate = best.sim.step_throughput_per_s if problem.training else best.sim.throughput_per_s   # as the scorer
+    rate = sim_rate(problem, best.sim)   # as the scorer
     return MethodRow("milp", float(rate), time.perf_counter() - t0, len(rep.plans),
                      solved.status, float(solved.objective_s), float(solved.bound_s), float(solved.gap),
                      plan=best.plan,

@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from distplan.baselines.scoring import sim_rate
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.costs.evaluate import plan_sensitivity
@@ -30,11 +31,6 @@ class ParetoPoint:
     plan: Plan
     problem: Problem           # the problem the plan is for (its microbatch size may differ)
     from_budget: float         # the budget of the solve that found the plan
-
-
-def _rate(report) -> float:
-    sim = report.best.sim
-    return sim.step_throughput_per_s if report.problem.training else sim.throughput_per_s
 
 
 def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
@@ -56,8 +52,8 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
 
     top = run(None, n)
     s_max = plan_sensitivity(top.problem, top.best.plan)
-    say(f"pareto: fastest plan {_rate(top):,.1f}/s at sensitivity {s_max:.6g}")
-    found = [(s_max, _rate(top), top.best.plan, top.problem, math.inf)]
+    say(f"pareto: fastest plan {sim_rate(top.problem, top.best.sim):,.1f}/s at sensitivity {s_max:.6g}")
+    found = [(s_max, sim_rate(top.problem, top.best.sim), top.best.plan, top.problem, math.inf)]
     points: list[ParetoPoint] = []
     budgets = [s_max * i / (n - 1) for i in range(n)]
     for i, b in enumerate(budgets):
@@ -71,9 +67,8 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
                 rep = None
         if rep is not None:
             for r in rep.plans:
-                found.append((plan_sensitivity(rep.problem, r.plan),
-                              r.sim.step_throughput_per_s if rep.problem.training else r.sim.throughput_per_s,
-                              r.plan, rep.problem, b))
+                found.append((plan_sensitivity(rep.problem, r.plan), sim_rate(rep.problem, r.sim), r.plan,
+                              rep.problem, b))
         within = [f for f in found if f[0] <= b * (1 + 1e-9) + 1e-12]
         if not within:
             say(f"pareto: budget {b:.6g}: no plan found within it")
