@@ -5,6 +5,10 @@ TensorRT, onnxruntime's graph optimiser) launches far fewer kernels, and ``fuse_
 contracts the graph to those kernels, so that the cost model and the simulator both see
 them (a launch and a memory round trip per kernel, not per node):
 
+0. **input-only tensors** (an attention mask built from the inputs and read by every
+   layer) are recomputed by each reader, not sent (``workloads/rematerialize.py``): each
+   reader gets its own copy of the cheap operators that make the tensor, which then fuse
+   into the reader's kernel below;
 1. **views** (kind ``reshape`` with no work and no traffic: Reshape, Squeeze, Flatten,
    Identity, Dropout, torch's view/transpose/permute/split) join their producer (or,
    reading only graph inputs, their consumer): they cost nothing, not even a launch;
@@ -23,7 +27,11 @@ them (a launch and a memory round trip per kernel, not per node):
 5. **element-wise chains**: connected operators of the fusible kinds (``elementwise``,
    ``activation``, ``add``, ``reshape``, ``softmax``, ``layernorm``) between heavy ops
    become one kernel, as long as the graph stays acyclic (an edge is contracted only
-   when it is the only path between its ends).
+   when it is the only path between its ends). A normalisation whose input is also read
+   elsewhere (the residual stream of a pre-norm transformer) starts a kernel of its own:
+   fused into the residual add, every pipeline cut after the add would have to send both
+   the stream and its normalised copy, where Megatron's stages send the stream alone and
+   normalise it on arrival; the price is one read of the stream.
 
 A fused operator keeps the exact sums of its members' forward and backward FLOPs and
 parameters; it pays **one** memory round trip: ``touched_elems`` = what its members
@@ -33,7 +41,8 @@ their parameters and graph inputs, plus what it writes that leaves it;
 written nor kept as an activation). Edges between two fused operators carry each
 outside tensor once. Tied weights point at the fused operator that owns the table
 (dropped when both end in the same one); ``tp_role`` is kept when the members that have
-one agree. The operator count never grows; the result is a valid DAG.
+one agree. Apart from step 0's copies the operator count never grows; the result is a
+valid DAG.
 """
 from __future__ import annotations
 
@@ -43,12 +52,9 @@ from collections.abc import Collection
 
 from distplan.workloads.coarsen import _Contractor
 from distplan.workloads.graph import Graph, Operator, Tensor
-from distplan.workloads.op_costs import tie_operator
+from distplan.workloads.op_costs import FUSIBLE_KINDS, GEMM_KINDS, tie_operator
+from distplan.workloads.rematerialize import clone_input_only
 
-#: kinds whose operators are (batched) matrix products: they absorb bias adds and layouts
-GEMM_KINDS = frozenset({"matmul", "attn_score", "attn_context", "head"})
-#: kinds fused into element-wise kernels (step 4)
-FUSIBLE_KINDS = frozenset({"elementwise", "activation", "add", "reshape", "softmax", "layernorm"})
 
 
 def is_view(op: Operator) -> bool:
@@ -65,6 +71,9 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
     element-wise chains fused (see the module docstring); the same graph when nothing
     fuses. ``scalings``: names of operators that multiply their one activation input by
     a constant scalar (the importer knows; the Graph does not say)."""
+    given = {op.name for op in graph.ops}
+    graph = clone_input_only(graph)
+    copies = {v for v, op in enumerate(graph.ops) if op.name not in given}
     c = _Contractor(graph)
     ops = graph.ops
     owner = {v: v for v in range(len(ops))}
@@ -106,15 +115,25 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
             (u,) = ps
             if has_gemm(u) and _only_consumer(c, find(u), find(v)):
                 join(u, v)
-    # 3. layout moves next to a matrix product
-    for v, op in enumerate(ops):
-        if not _is_move(op) or find(v) != v or any(not is_view(ops[m]) for m in c.members[v] if m != v):
-            continue
-        ps, ss = list(c.pred[v]), list(c.succ[v])
-        if len(ps) == 1 and has_gemm(ps[0]) and _only_consumer(c, ps[0], v) and join(ps[0], v):
-            absorbed.add(v)
-        elif len(ss) == 1 and len(ps) <= 1 and has_gemm(ss[0]) and join(v, ss[0]):
-            absorbed.add(v)
+    # 3. layout moves next to a matrix product (again after step 4, whose scalings may
+    #    have put a product right behind a move)
+    def absorb_moves() -> None:
+        """Until none joins: a chain of moves (transpose, view, transpose) joins one by one."""
+        while True:
+            before = len(absorbed)
+            for v, op in enumerate(ops):
+                if (not _is_move(op) or v in absorbed or find(v) != v
+                        or any(not is_view(ops[m]) for m in c.members[v] if m != v)):
+                    continue
+                ps, ss = list(c.pred[v]), list(c.succ[v])
+                if len(ps) == 1 and has_gemm(ps[0]) and _only_consumer(c, ps[0], v) and join(ps[0], v):
+                    absorbed.add(v)
+                elif len(ss) == 1 and len(ps) <= 1 and has_gemm(ss[0]) and join(v, ss[0]):
+                    absorbed.add(v)
+            if len(absorbed) == before:
+                return
+
+    absorb_moves()
     # 4. scalings by a constant: the alpha of the matrix product next to them
     for name in scalings:
         v = graph.index(name)
@@ -125,22 +144,23 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
             continue
         if len(ps) == 1 and has_gemm(ps[0]) and _only_consumer(c, ps[0], v):
             join(ps[0], v)
+    absorb_moves()
     # 5. element-wise chains
     fusible = lambda g: all(ops[m].kind in FUSIBLE_KINDS for m in c.members[g])  # noqa: E731
     for u, w, _ in graph.edges():
         a, b = find(u), find(w)
-        if a != b and fusible(a) and fusible(b):
+        if a != b and fusible(a) and fusible(b) and not (ops[w].kind == "layernorm" and len(c.succ[a]) > 1):
             join(a, b)
     if c.size == len(ops):
         return graph
-    return _build(graph, c, absorbed)
+    return _build(graph, c, absorbed, copies)
 
 
 def _only_consumer(c: _Contractor, g: int, v: int) -> bool:
     return set(c.succ[g]) == {v}
 
 
-def _build(g: Graph, c: _Contractor, absorbed: set[int]) -> Graph:
+def _build(g: Graph, c: _Contractor, absorbed: set[int], copies: set[int]) -> Graph:
     ops = g.ops
     live = c.live_order()
     grp = {v: k for k in live for v in c.members[k]}
@@ -169,7 +189,7 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int]) -> Graph:
         """Elements of producer r's data read through edges ``es`` (each tensor once)."""
         return min(sum(es), max([written(r), *es]))
 
-    names = {k: _anchor(ops, c.members[k]) for k in live}
+    names = {k: _anchor(ops, c.members[k], copies) for k in live}
     new_ops: list[Operator] = []
     for k in live:
         mem = sorted(c.members[k])
@@ -213,10 +233,11 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int]) -> Graph:
                  seq_len=g.seq_len, import_warnings=g.import_warnings)
 
 
-def _anchor(ops: tuple[Operator, ...], mem: list[int]) -> int:
-    """The member a fused operator is named after: a non-fusible one first, then by kind
-    (softmax, norm, activation, element-wise, add), then the most FLOPs."""
-    return max(sorted(mem), key=lambda v: (ops[v].kind not in FUSIBLE_KINDS, _RANK.get(ops[v].kind, 0),
+def _anchor(ops: tuple[Operator, ...], mem: list[int], copies: set[int]) -> int:
+    """The member a fused operator is named after: not a step-0 copy, a non-fusible one
+    first, then by kind (softmax, norm, activation, element-wise, add), then the most FLOPs."""
+    return max(sorted(mem), key=lambda v: (v not in copies, ops[v].kind not in FUSIBLE_KINDS,
+                                            _RANK.get(ops[v].kind, 0),
                                             not is_view(ops[v]), ops[v].fwd_flops, -v))
 
 

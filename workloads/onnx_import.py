@@ -197,6 +197,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     edges: dict[tuple[int, int], int] = defaultdict(int)
     names: set[str] = set()
     scalings: list[str] = []   # Mul/Div/Neg by a constant scalar (a matrix product's alpha when fused)
+    looked: set[str] = set()   # rows of a parameter table at constant indices (position embeddings)
     for i, node in enumerate(_sorted_nodes(list(g.node), set(graph_inputs) | set(st.origin))):
         ins = [x for x in node.input if x]
         if _is_shape_query(node, ins, st):  # Shape(x) / Size(x) of a static x: a constant, no parameter
@@ -204,10 +205,13 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
                 st.origin[y] = frozenset()
             continue
         if node.op_type == "Constant" or all(x in st.origin for x in ins):
+            looked_up = _is_lookup(node, ins, st, looked)
             for y in node.output:
                 st.origin[y] = frozenset().union(*(st.origin[x] for x in ins)) if ins else frozenset()
                 if node.op_type == "Constant" and st.shape.get(y) is None:
                     st.shape[y] = _constant_shape(node)
+                if looked_up:
+                    looked.add(y)
             continue
         v = len(ops)
         op_name = _unique(node.name or f"{node.op_type}_{i}", names)
@@ -221,6 +225,8 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         param, tied = st.claim([p for x in dict.fromkeys(weights) for p in sorted(st.origin.get(x, ()))
                                 if p in st.param_elems], op_name)
         op, family = _cost(node, op_name, ins, param, st)
+        if family == "add" and any(x in looked for x in ins):
+            op = replace(op, kind="embedding")   # x + table[constant rows]: a lookup, stored as one
         op = oc.tie_operator(op, tied)
         ops.append(op)
         if _is_scaling(node, ins, st):
@@ -248,6 +254,14 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     g = build_graph(name or default_name, ops, edges, mode, batch_size or b, seq_len if seq_len is not None else s,
                     said)
     return fuse_graph(g, scalings) if fuse else g
+
+
+def _is_lookup(node: Any, ins: list[str], st: _State, looked: set[str]) -> bool:
+    """A constant-input node that gathers rows of a parameter table (GPT-2's position
+    embedding at the folded positions 0..S-1), or a view or cast of such rows."""
+    if node.op_type == "Gather":
+        return bool(ins) and bool(st.origin.get(ins[0]))
+    return _FAMILY.get(node.op_type) in ("view", "move") and bool(ins) and ins[0] in looked
 
 
 def _is_scaling(node: Any, ins: list[str], st: _State) -> bool:

@@ -57,6 +57,10 @@ FLOPS_PER_ELEM: dict[str, int] = {
     "view": 0,       # a new view of the same storage: no traffic, no new activation
 }
 UNKNOWN_FLOPS_PER_ELEM = 4
+#: kinds whose operators are (batched) matrix products: they absorb bias adds and layouts
+GEMM_KINDS = frozenset({"matmul", "attn_score", "attn_context", "head"})
+#: kinds a compiler fuses into one element-wise kernel (workloads/fuse.py)
+FUSIBLE_KINDS = frozenset({"elementwise", "activation", "add", "reshape", "softmax", "layernorm"})
 
 #: Graph ``kind`` of each family (drives the sensitivity factor and coarsening).
 FAMILY_KIND: dict[str, str] = {

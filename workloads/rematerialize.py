@@ -1,0 +1,98 @@
+"""Input-only tensors recomputed where they are read, not sent.
+
+An exporter computes an attention mask (or position ids, a causal triangle) once, from
+the graph's inputs alone, and hands the one tensor to every layer: GPT-2 exported by
+``torch.onnx`` builds its 512 x 512 causal mask in front of layer 0 and all 12 layers'
+score additions read it. Placed on a pipeline, that tensor would cross and be held at
+every stage boundary, although no runtime sends it: each stage (each kernel, even)
+rebuilds it from the inputs it already has, as XLA duplicates cheap producers into the
+fusions that read them and Megatron builds its mask on every rank.
+
+``clone_input_only`` gives every element-wise reader of such a tensor (the score
+additions) its own copy of the cheap sub-graph that makes it (the *cone*), so fusion
+(``workloads/fuse.py``) folds each copy into its reader's kernel; a matrix product
+reading it keeps reading the one tensor (a copy would be a kernel of its own). An operator is *input-only* when it has no
+parameters, no tied weights, its kind is one fusion folds into an element-wise kernel (``FUSIBLE_KINDS``) and every
+operator it reads is input-only (reading only graph inputs counts). Only cones of at
+most ``max_cone_ops`` operators are copied; the first reader keeps the original.
+The copies add their (element-wise) FLOPs once per reader: recomputation is what a
+runtime pays.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from distplan.workloads.op_costs import FUSIBLE_KINDS
+from distplan.workloads.graph import Graph, Operator, Tensor
+
+
+def input_only(graph: Graph) -> set[int]:
+    """Indices of the operators computed from graph inputs alone by cheap, weightless ops."""
+    preds = graph.preds()
+    out: set[int] = set()
+    for v, op in enumerate(graph.ops):   # topological order: readers after what they read
+        if (op.param_elems == 0 and op.tied_to is None and op.tied_elems == 0 and op.kind in FUSIBLE_KINDS
+                and all(u in out for u in preds[v])):
+            out.add(v)
+    return out
+
+
+def clone_input_only(graph: Graph, max_cone_ops: int = 32) -> Graph:
+    """``graph`` with every input-only tensor read by several operators recomputed by a
+    copy of its cone for each reader after the first (see the module docstring); the same
+    graph when there is none."""
+    cheap = input_only(graph)
+    if not cheap:
+        return graph
+    ops, preds, succs = graph.ops, graph.preds(), graph.succs()
+    readers = {v: sorted({w for w in succs[v] if w not in cheap}) for v in cheap}
+
+    def cone(sinks: list[int]) -> list[int]:
+        seen: set[int] = set()
+        stack = list(sinks)
+        while stack:
+            v = stack.pop()
+            if v not in seen:
+                seen.add(v)
+                stack.extend(preds[v])
+        return sorted(seen)
+
+    edge_elems = {(graph.index(t.src), graph.index(t.dst)): t.elems for t in graph.tensors}
+    new_ops: list[Operator] = list(ops)
+    moved: dict[tuple[int, int], str] = {}          # original edge -> the copy's name that now feeds it
+    extra: list[Tensor] = []
+    names = {op.name for op in ops}
+    for w in range(len(ops)):
+        if ops[w].kind not in FUSIBLE_KINDS:
+            continue   # a copy must fuse into its reader's kernel, not run as one more
+        sinks = [v for v in dict.fromkeys(preds[w]) if v in cheap and len(readers[v]) > 1 and readers[v][0] != w]
+        if not sinks:
+            continue
+        members = cone(sinks)
+        if len(members) > max_cone_ops:
+            continue
+        copy: dict[int, str] = {}
+        for v in members:
+            name = _fresh(f"{ops[v].name}~{ops[w].name}", names)
+            copy[v] = name
+            new_ops.append(dataclasses.replace(ops[v], name=name))
+        for v in members:
+            for u in dict.fromkeys(preds[v]):
+                extra.append(Tensor(copy[u], copy[v], edge_elems[(u, v)]))
+        for v in sinks:
+            moved[(v, w)] = copy[v]
+    if not moved:
+        return graph
+    tensors = [t for t in graph.tensors if (graph.index(t.src), graph.index(t.dst)) not in moved]
+    tensors += [Tensor(name, ops[w].name, edge_elems[(v, w)]) for (v, w), name in moved.items()]
+    return Graph(name=graph.name, ops=tuple(new_ops), tensors=tuple(tensors + extra), mode=graph.mode,
+                 batch_size=graph.batch_size, seq_len=graph.seq_len, import_warnings=graph.import_warnings)
+
+
+def _fresh(base: str, names: set[str]) -> str:
+    name, k = base, 1
+    while name in names:
+        k += 1
+        name = f"{base}#{k}"
+    names.add(name)
+    return name
