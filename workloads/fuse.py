@@ -31,7 +31,9 @@ them (a launch and a memory round trip per kernel, not per node):
    elsewhere (the residual stream of a pre-norm transformer) starts a kernel of its own:
    fused into the residual add, every pipeline cut after the add would have to send both
    the stream and its normalised copy, where Megatron's stages send the stream alone and
-   normalise it on arrival; the price is one read of the stream.
+   normalise it on arrival; the price is one read of the stream. Table lookups summed
+   (a token embedding plus position rows the importer found at constant indices, kind
+   ``embedding`` both) are one gather kernel, as the zoo's ``embed``.
 
 A fused operator keeps the exact sums of its members' forward and backward FLOPs and
 parameters; it pays **one** memory round trip: ``touched_elems`` = what its members
@@ -147,9 +149,12 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
     absorb_moves()
     # 5. element-wise chains
     fusible = lambda g: all(ops[m].kind in FUSIBLE_KINDS for m in c.members[g])  # noqa: E731
+    lookup = lambda g: all(ops[m].kind == "embedding" or is_view(ops[m]) for m in c.members[g])  # noqa: E731
     for u, w, _ in graph.edges():
         a, b = find(u), find(w)
-        if a != b and fusible(a) and fusible(b) and not (ops[w].kind == "layernorm" and len(c.succ[a]) > 1):
+        if a == b or (ops[w].kind == "layernorm" and len(c.succ[a]) > 1):
+            continue
+        if (fusible(a) and fusible(b)) or (lookup(a) and lookup(b)):
             join(a, b)
     if c.size == len(ops):
         return graph
@@ -235,10 +240,11 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int], copies: set[int]) -> Gr
 
 def _anchor(ops: tuple[Operator, ...], mem: list[int], copies: set[int]) -> int:
     """The member a fused operator is named after: not a step-0 copy, a non-fusible one
-    first, then by kind (softmax, norm, activation, element-wise, add), then the most FLOPs."""
+    first, then by kind (softmax, norm, activation, element-wise, add), then the most
+    parameters (the token table of summed lookups), then the most FLOPs."""
     return max(sorted(mem), key=lambda v: (v not in copies, ops[v].kind not in FUSIBLE_KINDS,
                                             _RANK.get(ops[v].kind, 0),
-                                            not is_view(ops[v]), ops[v].fwd_flops, -v))
+                                            not is_view(ops[v]), ops[v].param_elems, ops[v].fwd_flops, -v))
 
 
 #: which fusible member names a fused kernel (its kind drives the precision sensitivity)
