@@ -7,8 +7,12 @@ inside; ZeRO-1 keeps only the reduce-scatter halves).
 """
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 
+from distplan.core.errors import TimeUp
 from distplan.costs.problem import Problem
 
 
@@ -117,8 +121,12 @@ class Transfers:
     run releases it (a tensor leaves when its producer is done). A transfer with an
     empty route is delivered when released (an anchor other transfers wait for)."""
 
-    def __init__(self, problem: Problem):
+    #: heap pops between two looks at the clock (``deadline_s``)
+    CLOCK_EVERY = 4096
+
+    def __init__(self, problem: Problem, deadline_s: float = math.inf):
         self.pb = problem
+        self.deadline_s = deadline_s   # perf_counter seconds: past it delivered_s raises TimeUp
         self.links: list[tuple[int, ...]] = []
         self.nbytes: list[float] = []
         self.release: list[float] = []
@@ -156,7 +164,8 @@ class Transfers:
         ``delivered(i, t)`` after each delivery; as in the simulator, the links' heap is
         popped only when the devices can do nothing more, so every release comes at or
         after the last delivery popped and the links serve transfers in true arrival
-        order. ``self.arrived[i]`` says whether transfer i was delivered."""
+        order. ``self.arrived[i]`` says whether transfer i was delivered. Raises
+        ``TimeUp`` once ``deadline_s`` has passed (looked at every ``CLOCK_EVERY`` pops)."""
         import heapq
 
         n = len(self.links)
@@ -182,7 +191,12 @@ class Transfers:
         if walker is not None:
             walker.start()
         links, nbytes = self.links, self.nbytes
+        timed, pops = math.isfinite(self.deadline_s), 0
         while heap:
+            if timed:
+                pops += 1
+                if pops % self.CLOCK_EVERY == 0 and time.perf_counter() > self.deadline_s:
+                    raise TimeUp(f"{n:,} transfers not timed by the deadline")
             t, _, i, h = heapq.heappop(heap)
             route = links[i]
             if h < len(route):

@@ -59,11 +59,12 @@ microbatch's replicas l(j), its reductions timed from there.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from distplan.core.errors import DistplanError
+from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan
 from distplan.costs.collectives import (Transfers, gradient_reduction_parts, hierarchical_groups,
                                         reduction_transfers, ring_allreduce_s, ring_step_s, route_s)
@@ -101,17 +102,24 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     gather = np.zeros(problem.n_devices)
     param = np.array([op.param_elems for op in problem.graph.ops], dtype=float)
     stage_of = np.asarray(plan.op_stage)
+    bpe_of: dict[tuple[str, ...], np.ndarray] = {}   # per precision tuple (replicas mostly share one)
+
+    def bytes_per_elem(precs: tuple[str, ...]) -> np.ndarray:
+        if precs not in bpe_of:
+            bpe_of[precs] = problem.bytes_per_elem[[problem.q_index(p) for p in precs]]
+        return bpe_of[precs]
+
     for k, st in enumerate(plan.stages):
         share = st.replicas if st.zero and st.replicas > 1 else 1
         mine = stage_of == k
         elems = float(param[mine].sum()) / st.tensor_parallel
         for i in range(st.replicas):   # each replica's parameters at its own precisions
-            bpe = problem.bytes_per_elem[[problem.q_index(p) for p in plan.replica_precisions(k, i)]]
+            bpe = bytes_per_elem(tuple(plan.replica_precisions(k, i)))
             bytes_i = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
             devs_i = list(st.replica_group(i))
             elems_on[devs_i] += elems / share
             bytes_on[devs_i] += bytes_i / share
-        bpe = problem.bytes_per_elem[[problem.q_index(p) for p in plan.op_precision]]
+        bpe = bytes_per_elem(tuple(plan.op_precision))
         stage_bytes = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
         if share > 1 and stage_bytes > 0:
             tp = st.tensor_parallel
@@ -219,8 +227,10 @@ def _ring_lanes(problem: Problem, devs: list[int]) -> list[tuple[int, ...]] | No
     return routes[:s]
 
 
-def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
-    """The analytic iteration of a training plan under 1F1B (module docstring)."""
+def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:
+    """The analytic iteration of a training plan under 1F1B (module docstring). Past
+    ``deadline_s`` (perf_counter seconds) the transfer-by-transfer timing of overlapped
+    buckets raises ``TimeUp`` (``estimate_transfers`` says how many it will time)."""
     if not problem.training:
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule != "1f1b":
@@ -262,13 +272,15 @@ def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
         # drain-then-chain form overcharged a large last bucket: gpt3-1024x8x16 dp 8 on
         # a100x32, the embedding's 107 MB after 8 layers' buckets, +7.1 % on the iteration)
         ends = FB[k][2]
-        tr = Transfers(problem)
+        tr = Transfers(problem, deadline_s)
         lanes = _ring_lanes(problem, devs) if not hier or hierarchical_groups(problem.topology, devs) is None else None
         steps = (st.replicas - 1) if st.zero else 2 * (st.replicas - 1)
         for v in with_params:   # the simulator's order of creation
             nbytes = problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
             if nbytes <= 0:
                 continue
+            if time.perf_counter() > deadline_s:
+                raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
             if lanes is None:
                 reduction_transfers(tr, devs, [ends[v]] * st.replicas, nbytes, hier, st.zero)
                 continue
@@ -284,6 +296,33 @@ def estimate_iteration(problem: Problem, plan: Plan) -> IterationEstimate:
     run = float(np.max(last_b + done_after)) if K else 0.0
     opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
+
+
+def estimate_transfers(problem: Problem, plan: Plan) -> int:
+    """How many transfers ``estimate_iteration`` times one by one for ``plan`` (its
+    overlapped gradient buckets; 0 without overlap): what its cost grows with, known
+    before running it (gpt3-175b dp 64 x tp 4 x pp 4 with hierarchical overlapped
+    buckets on a100x1024: 1.2 M transfers, ~8 s). Plans of alike replicas; replica
+    groups (``_estimate_groups``) are counted as alike."""
+    if not problem.training or not plan.overlap_grad_reduce:
+        return 0
+    total = 0
+    for k, st in enumerate(plan.stages):
+        r = st.replicas
+        if r < 2:
+            continue
+        buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0)
+        devs = [st.devices[i * st.tensor_parallel] for i in range(r)]
+        groups = hierarchical_groups(problem.topology, devs) if plan.dp_allreduce == "hierarchical" else None
+        steps = (r - 1) if st.zero else 2 * (r - 1)
+        if groups is None:
+            lanes = _ring_lanes(problem, devs)
+            per = steps * (len(lanes) if lanes is not None else r)
+        else:
+            g, n = len(groups[0]), len(groups)
+            per = (g - 1) * r * (1 if st.zero else 2) + ((n - 1) if st.zero else 2 * (n - 1)) * r
+        total += buckets * per
+    return total
 
 
 def replica_microbatch_s(problem: Problem, plan: Plan, k: int, replica: int) -> float:

@@ -5,6 +5,8 @@ names the culprit and the fix, and the CLI prints it as one ``error:`` line.
 ``InternalError``: distplan broke one of its own promises (the MILP returned a plan
 the independent checker rejects, a simulation disagrees with its own bound). It is
 *not* a ``DistplanError``: a test that expects user errors never swallows it.
+``TimeUp``: a computation handed a deadline ran past it; whoever passed the deadline
+catches it (never the user's concern).
 """
 
 
@@ -14,3 +16,7 @@ class DistplanError(Exception):
 
 class InternalError(RuntimeError):
     """A bug in distplan (never the user's input); always fails a test."""
+
+
+class TimeUp(Exception):
+    """A computation given a deadline (``time.perf_counter`` seconds) ran past it."""
