@@ -99,13 +99,15 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
     t0 = time.perf_counter()
     rep = solve(problem, options)
     solved, best = rep.solver, rep.best
-    rate = sim_rate(problem, best.sim)   # as the scorer
+    rate = sim_rate(problem, best.sim) if best.simulated else math.nan   # as the scorer; nan: not simulated
     return MethodRow("milp", float(rate), time.perf_counter() - t0, len(rep.plans),
-                     solved.status, float(solved.objective_s), float(solved.bound_s), float(solved.gap),
+                     solved.status if best.simulated else f"{solved.status}, not simulated",
+                     float(solved.objective_s), float(solved.bound_s), float(solved.gap),
                      plan=best.plan,
                      extra={"solve_seconds": solved.seconds, "build_seconds": solved.build_seconds,
                             "binaries": solved.n_binaries, "constraints": solved.n_constraints,
-                            "milp_period_s": best.milp_period_s, "sim_period_s": best.sim.period_s,
+                            "milp_period_s": best.milp_period_s,
+                            "sim_period_s": best.sim.period_s if best.simulated else math.nan,
                             "coarse_ops": rep.coarse_ops,
                             # a bound on the iteration covers a step's samples, not one microbatch's
                             "bound_samples": (rep.problem.microbatches * rep.problem.graph.batch_size

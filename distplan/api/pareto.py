@@ -51,6 +51,9 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
         return solve(problem, opts)
 
     top = run(None, n)
+    if not top.best.simulated:
+        raise DistplanError("--pareto compares simulated plans and the time limit left the fastest plan "
+                            f"unsimulated ({'; '.join(top.cut_short)}); give a longer --time-limit")
     s_max = plan_sensitivity(top.problem, top.best.plan)
     say(f"pareto: fastest plan {sim_rate(top.problem, top.best.sim):,.1f}/s at sensitivity {s_max:.6g}")
     found = [(s_max, sim_rate(top.problem, top.best.sim), top.best.plan, top.problem, math.inf)]
@@ -66,7 +69,7 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
                 say(f"pareto: budget {b:.6g}: {e}")
                 rep = None
         if rep is not None:
-            for r in rep.plans:
+            for r in (x for x in rep.plans if x.simulated):
                 found.append((plan_sensitivity(rep.problem, r.plan), sim_rate(rep.problem, r.sim), r.plan,
                               rep.problem, b))
         within = [f for f in found if f[0] <= b * (1 + 1e-9) + 1e-12]

@@ -4,8 +4,10 @@ The one pipeline the CLI, ``--compare``, the studies and notebooks share.
 
 ``SolveOptions.time_limit_s`` is the budget of the whole pipeline: the MILP gets what
 is left after coarsening, less a margin for simulating the plans
-(``ranking_margin_s``); plans are then simulated one by one until the deadline passes
-(at least one is ranked) and the report says what was not (``SolveReport.cut_short``).
+(``ranking_margin_s``); plans are then simulated one by one, each only when its
+forecast fits the time left (``_rank``): when none fits, none is simulated and the plans
+come back with their model figures, and the report says what was not done
+(``SolveReport.cut_short``).
 Ctrl-C once a plan exists (distplan.core.interrupt) ends the solve with the best plan
 so far, which is simulated alone and reported as "interrupted".
 """
@@ -29,8 +31,7 @@ from distplan.model import solve as milp_solve
 from distplan.model.cluster_solve import resolve_space
 from distplan.sim import SimOptions, SimResult
 from distplan.sim import simulate as sim_run
-from distplan.sim.simulate import expected_nodes
-from distplan.sim.symmetry import find_symmetry
+from distplan.sim.forecast import expected_sim_s as forecast_sim_s
 
 #: Graphs larger than this are coarsened before the solve unless options say otherwise.
 AUTO_COARSEN_ABOVE_OPS = 300
@@ -156,15 +157,21 @@ def budget_excess(problem: Problem, plan: Plan, budget: float | None) -> str | N
     return None
 
 
-#: seconds per node of the rough count ``sim.simulate.expected_nodes`` (which runs about
-#: 2x high; measured ~1.2e-6 s per node actually run on one core)
-SIM_S_PER_EXPECTED_NODE = 1e-6
+def expected_sim_s(problem: Problem, plan: Plan, trace: bool = False) -> float:
+    """A rough forecast of one realistic simulation's seconds (``sim.forecast``; with
+    ``trace`` identical copies are not merged)."""
+    return forecast_sim_s(problem, plan, trace=trace)
 
 
-def expected_sim_s(problem: Problem, plan: Plan) -> float:
-    """A rough forecast of one realistic simulation's seconds (identical copies merged)."""
-    sym = find_symmetry(problem, plan, ideal=False, trace=False)
-    return SIM_S_PER_EXPECTED_NODE * expected_nodes(problem, plan, sym.factor if sym is not None else 1)
+#: the first plan is simulated when its forecast fits the time left plus this share of
+#: the time limit (at least ``RANKING_GRACE_MIN_S``): forecasts are rough, the limit is not
+RANKING_GRACE_SHARE = 0.02
+RANKING_GRACE_MIN_S = 0.05
+
+
+def ranking_grace_s(time_limit_s: float) -> float:
+    """How far past the time left the first simulation's forecast may reach."""
+    return max(RANKING_GRACE_MIN_S, RANKING_GRACE_SHARE * time_limit_s)
 
 
 def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensitivity_budget: float | None = None,
@@ -175,54 +182,93 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensiti
     throughput first (the cluster space's training plans: shortest simulated iteration
     first). Returns (ranked, dropped with the reason). Past ``deadline``
     (perf_counter seconds) or once ``stop`` is requested (Ctrl-C), the plans not
-    simulated yet are left out, once one plan is ranked (``_rank``).
+    simulated yet are left out; a plan whose forecast does not fit the time left is not
+    simulated, and when none fits the plans come back unsimulated (``_rank``).
 
     A plan the planner returns that the independent checker rejects is an InternalError:
     the MILP and the checker disagree, which is a bug, never the user's input."""
-    ranked, dropped, _ = _rank(problem, plans, trace, sensitivity_budget, deadline, stop)
+    ranked, dropped, _, _ = _rank(problem, plans, trace, sensitivity_budget, deadline, stop)
     return ranked, dropped
 
 
 def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: float | None, deadline: float,
-          stop: Stop | None) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int]:
-    """rank_plans, and how many plans the deadline or Ctrl-C left unsimulated."""
-    rows, dropped = [], []
-    cost = {id(p): expected_sim_s(problem, p) for p in plans}
-    left = deadline - time.perf_counter()
-    # the first plan simulated is the best one whose forecast fits the time left (else the
-    # quickest): a plan whose replicas do not merge, at scale, can take minutes
-    first = next((p for p in plans if cost[id(p)] <= left), min(plans, key=lambda p: cost[id(p)], default=None))
-    for plan in sorted(plans, key=lambda p: p is not first):
-        if rows and (time.perf_counter() > deadline or (stop is not None and stop.requested)):
+          stop: Stop | None, grace_s: float = RANKING_GRACE_MIN_S,
+          ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int, str | None]:
+    """rank_plans, how many plans the deadline or Ctrl-C left unsimulated, and why none
+    was simulated (None when one was). A plan is simulated only when its forecast
+    (``expected_sim_s``) fits the time left (the first one: plus ``grace_s``), best plan
+    first; when none fits, every plan comes back checked but unsimulated (``RankedPlan.sim``
+    None), in the solver's order, with its model figures: a plan whose replicas do not
+    merge, at scale, can take minutes to simulate."""
+    rows, dropped, waiting = [], [], []
+    cost: dict[int, float] = {}
+    for plan in plans:
+        left = deadline - time.perf_counter()
+        if rows and (left <= 0 or (stop is not None and stop.requested)):
             break
-        if rows and time.perf_counter() + cost[id(plan)] > deadline:
-            continue   # would outlast the time limit
-        cluster = "model_iteration_s" in plan.predicted   # judged by its simulated peak (model.cluster)
-        try:
-            check_plan(problem, plan, memory_bound=not cluster)
-        except InfeasiblePlan as e:
-            raise InternalError(f"the planner returned a plan the checker rejects: {e}") from e
-        why = budget_excess(problem, plan, sensitivity_budget)
-        if why is None:
-            real = sim_run(problem, plan, SimOptions(trace=trace))
-            why = simulated_overflow(problem, real)
-        if why is not None:
-            dropped.append((plan, why))
+        if id(plan) not in cost:   # no forecast without a deadline
+            cost[id(plan)] = expected_sim_s(problem, plan, trace) if math.isfinite(left) else 0.0
+        if cost[id(plan)] > max(left, 0.0) + (0.0 if rows else grace_s):
+            waiting.append(plan)   # would outlast the time limit
             continue
-        # the ideal mode is the pipeline MILP's model; a cluster plan's model is the analytic
-        # iteration, and its ideal run would not merge identical replicas (a full 1,000-GPU run)
-        ideal = None if cluster else sim_run(problem, plan, SimOptions(ideal=True))
-        rows.append((plan, real, ideal))
-    if rows and all("model_iteration_s" in p.predicted for p, _, _ in rows):   # model.cluster: a training
-        rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))    # step, or one request's latency
-    else:
+        row = _simulate_one(problem, plan, trace, sensitivity_budget)
+        if isinstance(row, str):
+            dropped.append((plan, row))
+        else:
+            rows.append(row)
+    why = None
+    if not rows and waiting:   # none fits: the model's figures, said as such
+        left = deadline - time.perf_counter()
+        quickest = min(cost[id(p)] for p in waiting)
+        why = f"simulation skipped: forecast {quickest:.1f} s > {max(left, 0.0):.1f} s left"
+        for plan in waiting:
+            _check(problem, plan)
+            over = budget_excess(problem, plan, sensitivity_budget)
+            if over is not None:
+                dropped.append((plan, over))
+            else:
+                rows.append((plan, None, None))
+        return _ranked(rows, sort=False), tuple(dropped), 0, why
+    return _ranked(rows, sort=True), tuple(dropped), len(plans) - len(rows) - len(dropped), why
+
+
+def _check(problem: Problem, plan: Plan) -> None:
+    cluster = "model_iteration_s" in plan.predicted   # judged by its simulated peak (model.cluster)
+    try:
+        check_plan(problem, plan, memory_bound=not cluster)
+    except InfeasiblePlan as e:
+        raise InternalError(f"the planner returned a plan the checker rejects: {e}") from e
+
+
+def _simulate_one(problem: Problem, plan: Plan, trace: bool, sensitivity_budget: float | None,
+                  ) -> tuple[Plan, SimResult, SimResult | None] | str:
+    """(plan, realistic run, ideal run or None) or why the plan is dropped."""
+    _check(problem, plan)
+    why = budget_excess(problem, plan, sensitivity_budget)
+    if why is not None:
+        return why
+    real = sim_run(problem, plan, SimOptions(trace=trace))
+    why = simulated_overflow(problem, real)
+    if why is not None:
+        return why
+    # the ideal mode is the pipeline MILP's model; a cluster plan's model is the analytic
+    # iteration, and its ideal run would not merge identical replicas (a full 1,000-GPU run)
+    ideal = None if "model_iteration_s" in plan.predicted else sim_run(problem, plan, SimOptions(ideal=True))
+    return plan, real, ideal
+
+
+def _ranked(rows: list, sort: bool) -> tuple[RankedPlan, ...]:
+    """RankedPlans of (plan, realistic, ideal) rows, sorted by the simulation (``sort``;
+    unsimulated rows keep their order)."""
+    if sort and rows and all("model_iteration_s" in p.predicted for p, _, _ in rows):   # model.cluster: a
+        rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))   # training step, or one request
+    elif sort:
         rows.sort(key=lambda r: (-r[1].throughput_per_s, r[1].makespan_s))
-    ranked = tuple(RankedPlan(i + 1, p.with_predicted(sim_period_s=real.period_s,
-                                                       throughput_per_s=real.throughput_per_s),
-                              float(p.predicted.get("milp_period_s", float("nan"))),
-                              ideal.period_s if ideal is not None else float("nan"), real)
-                   for i, (p, real, ideal) in enumerate(rows))
-    return ranked, tuple(dropped), len(plans) - len(rows) - len(dropped)
+    return tuple(RankedPlan(i + 1, p if real is None else p.with_predicted(sim_period_s=real.period_s,
+                                                                         throughput_per_s=real.throughput_per_s),
+                            float(p.predicted.get("milp_period_s", float("nan"))),
+                            ideal.period_s if ideal is not None else float("nan"), real)
+                 for i, (p, real, ideal) in enumerate(rows))
 
 
 def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool = False) -> SolveReport:
@@ -244,7 +290,8 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
             problem = solved.problem
         if not plans:
             raise DistplanError(f"the solver returned no plan (status {solved.status})")
-        ranked, dropped, unranked = _rank(problem, plans, trace, options.sensitivity_budget, deadline, stop)
+        ranked, dropped, unranked, unsimulated = _rank(problem, plans, trace, options.sensitivity_budget, deadline,
+                                                       stop, ranking_grace_s(options.time_limit_s))
     if not ranked:
         raise DistplanError(f"none of the {len(plans)} plans the solver found is usable: {dropped[0][1]}"
                             + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")
@@ -253,6 +300,10 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
     if unranked:
         cut.append(f"ranking: {unranked} of {len(plans)} plans not simulated "
                    f"({'interrupted' if stop.requested else 'time limit'})")
+    if unsimulated is not None:
+        many = len(ranked) > 1
+        cut.append(f"ranking: {unsimulated}; the {len(ranked)} plan{'s' if many else ''} above "
+                   f"carr{'y' if many else 'ies'} the model's figures only (time limit)")
     return SolveReport(problem=problem, solver=solved, plans=ranked, coarse_ops=coarse_ops,
                        options=dataclasses.replace(options, progress=None), dropped=dropped,
                        cut_short=tuple(cut), interrupted=stop.requested)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
@@ -19,13 +20,35 @@ from distplan.sim import SimResult
 
 @dataclass(frozen=True)
 class RankedPlan:
-    """One plan with its MILP period, ideal-mode and realistic simulations."""
+    """One plan with its MILP period, ideal-mode and realistic simulations; ``sim`` is
+    None when the time limit allowed no simulation (the plan's figures are then the
+    model's: ``milp_period_s``, ``plan.predicted['model_iteration_s']``)."""
 
     rank: int
     plan: Plan
     milp_period_s: float
     ideal_period_s: float
-    sim: SimResult  # realistic settings
+    sim: SimResult | None  # realistic settings
+
+    @property
+    def simulated(self) -> bool:
+        return self.sim is not None
+
+
+def _sim_figures(r: RankedPlan) -> dict[str, Any]:
+    """The ``--json`` fields read from the realistic simulation (None when not simulated)."""
+    x = r.sim
+    return {"simulated": x is not None,
+            "sim_period_s": x.period_s if x else None, "sim_ideal_period_s": r.ideal_period_s,
+            "throughput_per_s": x.throughput_per_s if x else None, "makespan_s": x.makespan_s if x else None,
+            "iteration_s": x.iteration_s if x else None, "step_throughput_per_s": x.step_throughput_per_s if x else None,
+            "optimizer_s": x.optimizer_s if x else None,
+            "peak_memory_bytes": float(max(x.peak_memory_bytes)) if x else None}
+
+
+def _cell(x: float | None, width: int, fmt: str = ".5g", sign: str = "") -> str:
+    """A table cell: ``-`` for a figure that is not there (a plan not simulated)."""
+    return f"{'-':>{width}}" if x is None or not math.isfinite(x) else f"{x:>{sign}{width}{fmt}}"
 
 
 def lanes(plan: Plan) -> int:
@@ -121,15 +144,11 @@ class SolveReport:
                        "time_limit_s": self.options.time_limit_s if self.options is not None else None,
                        "cut_short": list(self.cut_short), "interrupted": self.interrupted},
             "plans": [{
-                "rank": r.rank, "milp_period_s": r.milp_period_s, "sim_period_s": r.sim.period_s,
-                "sim_ideal_period_s": r.ideal_period_s, "throughput_per_s": r.sim.throughput_per_s,
-                "makespan_s": r.sim.makespan_s, "iteration_s": r.sim.iteration_s,
-                "step_throughput_per_s": r.sim.step_throughput_per_s, "optimizer_s": r.sim.optimizer_s,
+                "rank": r.rank, "milp_period_s": r.milp_period_s, **_sim_figures(r),
                 "stages": len(r.plan.used_stages()), "lanes": lanes(r.plan),
                 "sensitivity": r.plan.predicted.get("sensitivity"),
                 "differs_from_winner": plan_difference(p, winner, r.plan),
                 "precisions": {op.name: r.plan.op_precision[v] for v, op in enumerate(g.ops)},
-                "peak_memory_bytes": float(max(r.sim.peak_memory_bytes)),
                 "model_iteration_s": r.plan.predicted.get("model_iteration_s"),
                 "configuration": r.plan.predicted.get("cluster_point"),
                 "plan": plan_to_dict(r.plan, p),
@@ -152,11 +171,12 @@ class SolveReport:
                  + f"{'stages':>6} {'lanes':>5} {'peak MiB':>9}  precision mix / differs from the winner in"]
         for r in self.plans:
             note = precision_mix(r.plan) if r.rank == 1 else plan_difference(p, winner, r.plan)
-            lines.append(f"{r.rank:>4} {r.milp_period_s:>12.5g} {r.sim.period_s:>12.5g} {r.ideal_period_s:>12.5g} "
-                         f"{r.sim.throughput_per_s:>11.5g} "
-                         + (f"{r.sim.step_throughput_per_s:>11.5g} " if p.training else "")
+            x = r.sim
+            lines.append(f"{r.rank:>4} {r.milp_period_s:>12.5g} {_cell(x and x.period_s, 12)} "
+                         f"{_cell(r.ideal_period_s, 12)} {_cell(x and x.throughput_per_s, 11)} "
+                         + (f"{_cell(x and x.step_throughput_per_s, 11)} " if p.training else "")
                          + f"{len(r.plan.used_stages()):>6} {lanes(r.plan):>5} "
-                         f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {note}")
+                         f"{_cell(x and max(x.peak_memory_bytes) / 2**20, 9, '.1f')}  {note}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         size = (f"{s.n_binaries} binaries, {s.n_constraints} constraints" if s.n_constraints
                  else "no MILP built (the heuristics' plan and bounds)")
@@ -170,6 +190,9 @@ class SolveReport:
                          "the plans above are the best found, with the gap shown")
         for what in self.cut_short:
             lines.append(f"note: cut short: {what}")
+        if not self.best.simulated:
+            lines.append("note: not simulated: '-' marks the simulated figures the time limit left out; "
+                         "the MILP period is the model's")
         if self.coarse_ops is not None:
             lines.append(f"note: solved on a {self.coarse_ops}-op coarsening of the {p.n_ops}-op graph; the bound "
                          "and gap above are for the coarse problem, periods are for the expanded plans on the "
@@ -194,7 +217,8 @@ class SolveReport:
                  + f"{'samples/s':>11} {'peak MiB':>9}  configuration"]
         for r in self.plans:
             model = float(r.plan.predicted.get("model_iteration_s", float("nan")))
-            err = model / r.sim.iteration_s - 1 if r.sim.iteration_s > 0 else float("nan")
+            x = r.sim
+            err = model / x.iteration_s - 1 if x is not None and x.iteration_s > 0 else None
             how = [r.plan.predicted.get("cluster_point", "?")]
             if s.path_name == CLUSTER_SPACE:
                 how.append(r.plan.op_precision[0])
@@ -202,9 +226,9 @@ class SolveReport:
                 how.append("shares " + " / ".join(",".join(map(str, st.shares)) for st in r.plan.stages if st.shares))
             if r.plan.stages[0].replicas > 1:
                 how.append(f"{r.plan.dp_allreduce} reduction" + (", overlapped" if r.plan.overlap_grad_reduce else ""))
-            lines.append(f"{r.rank:>4} {model:>12.5g} {r.sim.iteration_s:>12.5g} {err:>+7.2%} "
-                         f"{r.sim.step_throughput_per_s:>11.5g} {r.sim.throughput_per_s:>11.5g} "
-                         f"{max(r.sim.peak_memory_bytes) / 2**20:>9.1f}  {'; '.join(how)}")
+            lines.append(f"{r.rank:>4} {model:>12.5g} {_cell(x and x.iteration_s, 12)} {_cell(err, 7, '.2%', '+')} "
+                         f"{_cell(x and x.step_throughput_per_s, 11)} {_cell(x and x.throughput_per_s, 11)} "
+                         f"{_cell(x and max(x.peak_memory_bytes) / 2**20, 9, '.1f')}  {'; '.join(how)}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         ex = s.explored[0] if s.explored else {}
         lines.append(f"solver: {'cluster' if s.path_name == CLUSTER_SPACE else 'fleet'} space, {s.status}, best analytic {'iteration' if p.training else 'latency'} "
@@ -212,14 +236,23 @@ class SolveReport:
                      f"bound {s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s; {ex.get('points', 0):,} points: "
                      f"{ex.get('visited', 0):,} visited ({ex.get('infeasible', 0):,} over memory), "
                      f"{ex.get('pruned', 0):,} pruned by bound")
+        ranked_by = ("simulated " + ("iteration" if p.training else "latency of one microbatch")
+                     if self.best.simulated else "analytic " + ("iteration" if p.training else "latency")
+                     + " (not simulated)")
         lines.append("note: the bound holds over the declared space (README: the cluster plan space) under the "
-                     "analytic model; plans are ranked by the simulated "
-                     + ("iteration" if p.training else "latency of one microbatch")
+                     f"analytic model; plans are ranked by the {ranked_by}"
                      if s.path_name == CLUSTER_SPACE else
                      "note: the bound is the fleet's ideal (all work spread over every device by speed, no bubble, "
-                     "no communication; README: the fleet plan space); plans are ranked by the simulated iteration")
+                     f"no communication; README: the fleet plan space); plans are ranked by the {ranked_by}")
         for what in self.cut_short:
             lines.append(f"note: cut short: {what}")
+        if not self.best.simulated:
+            model = float(self.best.plan.predicted.get("model_iteration_s", float("nan")))
+            unit = (f"{p.microbatches * g.batch_size / model:.5g} samples per step" if p.training
+                    else f"{model:.5g} s per request")
+            lines.append("note: not simulated: '-' marks the simulated figures the time limit left out; under the "
+                         f"analytic model rank 1 runs {unit} (not checked against the device memory by the "
+                         "simulator)")
         for _, why in self.dropped:
             lines.append(f"note: a plan the solver returned was dropped: {why}")
         for what in g.import_warnings:
@@ -241,10 +274,19 @@ class SolveReport:
         """Chrome/Perfetto trace of a plan's realistic simulation (needs ``solve(trace=True)``)."""
         from distplan.sim.trace import write_chrome_trace
 
+        self._simulated(rank, "a trace")
         write_chrome_trace(self.plans[rank - 1].sim, self.problem, path)
 
     def write_report(self, folder: str | Path, rank: int = 1) -> list[Path]:
         """placement.png, trace.json and timeline.png of a plan; returns the paths."""
         from distplan.api.plots import write_report
 
+        self._simulated(rank, "a report")
         return write_report(self.problem, self.plans[rank - 1], folder)
+
+    def _simulated(self, rank: int, what: str) -> None:
+        """Raise DistplanError when the plan of ``rank`` was not simulated (``what`` needs it)."""
+        if not self.plans[rank - 1].simulated:
+            why = next((c for c in self.cut_short if "simulation skipped" in c), "the time limit")
+            raise DistplanError(f"{what} needs the simulated plan, and the plan of rank {rank} was not simulated "
+                                f"({why.split(';')[0].removeprefix('ranking: ')}); give a longer --time-limit")

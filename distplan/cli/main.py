@@ -182,15 +182,18 @@ def run_solve(problem: api.Problem, args: argparse.Namespace, started: float | N
     report = api.solve(problem, opts, trace=bool(args.trace or args.report))
     if args.plan_out:
         report.write_plan(args.plan_out)
-    if args.trace:
+    simulated = report.best.simulated   # a trace and plots need the simulation
+    if (args.trace or args.report) and not simulated:
+        print("note: no --trace / --report written: the time limit left the winner unsimulated", file=sys.stderr)
+    if args.trace and simulated:
         report.write_trace(args.trace)
-    if args.report:
+    if args.report and simulated:
         report.write_report(args.report)
     if args.json:
         print(json.dumps(report.to_json(), indent=1, default=float))
     else:
         print(report.table())
-        outs = [p for p in (args.plan_out, args.trace, args.report) if p]
+        outs = [p for p in (args.plan_out, *((args.trace, args.report) if simulated else ())) if p]
         if outs:
             print("wrote " + ", ".join(outs))
     if report.interrupted:

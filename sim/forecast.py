@@ -1,0 +1,68 @@
+"""How long a realistic simulation will take, before running it: the ranking of a
+solve's plans (distplan.api.pipeline) simulates only what fits its time limit.
+
+A run's cost is its nodes: the operator tasks and tensor-parallel ring steps of every
+microbatch (``sim.simulate.expected_nodes``) and the link hops of the data-parallel
+gradient reduction (``reduction_hops``: per bucket, per simulated rank, every ring step
+of every simulated replica on every link of its route, as ``sim.taskgraph`` builds
+them). Without a symmetry reduction (a hierarchical reduction over nodes holding
+several replicas, replicas whose routes differ) the reduction alone can be millions of
+hops: gpt3-175b dp 16 x tp 4 x pp 16 with overlapped buckets on a100x1024.
+"""
+from __future__ import annotations
+
+from distplan.core.plan import Plan
+from distplan.costs.collectives import hierarchical_groups
+from distplan.costs.problem import Problem
+from distplan.sim.simulate import expected_nodes
+from distplan.sim.symmetry import Symmetry, find_symmetry
+
+#: seconds per node of ``expected_nodes`` and per reduction hop: fitted on gpt3-6.7b
+#: (a100x128) and gpt3-175b (a100x1024) plans, with and without symmetry, 64-1,536
+#: microbatches, 1.2-91 s runs on one core; within 0.5-2.2x of the run (the old
+#: 1e-6 s per node alone was up to 9x low where the reduction's hops dominate)
+SIM_S_PER_EXPECTED_NODE = 2e-6
+SIM_S_PER_REDUCTION_HOP = 8e-6
+
+
+def _ring_hops(problem: Problem, devs: list[int], steps: int, senders: int) -> int:
+    """Link hops of ``steps`` ring steps over ``devs`` sent by the first ``senders``."""
+    topo, n = problem.topology, len(devs)
+    return steps * sum(len(topo.route(devs[i], devs[(i + 1) % n])) for i in range(senders))
+
+
+def reduction_hops(problem: Problem, plan: Plan, sym: Symmetry | None = None) -> int:
+    """The link hops the gradient reduction adds to a run (module docstring); 0 in
+    inference."""
+    if not problem.training:
+        return 0
+    one_rank = sym is not None and sym.ranks > 1
+    one_replica = sym is not None and sym.replicas > 1
+    total = 0
+    for k, st in enumerate(plan.stages):
+        r, tp = st.replicas, st.tensor_parallel
+        if r < 2:
+            continue
+        ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
+        buckets = len(ops) if plan.overlap_grad_reduce else min(1, len(ops))
+        devs = [st.devices[i * tp] for i in range(r)]
+        members = hierarchical_groups(problem.topology, devs) if plan.dp_allreduce == "hierarchical" else None
+        if members is None:
+            per = _ring_hops(problem, devs, (r - 1) if st.zero else 2 * (r - 1), 1 if one_replica else r)
+        else:
+            g, n = len(members[0]), len(members)
+            inside = sum(_ring_hops(problem, [devs[i] for i in grp], g - 1, g) for grp in members)
+            across = sum(_ring_hops(problem, [devs[grp[s]] for grp in members], (n - 1) if st.zero else 2 * (n - 1), n)
+                         for s in range(g))
+            per = inside * (1 if st.zero else 2) + across
+        total += buckets * (1 if one_rank else tp) * per
+    return total
+
+
+def expected_sim_s(problem: Problem, plan: Plan, trace: bool = False) -> float:
+    """A rough forecast of one realistic simulation's seconds (identical copies merged,
+    as the simulator merges them: not when it keeps a ``trace``)."""
+    sym = find_symmetry(problem, plan, ideal=False, trace=trace)
+    copies = sym.factor if sym is not None else 1
+    return (SIM_S_PER_EXPECTED_NODE * expected_nodes(problem, plan, copies)
+            + SIM_S_PER_REDUCTION_HOP * reduction_hops(problem, plan, sym))
