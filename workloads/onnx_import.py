@@ -16,17 +16,29 @@ What becomes what:
   a one-line error naming it; the one exception is the output of an operator of unknown
   type that shape inference cannot size (and element-wise operators after it): as large
   as its largest input, warned about, and never used for a matrix product's dimensions;
-- parameters are the floating-point initializers of rank >= 1; each is counted once, on
-  the first operator (in topological order) that reads it or a constant derived from
-  it. Integer initializers and rank-0 scalars are constants, not parameters. Read by
-  value: an initializer equal to an earlier one, as is or with its axes permuted, is
-  that parameter again (a tie: GPT-2's head after the exporter folded ``Transpose(wte)``);
-  a constant-filled one (zero biases, unit norm scales of a fresh model, which exporters
-  merge into one initializer) is owned by every operator that reads it; one of leading
-  size 1 (or constant-filled) added to attention scores is a mask or position bias the
-  exporter folded, not a parameter; one that repeats a parameter along its leading axis
-  is that parameter (a folded ``Expand``: ViT's class token over the batch); the
-  initial states of LSTM/GRU/RNN nodes are inputs, not parameters;
+- parameters are the floating-point initializers of more than one element; each is
+  counted once, on the first operator (in topological order) that reads it or a
+  constant derived from it. Integer initializers and one-element scalars are constants,
+  not parameters. Where torch's dynamo exporter recorded what an initializer was
+  (``pkg.torch.export.graph_signature.InputSpec.kind`` in its value info), that decides:
+  a buffer or constant tensor is not a parameter, a parameter is one (a learned scalar
+  too). Read by value: an initializer equal to an earlier one, as is or with its axes
+  permuted, is that parameter again (a tie: GPT-2's head after the exporter folded
+  ``Transpose(wte)``); a constant-filled one (zero biases, unit norm scales of a fresh
+  model, which exporters merge into one initializer) is owned by every operator that
+  reads it, unless the exporter recorded kinds and did not call it a parameter (a mask
+  of ones); one added to attention scores is, by its values, a mask (whole numbers
+  where not masked: not a parameter) or a learned position bias folded with its lookup
+  (its distinct values are the table entries it holds: Swin, T5); one that repeats a
+  parameter along its leading axis is that parameter (a folded ``Expand``: ViT's class
+  token over the batch); position encodings the exporter computed from buffers and
+  folded are not parameters: rotary cos / sin tables (a pair with ``cos**2 + sin**2``
+  constant), ALiBi slopes, and whatever a folded ``Cos`` / ``Sin`` node computes; the
+  initial states of LSTM/GRU/RNN nodes and a batch norm's running mean and variance are
+  inputs, not parameters. What an exporter's optimiser removed from the file cannot be
+  counted: a batch norm folded into the convolution before it (its 2 C parameters become
+  a bias of C), rows of a table of at most 8,192 elements looked up at constant
+  positions (folded into the rows read);
 - a tensor from one operator to another becomes a ``Tensor`` edge (several tensors
   between the same two operators are summed, each distinct tensor counted once);
   graph inputs and outputs are not operators;
@@ -47,8 +59,8 @@ from typing import Any
 from distplan.core.errors import DistplanError
 from distplan.workloads import op_costs as oc
 from distplan.workloads.graph import Graph, Operator
-from distplan.workloads.import_common import (HEAD_TAIL, UnknownOperatorWarning, Walk, build_graph, check_mode,
-                                              family_table)
+from distplan.workloads.import_common import (HEAD_TAIL, MOVES, UnknownOperatorWarning, Walk, build_graph,
+                                              check_mode, family_table)
 from distplan.workloads.fuse import fuse_graph
 from distplan.workloads.onnx_fold import fold_and_infer
 from distplan.workloads.onnx_fold import static_dims as _dims
@@ -81,10 +93,17 @@ _FAMILY: dict[str, str] = family_table({
 })
 _MATMUL = {"MatMul", "MatMulInteger", "Gemm", "Conv", "ConvTranspose", "ConvInteger",
            "Attention", "MultiHeadAttention", "Einsum", "Gather", "LSTM", "GRU", "RNN", "Resize", "Upsample"}
-#: recurrent layers: inputs X, W, R, B are read as weights; sequence_lens and the initial states are not
-_RECURRENT = {"LSTM", "GRU", "RNN"}
+#: operators whose leading inputs alone are read as weights: recurrent layers (X, W, R, B;
+#: not sequence_lens nor the initial states) and batch norm (X, scale, B; its running mean
+#: and variance are buffers, statistics of the training data, not parameters)
+_WEIGHT_INPUTS = {"LSTM": 4, "GRU": 4, "RNN": 4, "BatchNormalization": 3}
 #: scatters that combine the updates with the data (one FLOP per update element)
 _SCATTERS = {"ScatterND", "ScatterElements"}
+#: operators that read weights as their second and later inputs
+_PRODUCT_TYPES = {"MatMul", "MatMulInteger", "Gemm", "Conv", "ConvTranspose", "ConvInteger", "Einsum"}
+#: folded from constants, their outputs are position encodings (rotary cos / sin tables
+#: computed from a frequency buffer), not parameters
+_POSITIONAL = {"Cos", "Sin"}
 
 
 def _require_onnx() -> Any:
@@ -150,6 +169,7 @@ class _State(Walk):
     elem_type: dict[str, int] = field(default_factory=dict)
     guessed: dict[str, str] = field(default_factory=dict)  # tensor sized by rule of thumb -> the unknown op behind it
     made_by: dict[str, str] = field(default_factory=dict)  # tensor -> "<op type> node '<name>'"
+    initializer: dict[str, Any] = field(default_factory=dict)  # parameter -> its TensorProto (values read lazily)
 
 
 def _sorted_nodes(nodes: list[Any], available: set[str]) -> list[Any]:
@@ -207,7 +227,8 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         if node.op_type == "Constant" or all(x in st.origin for x in ins):
             looked_up = _is_lookup(node, ins, st, looked)
             for y in node.output:
-                st.origin[y] = frozenset().union(*(st.origin[x] for x in ins)) if ins else frozenset()
+                st.origin[y] = (frozenset().union(*(st.origin[x] for x in ins))
+                                if ins and node.op_type not in _POSITIONAL else frozenset())
                 if node.op_type == "Constant" and st.shape.get(y) is None:
                     st.shape[y] = _constant_shape(node)
                 if looked_up:
@@ -218,10 +239,10 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         for y in node.output:
             if y:
                 st.made_by[y] = f"{node.op_type} node {op_name!r}"
-        if _FAMILY.get(node.op_type) == "add" and any(ops[st.producer[x]].kind == "attn_score"
-                                                      for x in ins if x in st.producer):
+        if _FAMILY.get(node.op_type) == "add" and any(_adds_to_scores(x, ops, st) for x in ins):
             _score_constants(ins, st)
-        weights = [x for x in node.input[:4] if x] if node.op_type in _RECURRENT else ins  # not initial states
+        weights = ([x for x in node.input[:_WEIGHT_INPUTS[node.op_type]] if x] if node.op_type in _WEIGHT_INPUTS
+                   else ins)   # not a recurrent layer's initial states, nor batch norm's running statistics
         param, tied = st.claim([p for x in dict.fromkeys(weights) for p in sorted(st.origin.get(x, ()))
                                 if p in st.param_elems], op_name)
         op, family = _cost(node, op_name, ins, param, st)
@@ -276,20 +297,61 @@ def _is_scaling(node: Any, ins: list[str], st: _State) -> bool:
     return all(st.shape.get(ins[i]) is not None and oc.numel(st.shape[ins[i]]) == 1 for i in consts)
 
 
+def _adds_to_scores(x: str, ops: list[Operator], st: _State) -> bool:
+    """``x`` holds attention scores: a score product's output, as it is, viewed or moved
+    (Swin adds its shift mask to a reshaped copy), or with a bias already added."""
+    v = st.producer_through(x, through=MOVES | {"add"})
+    return v is not None and ops[v].kind == "attn_score"
+
+
+#: values at least this large in magnitude (or not finite) in a constant added to scores
+#: are masked positions (-100 in Swin, -1e4, finfo.min; exp(-50) is 2e-22: no learned
+#: position bias is that large)
+_MASKED = 50.0
+
+
 def _score_constants(ins: list[str], st: _State) -> None:
-    """A floating-point initializer of rank >= 2 and leading size 1 (made for one sequence,
-    broadcast over the batch) that is added to attention scores, as it is or through
-    folded constants, is a mask or a position bias the exporter computed from constants
-    (the sequence length is fixed) and folded, not a parameter: the dynamo exporter writes
-    GPT-2's causal mask, BERT's padding mask and T5's relative position bias (its bucket
-    table looked up for every position pair) so. A table looked up by a folded ``Gather``
-    (T5's bucket table itself, leading size 32) stays a parameter."""
+    """A floating-point initializer of rank >= 2 that is added to attention scores, as it
+    is or through folded constants, and that no operator read before, is something the
+    exporter computed from constants (the sequence length and image size are fixed) and
+    folded; read by its values (the parameter rules are exact on trained weights):
+
+    - a mask: its values other than the masked ones (not finite or of magnitude >= 50:
+      Swin's -100, -1e4, ``finfo.min``) are whole numbers (0 where attended; Swin's
+      shifted-window mask is a difference of region ids): not a parameter. GPT-2's causal
+      mask, BERT's padding mask;
+    - constant-filled (a fresh model's zero bias): not a parameter;
+    - a learned position bias looked up for every pair of positions (T5's bucket table,
+      Swin's relative position table) and folded with its lookup, which repeats each
+      table entry: its distinct values are the table entries it holds, and that is its
+      parameter count (Swin-tiny's ``[2401, heads]`` lookups of ``[169, heads]`` tables),
+      the masked positions left out (a shifted Swin block's bias and mask folded into one
+      ``[windows, heads, 49, 49]`` constant).
+      A table the exporter kept, looked up by a ``Gather`` the importer folds, holds no
+      repeats and stays a parameter as it is. Table rows no position pair reads are not
+      in the file and cannot be counted (T5 at 64 tokens reads 27 of its 32 buckets)."""
+    import numpy as np  # noqa: PLC0415
+    from onnx import numpy_helper  # noqa: PLC0415
+
     for x in ins:
         for p in st.origin.get(x, ()):
-            shape = st.shape[p]
-            if p in st.param_elems and p not in st.claimed and len(shape) >= 2 and (shape[0] == 1 or p in st.copies):
+            if p not in st.param_elems or p in st.claimed or len(st.shape[p]) < 2:
+                continue
+            if p in st.copies:
                 del st.param_elems[p]
                 st.copies.discard(p)
+                continue
+            try:
+                a = numpy_helper.to_array(st.initializer[p])
+            except (KeyError, ValueError):   # no values (a model built for its shapes): the old rule
+                if st.shape[p][0] == 1:
+                    del st.param_elems[p]
+                continue
+            kept = a[np.isfinite(a) & (np.abs(a) < _MASKED)]
+            if not kept.size or bool(np.all(kept == np.round(kept))):
+                del st.param_elems[p]
+            else:
+                st.param_elems[p] = min(st.param_elems[p], int(np.unique(kept).size))
 
 
 def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
@@ -298,12 +360,16 @@ def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
 
     float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                    onnx.TensorProto.BFLOAT16}
+    kinds = _export_kinds(g)
     weights = []
     for init in g.initializer:
         st.shape[init.name] = tuple(int(d) for d in init.dims)
         st.elem_type[init.name] = init.data_type
-        if init.data_type in float_types and len(init.dims) >= 1:
+        kind = kinds.get(init.name)
+        if init.data_type in float_types and (kind == "PARAMETER" or (
+                kind is None and len(init.dims) >= 1 and oc.numel(init.dims) > 1)):
             st.param_elems[init.name] = oc.numel(init.dims)
+            st.initializer[init.name] = init
             st.origin[init.name] = frozenset({init.name})
             weights.append(init)
         else:
@@ -314,14 +380,92 @@ def _read_parameters(onnx: Any, g: Any, st: _State) -> None:
             arrays[w.name] = numpy_helper.to_array(w)
         except ValueError:  # dims without data (a model built for its shapes alone): no values to compare
             pass
-    st.copies.update(n for n, a in arrays.items() if a.size > 1 and bool((a == a.flat[0]).all()))
-    distinct = {n: a for n, a in arrays.items() if n not in st.copies}
+    filled = {n for n, a in arrays.items() if a.size > 1 and bool((a == a.flat[0]).all())}
+    # an exporter that records parameters (torch's dynamo) names every merged copy a parameter: a
+    # constant-filled initializer it does not name one is a constant (DeBERTa's mask of ones), unless a
+    # product or convolution reads it (a zero-initialised weight of a fresh model, transposed and folded)
+    weights_of_products = {x for node in g.node if node.op_type in _PRODUCT_TYPES for x in node.input[1:]}
+    constants = {n for n in filled if kinds and kinds.get(n) != "PARAMETER" and n not in weights_of_products}
+    st.copies.update(filled - constants)
+    distinct = {n: a for n, a in arrays.items() if n not in filled}
+    # position encodings the exporter computed from buffers and folded: rotary cos / sin tables, ALiBi slopes
+    for n in constants | _rotary_tables(distinct) | _alibi_slopes(distinct):
+        del st.param_elems[n]
+        distinct.pop(n, None)
+        st.origin[n] = frozenset()
     for alias, owner in {**_broadcasts(distinct), **_same_values(distinct)}.items():
         if owner == alias:   # a broadcast whose source was folded away: one row is the parameter
             st.param_elems[alias] = int(arrays[alias][0].size)
             continue
         del st.param_elems[alias]
         st.origin[alias] = frozenset({owner})
+
+
+#: the metadata key under which torch's dynamo exporter records what an initializer was
+_EXPORT_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
+
+
+def _export_kinds(g: Any) -> dict[str, str]:
+    """{initializer name: 'PARAMETER', 'BUFFER', 'CONSTANT_TENSOR'}: what torch.export's
+    graph signature said of the tensors the dynamo exporter kept under their own names
+    (recorded in the metadata of their value infos); empty for other exporters."""
+    out: dict[str, str] = {}
+    for vi in list(g.value_info) + list(g.input) + list(g.initializer):
+        for prop in getattr(vi, "metadata_props", ()):
+            if prop.key == _EXPORT_KIND:
+                out[vi.name] = prop.value
+    return out
+
+
+def _rotary_tables(arrays: dict[str, Any]) -> set[str]:
+    """Initializers that are the cosine and sine tables of rotary position embeddings
+    (Llama, Mistral, Qwen2, ...): the exporter computed them from the ``inv_freq`` buffer
+    and the fixed positions and folded them. Pairs of equal shape whose ``cos**2 + sin**2``
+    is one value K everywhere (1, or the square of the model's attention scaling) while
+    ``cos**2`` is not (two sign patterns of one magnitude, as Hadamard rotations, are
+    weights); trained weights never are such a pair. Screened first per array by its sum
+    of squares and largest magnitude (``max(c**2) <= K``, with ``K`` the mean of
+    ``c**2 + s**2``), so the element-wise check runs only on candidates."""
+    import numpy as np  # noqa: PLC0415
+
+    tol = 1e-2   # fp16 tables round cos**2 + sin**2 to about 1e-3
+    stats: dict[tuple, list[tuple[str, float, float]]] = defaultdict(list)
+    for n, a in arrays.items():
+        if a.ndim >= 2 and a.size > 1 and a.dtype.kind == "f":
+            stats[a.shape].append((n, float(np.sum(np.square(a, dtype=np.float64))), float(np.max(np.abs(a)))))
+    out: set[str] = set()
+    for shape, group in stats.items():
+        size = math.prod(shape)
+        for i, (c, ssq_c, max_c) in enumerate(group):
+            for s, ssq_s, max_s in group[i + 1:]:
+                k = (ssq_c + ssq_s) / size
+                if k <= 0 or max(max_c, max_s) ** 2 > k * (1 + tol) or c in out or s in out:
+                    continue
+                x2, y2 = np.square(arrays[c], dtype=np.float64), np.square(arrays[s], dtype=np.float64)
+                if np.allclose(x2 + y2, k, rtol=tol, atol=0) and not np.allclose(x2, k / 2, rtol=tol):
+                    out.update((c, s))
+    return out
+
+
+def _alibi_slopes(arrays: dict[str, Any]) -> set[str]:
+    """Initializers that are the per-head slopes of ALiBi attention biases (BLOOM, MPT,
+    Falcon with ``alibi``), which the exporter computed from the head count and folded:
+    one axis of n > 1 heads (the others 1), n distinct slopes in (0, 1), each a power of
+    two whose exponent is a multiple of 4 / p, p the largest power of two <= n (the
+    slopes ``2**(-8 k / p)``, and ``2**(-4 j / p)`` for the heads beyond p)."""
+    import numpy as np  # noqa: PLC0415
+
+    out: set[str] = set()
+    for n, a in arrays.items():
+        if a.size < 2 or sum(1 for d in a.shape if d > 1) != 1 or a.dtype.kind != "f":
+            continue
+        v = a.astype(np.float64).ravel()
+        if not bool(np.all((v > 0) & (v < 1))) or np.unique(v).size != v.size:
+            continue
+        e = -np.log2(v) * (2 ** int(math.log2(v.size))) / 4
+        if bool(np.all(np.abs(e - np.round(e)) < 1e-3)):
+            out.add(n)
+    return out
 
 
 def _broadcasts(arrays: dict[str, Any]) -> dict[str, str]:
