@@ -44,7 +44,7 @@ _FN_FAMILY: dict[str, str] = family_table({
     "add": "add iadd add_ radd",
     "arith": "sub isub rsub mul imul rmul truediv itruediv rtruediv div floordiv neg pow sqrt rsqrt abs "
              "maximum minimum clamp clip where masked_fill masked_fill_ reciprocal mod square addcmul "
-             "lerp fmod sign",
+             "lerp fmod sign mul_ div_ sub_ floor_divide remainder clamp_ clamp_min clamp_max pow_ neg_",
     "compare": "eq ne lt gt le ge logical_and logical_or logical_not logical_xor isnan isinf bitwise_and "
                "bitwise_or bitwise_xor bitwise_not __and__ __or__ __xor__ __invert__ and_ or_ xor invert",
     "relu": "relu relu_ leaky_relu hardtanh relu6 hardtanh_",
@@ -67,6 +67,7 @@ _FN_FAMILY: dict[str, str] = family_table({
             "repeat_interleave upsample_nearest1d upsample_nearest2d upsample_nearest3d pixel_shuffle "
             "pixel_unshuffle one_hot full fill fill_ empty_like new_full new_empty",
     "reduce": "mean sum amax amin var std argmax argmin cumsum logsumexp norm max min var_mean "
+              "topk sort argsort histc bincount "
               "adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool2d "
               "scatter_add scatter_reduce index_add",
     "pool": "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d max_pool2d_with_indices",
@@ -395,6 +396,11 @@ def _cost(node: Any, w: _Walk, deps: list[Any], param: int) -> tuple[Operator, s
     t = _target_name(node)
     if node.target is operator.matmul or t in ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear"):
         return _matmul(node, t, w, deps, name, param, in_elems, out)
+    if t in _GROUPED_MM:   # mixture of experts: each token's rows times its expert's (K, N) weight
+        k = w.shape(node.args[0])[-1]
+        has_weight = any(d in w.origin for d in deps)
+        return mk(name, "matmul", oc.matmul_flops(out, k, _arg(node, 3, "bias") is not None), param, in_elems,
+                  out), ("matmul_w" if has_weight else "matmul")
     if t in ("scaled_dot_product_attention",):
         q, k, v = (w.shape(a) for a in node.args[:3])
         bh = oc.numel(q[:-2])
@@ -428,6 +434,13 @@ def _cost(node: Any, w: _Walk, deps: list[Any], param: int) -> tuple[Operator, s
     if fam is not None:
         return _family_op(node, fam, name, param, in_elems, out, None), fam
     return _unknown(node, t, w, name, param, in_elems, out)
+
+
+#: grouped matrix products of a mixture of experts: ``aten._grouped_mm(a, b, offs, bias)``
+#: (torch >= 2.9; ``F.grouped_mm``) and the custom op ``transformers.grouped_mm_fallback(input,
+#: weight, offs)`` transformers 5 runs its experts with where that has no kernel (CPU, fp32):
+#: ``a`` (tokens, K) sorted by expert, ``b`` (experts, K, N), the output (tokens, N)
+_GROUPED_MM = frozenset({"_grouped_mm", "grouped_mm", "grouped_mm_fallback"})
 
 
 def _family_op(node: Any, fam: str, name: str, param: int, in_elems: list[int], out: int,
