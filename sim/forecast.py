@@ -5,9 +5,12 @@ A run's cost is its nodes: the operator tasks and tensor-parallel ring steps of 
 microbatch (``sim.simulate.expected_nodes``) and the link hops of the data-parallel
 gradient reduction (``reduction_hops``: per bucket, per simulated rank, every ring step
 of every simulated replica on every link of its route, as ``sim.taskgraph`` builds
-them). Without a symmetry reduction (a hierarchical reduction over nodes holding
-several replicas, replicas whose routes differ) the reduction alone can be millions of
-hops: gpt3-175b dp 16 x tp 4 x pp 16 with overlapped buckets on a100x1024.
+them), both counted for the copy a symmetry reduction simulates (``sim.symmetry``: one
+replica, or one node's replicas where a node holds several, as dp x tp 4 layouts on
+8-GPU nodes do: gpt3-175b dp 32 x tp 4 x pp 8 on a100x1024 forecasts 2.3 s, simulated
+in 1.5-4 s, where its unmerged replicas forecast 37 s and ran 73 s). Without a
+reduction (replicas whose routes differ, replicas unlike) the reduction alone can be
+millions of hops.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from distplan.sim.symmetry import Symmetry, find_symmetry
 #: seconds per node of ``expected_nodes`` and per reduction hop: fitted on gpt3-6.7b
 #: (a100x128) and gpt3-175b (a100x1024) plans, with and without symmetry, 64-1,536
 #: microbatches, 1.2-91 s runs on one core; within 0.5-2.2x of the run (the old
-#: 1e-6 s per node alone was up to 9x low where the reduction's hops dominate)
+#: 1e-6 s per node alone was up to 9x low where the reduction's hops dominate); runs
+#: merged by nodes of two replicas (gpt3-175b dp 16-64 x tp 4, 1.2-3.9 s) within 0.65-1.5x
 SIM_S_PER_EXPECTED_NODE = 2e-6
 SIM_S_PER_REDUCTION_HOP = 8e-6
 
@@ -33,7 +37,9 @@ def _ring_hops(problem: Problem, devs: list[int], steps: int, senders: int) -> i
 
 def reduction_hops(problem: Problem, plan: Plan, sym: Symmetry | None = None) -> int:
     """The link hops the gradient reduction adds to a run (module docstring); 0 in
-    inference."""
+    inference. Under a replica reduction the copy's replicas send (``sym.group`` of
+    them: one, or one node's worth; a hierarchical reduction's inside rings of the
+    copy's nodes, and its rings across nodes from the copy's nodes only)."""
     if not problem.training:
         return 0
     one_rank = sym is not None and sym.ranks > 1
@@ -43,16 +49,18 @@ def reduction_hops(problem: Problem, plan: Plan, sym: Symmetry | None = None) ->
         r, tp = st.replicas, st.tensor_parallel
         if r < 2:
             continue
+        held = sym.group if one_replica else r   # replicas that send: indices 0..held-1
         ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
         buckets = len(ops) if plan.overlap_grad_reduce else min(1, len(ops))
         devs = [st.devices[i * tp] for i in range(r)]
         members = hierarchical_groups(problem.topology, devs) if plan.dp_allreduce == "hierarchical" else None
         if members is None:
-            per = _ring_hops(problem, devs, (r - 1) if st.zero else 2 * (r - 1), 1 if one_replica else r)
+            per = _ring_hops(problem, devs, (r - 1) if st.zero else 2 * (r - 1), held)
         else:
             g, n = len(members[0]), len(members)
-            inside = sum(_ring_hops(problem, [devs[i] for i in grp], g - 1, g) for grp in members)
-            across = sum(_ring_hops(problem, [devs[grp[s]] for grp in members], (n - 1) if st.zero else 2 * (n - 1), n)
+            inside = sum(_ring_hops(problem, [devs[i] for i in grp], g - 1, g) for grp in members if grp[0] < held)
+            across = sum(_ring_hops(problem, [devs[grp[s]] for grp in members], (n - 1) if st.zero else 2 * (n - 1),
+                                    sum(1 for grp in members if grp[s] < held))
                          for s in range(g))
             per = inside * (1 if st.zero else 2) + across
         total += buckets * (1 if one_rank else tp) * per

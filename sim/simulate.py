@@ -100,7 +100,7 @@ def _either(names: tuple[str, ...]) -> str:
 def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: Symmetry | None) -> SimResult:
     """The run's figures; under a symmetry reduction, the full run's (every device and
     link repeats its representative's timeline, microbatch m completes with the copy's
-    m // replicas)."""
+    microbatch it repeats, ``Symmetry.copy_microbatch``)."""
     rr = sym.replicas if sym is not None else 1
     factor = sym.factor if sym is not None else 1
     D, L = prog.D, prog.L
@@ -115,7 +115,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: 
         end = np.where(ran & (server >= D), fin - lat, end)
     makespan = float(fin[ran].max(initial=0.0))
     M = plan.microbatches
-    done = np.repeat(_completions(prog, net, fin), rr)
+    done = _full_run_done(_completions(prog, net, fin), M, sym)
     period, steady = _period(plan, prog, done, makespan, opts.link_model, rr)
     if not steady and repeats(plan.schedule):
         period, steady = _period_from_longer_run(plan, prog, opts, period, sym)
@@ -149,6 +149,12 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: 
         iteration_s=it_s, optimizer_s=opt_s,
         step_throughput_per_s=M * problem.graph.batch_size / it_s if it_s > 0 else float("inf"),
     )
+
+
+def _full_run_done(done: np.ndarray, microbatches: int, sym: Symmetry | None) -> np.ndarray:
+    """Each of the full run's microbatches' completion: the reduced run's microbatch it
+    repeats (``Symmetry.copy_microbatch``), or ``done`` itself without a reduction."""
+    return done if sym is None else done[sym.copy_microbatch(microbatches)]
 
 
 def _per_node(per_type: list, extra: list, units: int, dtype) -> np.ndarray:
@@ -228,7 +234,7 @@ def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float,
         net2 = expand(prog2, plan2)
         r2 = run(net2, prog2, opts.link_model)
         fin2 = r2.fin
-        done2 = np.repeat(_completions(prog2, net2, fin2), rr)
+        done2 = _full_run_done(_completions(prog2, net2, fin2), M2, sym)
         best = _period(dataclasses.replace(plan, microbatches=M2), prog2, done2, float(fin2.max(initial=0.0)),
                        opts.link_model, rr)
         if best[1]:

@@ -3,25 +3,39 @@ ranks simulated once.
 
 A training plan whose stages all have ``r`` replicas of ``t`` ranks runs ``r x t`` copies
 of the same work. When the topology maps those copies onto each other, so that shifting
-every replica by one (and every rank by one) maps each route the plan uses onto a route
-with the same links' bandwidths and latencies, and no link carries traffic of two copies,
-every copy runs the same timeline: the run is symmetric. Then one copy is simulated
-(replica 0, rank 0), on one representative link per orbit of links, its ring steps
-waiting for its own previous step (which by symmetry is when its neighbour's arrives),
-and the full run's figures are the copy's, repeated over the orbits.
+every replica by ``s`` (and every rank by one) maps each route the plan uses onto a route
+with the same links' bandwidths and latencies, and the shifts permute the links used
+without fixing any (no link is its own image under a non-trivial shift), every copy runs
+the same timeline: the run is symmetric. Then one copy is simulated (replicas 0..s-1,
+rank 0) on one representative link per orbit of links: a link of the full run carries,
+shifted, the copy's traffic on every link of its orbit, and the representative carries
+all of it, so contention between copies on a link is kept. A ring step from the copy's
+last replica goes to the next copy's first, which receives it (by symmetry) when the
+copy's first receives its own predecessor's: it is taken as that arrival. The full
+run's figures are the copy's, repeated over the orbits.
+
+``s`` is the smallest divisor of ``r`` whose shift works: 1 when every replica sits
+alike (one replica per node, or a replica spanning nodes), the replicas of one node (or
+of a few) when a node holds several of them: dp 32 x tp 4 on 8-GPU nodes puts replicas
+2n and 2n+1 on node n, the gradient ring alternates NVLink (2n -> 2n+1) and InfiniBand
+(2n+1 -> 2n+2) hops, so a shift by one maps NVLink routes onto InfiniBand ones but a
+shift by two is a symmetry: one node's two replicas are simulated, r / 2 copies merged.
 
 Conditions checked (otherwise the plan is simulated in full): training, 1F1B, not ideal
 mode, no trace, every stage the same replica count ``r`` dividing the microbatch count
 and the same tensor-parallel degree, one device kind, replicas alike (replica groups:
 equal ``shares`` if any, the same precision overrides on every replica if any; the
-reduced plan then has no shares and the overrides folded into its op precisions), a flat ring gradient reduction (a
-hierarchical one only where it is a flat ring: one replica per node), and the shift maps
-above exist and act freely on the links used. A shift that fails is dropped (replicas
-only, or ranks only, are tried).
+reduced plan then has no shares and the overrides folded into its op precisions). A
+hierarchical gradient reduction (reduce-scatter inside each node, rings across nodes,
+all-gather inside) merges replicas only when its node groups are consecutive blocks of
+``g`` replicas and ``s`` is a multiple of ``g`` (the copy holds whole nodes), ranks only
+when every rank's groups are the same. A shift that fails is dropped (larger ``s``,
+replicas only, or ranks only, are tried; the largest merge first).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,16 +47,18 @@ from distplan.costs.collectives import hierarchical_groups
 
 @dataclass(frozen=True)
 class Symmetry:
-    """How a plan collapses: ``replicas`` data-parallel copies and ``ranks`` tensor-parallel
-    copies simulated as one; ``reduced`` is the plan run (replica 0's devices, M / r
-    microbatches); ``device_rep`` / ``link_rep`` map every device / link to the one whose
-    timeline it repeats (itself when unused)."""
+    """How a plan collapses: ``replicas`` data-parallel copies of ``group`` replicas each
+    and ``ranks`` tensor-parallel copies simulated as one; ``reduced`` is the plan run
+    (the devices of replicas 0..group-1, M / replicas microbatches); ``device_rep`` /
+    ``link_rep`` map every device / link to the one whose timeline it repeats (itself
+    when unused)."""
 
     replicas: int
     ranks: int
     reduced: Plan
     device_rep: np.ndarray
     link_rep: np.ndarray
+    group: int = 1
 
     @property
     def factor(self) -> int:
@@ -51,6 +67,15 @@ class Symmetry:
     def route(self, topology, a: int, b: int) -> tuple[int, ...]:
         """The route a -> b on representative links."""
         return tuple(int(self.link_rep[l]) for l in topology.route(a, b))
+
+    def copy_microbatch(self, microbatches: int) -> np.ndarray:
+        """For each of the full run's microbatches, the reduced run's that it repeats:
+        microbatch m runs on replica m mod r (round-robin), as that replica's (m // r)-th,
+        and replica i repeats the copy's replica i mod group, whose (m // r)-th is the
+        copy's microbatch (m mod group) + (m // r) x group."""
+        m = np.arange(microbatches)
+        r = self.group * self.replicas
+        return m % self.group + (m // r) * self.group
 
 
 def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Symmetry | None:
@@ -71,28 +96,61 @@ def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Sym
     devs = [d for s in plan.stages for d in s.devices]
     if len(set(devs)) != len(devs) or len({int(problem.device_kind[d]) for d in devs}) != 1:
         return None
-    if r > 1 and not flat_ring(problem, plan):
-        return None
-    for use_r, use_t in ((r > 1, t > 1), (r > 1, False), (False, t > 1)):
-        if not (use_r or use_t):
+    groups = reduction_groups(problem, plan) if r > 1 else None
+    ranks_alike = groups is None or all(len(set(map(_key, per_rank))) == 1 for per_rank in groups)
+    step = _node_block(groups) if groups is not None else 1
+    tries = []
+    for s in range(1, r + 1):
+        if r % s or (s < r and (step is None or s % step)):
             continue
-        link_rep = _link_representatives(problem, plan, r, t, use_r, use_t)
+        for use_t in ((True, False) if t > 1 and ranks_alike else (False,)):
+            if s < r or use_t:
+                tries.append(((r // s) * (t if use_t else 1), s, use_t))
+    tries.sort(key=lambda x: -x[0])   # stable: the smaller group, then ranks merged too, first
+    pairs = _pairs(problem, plan, r, t, groups)
+    for _, s, use_t in tries:
+        link_rep = _link_representatives(problem, plan, r, t, s, use_t, pairs)
         if link_rep is not None:
-            return _symmetry(problem, plan, r if use_r else 1, t if use_t else 1, link_rep)
+            return _symmetry(problem, plan, r, s, t if use_t else 1, link_rep)
     return None
 
 
-def flat_ring(problem: Problem, plan: Plan) -> bool:
-    """Whether every stage's gradient reduction is a flat ring over its replicas."""
-    if plan.dp_allreduce != "hierarchical":
-        return True
+def reduction_groups(problem: Problem, plan: Plan) -> list[list[list[list[int]] | None]]:
+    """Per stage, per tensor-parallel rank, the node groups (indices into the stage's
+    replicas) of its hierarchical gradient reduction, or None where it is a flat ring
+    (``plan.dp_allreduce`` 'ring', or ``costs.collectives.hierarchical_groups`` finds
+    none)."""
     topo = problem.topology
+    out = []
     for st in plan.stages:
-        for j in range(st.tensor_parallel):
-            ring = [st.devices[i * st.tensor_parallel + j] for i in range(st.replicas)]
-            if hierarchical_groups(topo, ring) is not None:
-                return False
-    return True
+        tp = st.tensor_parallel
+        per_rank = []
+        for j in range(tp):
+            ring = [st.devices[i * tp + j] for i in range(st.replicas)]
+            per_rank.append(hierarchical_groups(topo, ring) if plan.dp_allreduce == "hierarchical" else None)
+        out.append(per_rank)
+    return out
+
+
+def _node_block(groups: list[list[list[list[int]] | None]]) -> int | None:
+    """The replica count a replica shift must be a multiple of for the hierarchical
+    reductions' node groups to map onto each other alike (1 for flat rings; the lcm of
+    the group sizes where every group is a block of consecutive replicas), or None where
+    some groups interleave (then no replica shift is taken)."""
+    step = 1
+    for per_rank in groups:
+        for members in per_rank:
+            if members is None:
+                continue
+            g = len(members[0])
+            if any(m != list(range(b * g, (b + 1) * g)) for b, m in enumerate(members)):
+                return None
+            step = math.lcm(step, g)
+    return step
+
+
+def _key(members: list[list[int]] | None):
+    return None if members is None else tuple(map(tuple, members))
 
 
 def _dev(plan: Plan, k: int, i: int, j: int) -> int:
@@ -100,9 +158,11 @@ def _dev(plan: Plan, k: int, i: int, j: int) -> int:
     return st.devices[i * st.tensor_parallel + j]
 
 
-def _pairs(plan: Plan, r: int, t: int) -> list[tuple[int, int, int, int, int, int]]:
+def _pairs(problem: Problem, plan: Plan, r: int, t: int,
+           groups: list[list[list[list[int]] | None]] | None) -> list[tuple[int, int, int, int, int, int]]:
     """Every (stage, replica, rank) -> (stage, replica, rank) pair the program routes:
-    pipeline hops both ways, tensor-parallel ring hops, data-parallel ring hops."""
+    pipeline hops both ways, tensor-parallel ring hops, data-parallel ring hops (the flat
+    ring's, or a hierarchical reduction's rings inside each node and across nodes)."""
     K = plan.n_stages
     out = []
     for k in range(K):
@@ -112,20 +172,30 @@ def _pairs(plan: Plan, r: int, t: int) -> list[tuple[int, int, int, int, int, in
                     out += [(k, i, j, k + 1, i, j), (k + 1, i, j, k, i, j)]
                 if t > 1:
                     out.append((k, i, j, k, i, (j + 1) % t))
-                if r > 1:
-                    out.append((k, i, j, k, (i + 1) % r, j))
+        if r < 2:
+            continue
+        for j in range(t):
+            members = groups[k][j]
+            if members is None:
+                out += [(k, i, j, k, (i + 1) % r, j) for i in range(r)]
+                continue
+            g, n = len(members[0]), len(members)
+            for grp in members:   # inside each node
+                out += [(k, grp[a], j, k, grp[(a + 1) % g], j) for a in range(g)]
+            for x in range(g):    # across nodes, shard x
+                out += [(k, members[b][x], j, k, members[(b + 1) % n][x], j) for b in range(n)]
     return out
 
 
-def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, use_r: bool,
-                          use_t: bool) -> np.ndarray | None:
-    """Link -> representative link when the shifts act freely on the used links, else None."""
+def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, s: int, use_t: bool,
+                          pairs: list[tuple[int, int, int, int, int, int]]) -> np.ndarray | None:
+    """Link -> representative link when shifting replicas by ``s`` (none when s == r)
+    and ranks by one (``use_t``) act freely on the used links, else None."""
     topo = problem.topology
     links = topo.links
-    pairs = _pairs(plan, r, t)
     shifts = []
-    if use_r:
-        shifts.append(lambda k, i, j: (k, (i + 1) % r, j))
+    if s < r:
+        shifts.append(lambda k, i, j: (k, (i + s) % r, j))
     if use_t:
         shifts.append(lambda k, i, j: (k, i, (j + 1) % t))
     maps: list[dict[int, int]] = []
@@ -145,7 +215,7 @@ def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, use_r: b
         if len(set(lam.values())) != len(lam) or set(lam.values()) != set(lam):
             return None   # not a permutation of the used links
         maps.append(lam)
-    size = (r if use_r else 1) * (t if use_t else 1)
+    size = (r // s) * (t if use_t else 1)
     rep = np.arange(len(links), dtype=np.int64)
     seen: set[int] = set()
     for l0 in maps[0]:
@@ -160,7 +230,7 @@ def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, use_r: b
                     orbit.add(y)
                     todo.append(y)
         if len(orbit) != size:
-            return None   # a link shared by two copies: they contend, the run is not symmetric
+            return None   # a shift fixes a link: its copies' traffic could not be told apart
         m = min(orbit)
         for x in orbit:
             rep[x] = m
@@ -168,22 +238,23 @@ def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, use_r: b
     return rep
 
 
-def _symmetry(problem: Problem, plan: Plan, rr: int, tt: int, link_rep: np.ndarray) -> Symmetry:
+def _symmetry(problem: Problem, plan: Plan, r: int, s: int, tt: int, link_rep: np.ndarray) -> Symmetry:
+    rr = r // s
     dev_rep = np.arange(problem.n_devices, dtype=np.int64)
     for k, st in enumerate(plan.stages):
         for i in range(st.replicas):
             for j in range(st.tensor_parallel):
-                dev_rep[_dev(plan, k, i, j)] = _dev(plan, k, 0 if rr > 1 else i, 0 if tt > 1 else j)
+                dev_rep[_dev(plan, k, i, j)] = _dev(plan, k, i % s, 0 if tt > 1 else j)
     precs = list(plan.op_precision)
     for st in plan.stages:   # alike replicas (find_symmetry): the overrides of replica 0
         for v, p in st.overrides(0).items():
             precs[v] = p
-    stages = tuple(dataclasses.replace(st, devices=tuple(st.devices[:st.tensor_parallel]), shares=None,
+    stages = tuple(dataclasses.replace(st, devices=tuple(st.devices[:s * st.tensor_parallel]), shares=None,
                                        replica_precision=None) if rr > 1 else st
                    for st in plan.stages)
     reduced = dataclasses.replace(plan, stages=stages, microbatches=plan.microbatches // rr,
                                   op_precision=tuple(precs) if rr > 1 else plan.op_precision)
-    return Symmetry(rr, tt, reduced, dev_rep, link_rep)
+    return Symmetry(rr, tt, reduced, dev_rep, link_rep, s)
 
 
-__all__ = ["Symmetry", "find_symmetry", "flat_ring"]
+__all__ = ["Symmetry", "find_symmetry", "reduction_groups"]

@@ -390,7 +390,7 @@ class _Builder:
                 for j in range(1 if self.one_rank else tp):
                     devs = [st.devices[i * tp + j] for i in range(r)]
                     start = [self._anchor(d, k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
-                             for i, d in enumerate(devs[:1] if self.one_replica else devs)]
+                             for i, d in enumerate(devs[:self.sym.group] if self.one_replica else devs)]
                     self._reduce(devs, start, nbytes, k, st.zero)
 
     def _anchor(self, d: int, k: int, replica: int, rank: int, op: int | None) -> int:
@@ -411,7 +411,9 @@ class _Builder:
         waits for its own gradients (``own[i]``) before it sends a partial sum: a replica
         that finishes its backward late holds the ring up."""
         n = len(devs)
-        m = len(arrived)   # n, or 1 under a replica reduction (as in ``ring``)
+        # n, or the copy's first m under a replica reduction: the step from its last device
+        # reaches the next copy's first, whose timeline is the copy's first's (as in ``ring``)
+        m = len(arrived)
         for _ in range(steps):
             nxt = [0] * m
             for i in range(m):
@@ -424,27 +426,32 @@ class _Builder:
         return arrived
 
     def _reduce(self, devs: list[int], start: list[int], nbytes: float, k: int, zero: int) -> None:
-        r = len(devs)
+        """The reduction over ``devs`` (every replica's device of one rank) from ``start``
+        (per simulated replica: all, or the copy's ``len(start)`` first under a replica
+        reduction; a hierarchical one then holds whole node groups, ``sim.symmetry``)."""
+        r, held = len(devs), len(start)
         members = hierarchical_groups(self.topo, devs) if self.plan.dp_allreduce == "hierarchical" else None
         if members is None:
             self._ring_steps(devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), k, own=start)
             return
         g = len(members[0])
         arrived = list(start)
-        for grp in members:   # reduce-scatter inside each node
+        mine_groups = [grp for grp in members if grp[0] < held]   # the copy's nodes
+        for grp in mine_groups:   # reduce-scatter inside each node
             mine = [arrived[i] for i in grp]
             out = self._ring_steps([devs[i] for i in grp], mine, nbytes / g, g - 1, k, own=mine)
             for i, a in zip(grp, out):
                 arrived[i] = a
         n_nodes = len(members)
-        for s in range(g):    # across nodes, shard s of every node
+        for s in range(g):    # across nodes, shard s of every node (the copy's nodes send)
             col = [grp[s] for grp in members]
-            out = self._ring_steps([devs[i] for i in col], [arrived[i] for i in col], nbytes / g / n_nodes,
+            mine = [i for i in col if i < held]
+            out = self._ring_steps([devs[i] for i in col], [arrived[i] for i in mine], nbytes / g / n_nodes,
                                    (n_nodes - 1) if zero else 2 * (n_nodes - 1), k)
-            for i, a in zip(col, out):
+            for i, a in zip(mine, out):
                 arrived[i] = a
         if not zero:
-            for grp in members:   # all-gather inside each node
+            for grp in mine_groups:   # all-gather inside each node
                 self._ring_steps([devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1, k)
 
     def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], stage: int) -> int:

@@ -57,8 +57,10 @@ def test_reduced_run_equals_full_run(dp, tp, pp, per_replica, topology, link_mod
     plan = megatron_plan(p, dp, tp, pp, "bf16", None, recompute, sp and tp > 1, zero,
                          "hierarchical" if hier else "ring", overlap)
     sym = find_symmetry(p, plan, ideal=False, trace=False)
-    if dp * tp > 1:   # Megatron layouts on these presets are symmetric
-        assert sym is not None and sym.factor == dp * tp or (hier and sym is None) or sym.replicas == 1
+    if dp * tp > 1:   # Megatron layouts on these presets are symmetric: every copy merges, in groups
+        # of one node's replicas where a stage spans nodes holding several (dp 4 x tp 4 here)
+        assert sym is not None and sym.group == (8 // tp if dp * tp > 8 else 1)
+        assert sym.factor * sym.group == dp * tp
     full, red = _both(p, plan, link_model)
     assert_same_run(red, full)
 
@@ -74,14 +76,16 @@ def test_collapse_happens_and_counts_every_copy():
     assert red.n_tasks == 2 * p.n_ops * 8 * 8   # F and B of every op, 8 microbatches, 8 ranks
 
 
-def test_a_ring_mixing_nvlink_and_infiniband_keeps_every_replica():
+def test_a_ring_mixing_nvlink_and_infiniband_merges_by_node():
     """dp 4 x tp 4 on 8-GPU nodes: two replicas per node, so the gradient ring alternates
-    NVLink and InfiniBand hops; shifting replicas by one is not a symmetry. Ranks still
-    collapse, and the figures stay exact."""
+    NVLink and InfiniBand hops; shifting replicas by one is not a symmetry, shifting them
+    by two (one node) is: one node's two replicas are simulated, the other node repeats
+    them, ranks collapse too, and the figures stay exact (more such layouts:
+    tests/test_sim_symmetry_nodes.py)."""
     p = _problem("a100x32", 8, 64)
     plan = megatron_plan(p, 4, 4, 2, "bf16", None, "none", False, 0, "ring", False)
     sym = find_symmetry(p, plan, ideal=False, trace=False)
-    assert sym is not None and (sym.replicas, sym.ranks) == (1, 4)
+    assert sym is not None and (sym.replicas, sym.group, sym.ranks) == (2, 2, 4)
     full, red = _both(p, plan)
     assert_same_run(red, full)
 

@@ -142,7 +142,8 @@ def test_cli_prints_an_unsimulated_winner(monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize("allreduce,overlap", [("ring", True), ("hierarchical", True), ("hierarchical", False)])
 def test_forecast_counts_the_reduction_hops_the_simulator_builds(allreduce, overlap):
     """The ranking's forecast counts the gradient reduction's link hops: exactly the link
-    nodes the simulator builds for it (no symmetry here: 2 replicas per node)."""
+    nodes the simulator builds for it (every replica's: the program is built without the
+    symmetry reduction; with it, tests/test_sim_symmetry_nodes.py)."""
     p = _cluster_problem()
     space = cluster._Space(p, "bf16")
     plan = cluster._plan(p, space, cluster.ClusterPoint(4, 1, 1, "none", 0, False), [0] * len(space.units),
