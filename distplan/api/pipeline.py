@@ -163,15 +163,16 @@ def expected_sim_s(problem: Problem, plan: Plan, trace: bool = False) -> float:
     return forecast_sim_s(problem, plan, trace=trace)
 
 
-#: the first plan is simulated when its forecast fits the time left plus this share of
-#: the time limit (at least ``RANKING_GRACE_MIN_S``): forecasts are rough, the limit is not
-RANKING_GRACE_SHARE = 0.02
+#: a plan is simulated when its forecast fits the time left less this share of the time
+#: limit (forecasts are rough, within 0.5-2.2x; the limit is not) ...
+SIMULATION_MARGIN_SHARE = 0.03
+#: ... except that the first plan always may when its forecast is this short
 RANKING_GRACE_MIN_S = 0.05
 
 
-def ranking_grace_s(time_limit_s: float) -> float:
-    """How far past the time left the first simulation's forecast may reach."""
-    return max(RANKING_GRACE_MIN_S, RANKING_GRACE_SHARE * time_limit_s)
+def simulation_margin_s(time_limit_s: float) -> float:
+    """How much of the time left a simulation's forecast must leave unused."""
+    return SIMULATION_MARGIN_SHARE * time_limit_s if math.isfinite(time_limit_s) else 0.0
 
 
 def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensitivity_budget: float | None = None,
@@ -192,12 +193,12 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensiti
 
 
 def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: float | None, deadline: float,
-          stop: Stop | None, grace_s: float = RANKING_GRACE_MIN_S,
+          stop: Stop | None, margin_s: float = 0.0,
           ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int, str | None]:
     """rank_plans, how many plans the deadline or Ctrl-C left unsimulated, and why none
     was simulated (None when one was). A plan is simulated only when its forecast
-    (``expected_sim_s``) fits the time left (the first one: plus ``grace_s``), best plan
-    first; when none fits, every plan comes back checked but unsimulated (``RankedPlan.sim``
+    (``expected_sim_s``) fits the time left less ``margin_s`` (the first one also when
+    its forecast is under ``RANKING_GRACE_MIN_S``), best plan first; when none fits, every plan comes back checked but unsimulated (``RankedPlan.sim``
     None), in the solver's order, with its model figures: a plan whose replicas do not
     merge, at scale, can take minutes to simulate."""
     rows, dropped, waiting = [], [], []
@@ -208,7 +209,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
             break
         if id(plan) not in cost:   # no forecast without a deadline
             cost[id(plan)] = expected_sim_s(problem, plan, trace) if math.isfinite(left) else 0.0
-        if cost[id(plan)] > max(left, 0.0) + (0.0 if rows else grace_s):
+        fits = cost[id(plan)] <= left - margin_s or (not rows and cost[id(plan)] <= RANKING_GRACE_MIN_S)
+        if not fits:
             waiting.append(plan)   # would outlast the time limit
             continue
         row = _simulate_one(problem, plan, trace, sensitivity_budget)
@@ -291,7 +293,7 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
         if not plans:
             raise DistplanError(f"the solver returned no plan (status {solved.status})")
         ranked, dropped, unranked, unsimulated = _rank(problem, plans, trace, options.sensitivity_budget, deadline,
-                                                       stop, ranking_grace_s(options.time_limit_s))
+                                                       stop, simulation_margin_s(options.time_limit_s))
     if not ranked:
         raise DistplanError(f"none of the {len(plans)} plans the solver found is usable: {dropped[0][1]}"
                             + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")
