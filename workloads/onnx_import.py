@@ -432,14 +432,16 @@ def _rotary_tables(arrays: dict[str, Any]) -> set[str]:
     stats: dict[tuple, list[tuple[str, float, float]]] = defaultdict(list)
     for n, a in arrays.items():
         if a.ndim >= 2 and a.size > 1 and a.dtype.kind == "f":
-            stats[a.shape].append((n, float(np.sum(np.square(a, dtype=np.float64))), float(np.max(np.abs(a)))))
+            x = a.ravel() if a.dtype.itemsize >= 4 else a.ravel().astype(np.float32)   # no copy of a large weight
+            with np.errstate(over="ignore"):   # a mask's finfo.min squared: inf, never a rotary table
+                stats[a.shape].append((n, float(np.dot(x, x)), max(float(x.max()), -float(x.min()))))
     out: set[str] = set()
     for shape, group in stats.items():
         size = math.prod(shape)
         for i, (c, ssq_c, max_c) in enumerate(group):
             for s, ssq_s, max_s in group[i + 1:]:
                 k = (ssq_c + ssq_s) / size
-                if k <= 0 or max(max_c, max_s) ** 2 > k * (1 + tol) or c in out or s in out:
+                if not 0 < k < math.inf or max(max_c, max_s) ** 2 > k * (1 + tol) or c in out or s in out:
                     continue
                 x2, y2 = np.square(arrays[c], dtype=np.float64), np.square(arrays[s], dtype=np.float64)
                 if np.allclose(x2 + y2, k, rtol=tol, atol=0) and not np.allclose(x2, k / 2, rtol=tol):
