@@ -263,7 +263,10 @@ def fixed_precision_plan(problem: Problem, path: tuple[int, ...], mat: np.ndarra
             cost[v, c] += problem.cast_time_s(e, prec[u], prec[v], c)
     eb = np.array([problem.edge_elems[e] * problem.bytes_per_elem[prec[u]] for e, (u, _) in enumerate(problem.edges)])
     pick = (np.arange(V), np.asarray(prec))
-    r = partition_dp(problem, path, mat, np.nan_to_num(cost, nan=math.inf), eb, problem.static_bytes[pick],
+    # an op the kind cannot run costs inf (nan_to_num alone would make it the largest float, whose
+    # sums overflow to inf and nan in the DP)
+    cost = np.nan_to_num(cost, nan=math.inf, posinf=math.inf)
+    r = partition_dp(problem, path, mat, cost, eb, problem.static_bytes[pick],
                      problem.act_bytes[pick], problem.send_bytes[pick], stage_factors(problem, len(path)),
                      problem.tied_bytes[pick])
     return None if r is None else r[1]
