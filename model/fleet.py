@@ -105,6 +105,19 @@ def _runs(problem: Problem, v: int, c: int) -> list[int]:
     return [q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
 
 
+def idle_kind_error(problem: Problem) -> str | None:
+    """The error for a device kind that cannot run some op at any allowed precision (the
+    fleet space gives every device work, whatever the microbatch size), or None."""
+    for c in sorted({int(c) for c in problem.device_kind.tolist()}):
+        if any(not _runs(problem, v, c) for v in range(problem.n_ops)):
+            name = problem.kind_names[c]
+            runs = ", ".join(problem.topology.kinds[name].peak_flops_per_s)
+            return (f"device kind {name!r} runs none of the allowed precisions ({', '.join(problem.precisions)}) "
+                    f"for some ops, and the fleet space gives every device work; allow one it runs ({runs}) "
+                    "with --precisions, or use --space pipeline, which may leave it idle")
+    return None
+
+
 def _slowest_replica_s(t: list[float], microbatches: int) -> float:
     """A stage's slowest replica under balanced shares: its share x seconds per microbatch
     (``t``: each replica's seconds per microbatch)."""
@@ -309,6 +322,9 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     kinds = sorted({int(c) for c in problem.device_kind.tolist()})
     names = {c: problem.kind_names[c] for c in kinds}
     per_kind = {c: {p: kind_precisions(problem, c, p) for p in PRECISION_POLICIES} for c in kinds}
+    idle = idle_kind_error(problem)
+    if idle:
+        raise DistplanError(idle)
     combos, seen = [], set()
     for choice in itertools.product(PRECISION_POLICIES, repeat=len(kinds)):
         qs = {c: per_kind[c][p] for c, p in zip(kinds, choice)}

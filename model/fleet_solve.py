@@ -9,7 +9,7 @@ from __future__ import annotations
 from distplan.core.errors import DistplanError
 from distplan.costs.problem import Problem
 from distplan.model.cluster import batch_variants
-from distplan.model.fleet import plan_fleet
+from distplan.model.fleet import idle_kind_error, plan_fleet
 from distplan.model.options import DEFAULT_MICROBATCH_SIZES, SolveOptions, SolveResult
 from distplan.model.progress import Clock, Log
 
@@ -66,6 +66,9 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
     sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
     variants = batch_variants(problem, sizes)
     least_sens = options.objective == "sensitivity"
+    idle = idle_kind_error(problem)
+    if idle:
+        raise DistplanError(idle)
     results = []
     for key, pb in sorted(variants.items(), key=lambda kv: kv[0] != 0):
         if clock.expired():
