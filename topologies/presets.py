@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from difflib import get_close_matches
 
 from distplan.core.errors import DistplanError
 from distplan.topologies import kinds as K
@@ -143,5 +144,19 @@ def get_topology(name: str) -> Topology:
         if m:
             return build(m, key)
     valid = ", ".join(shown for shown, *_ in _PATTERNS)
-    raise DistplanError(f"unknown topology {name!r}; use one of: {valid} "
-                        "(or a .yaml/.json topology file)")
+    near = _nearest(key)
+    raise DistplanError(f"unknown topology {name!r}{f' (did you mean {near!r}?)' if near else ''}; use one of: "
+                        f"{valid} (or a .yaml/.json topology file)")
+
+
+def _nearest(key: str) -> str | None:
+    """The preset a misspelt name most likely meant: separators made '-' (or dropped), then
+    the closest fixed name or pattern instance, keeping the user's numbers (mcm-4x4 -> mcm4x4)."""
+    if not key:
+        return None
+    for cand in (re.sub(r"[\s_.]+", "-", key), re.sub(r"[\s_.-]+", "", key)):
+        if any(regex.fullmatch(cand) for _, regex, _, _ in _PATTERNS):
+            return cand
+    names = [shown for shown, *_ in _PATTERNS if "<" not in shown] + ["mcm2x2", "ring8", "a100x16", "h100x16"]
+    found = get_close_matches(key, names, 1, 0.7)
+    return found[0] if found else None
