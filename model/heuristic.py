@@ -13,6 +13,7 @@ greedy fill of the sensitivity budget.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -25,7 +26,8 @@ from distplan.model.extract import make_plan
 from distplan.costs.check import plan_violations
 
 
-def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool) -> list[int] | None:
+def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
+        expired: Callable[[], bool] | None = None, cut: list[str] | None = None) -> list[int] | None:
     V, K = problem.n_ops, len(path)
     kinds = [int(problem.device_kind[d]) for d in path]
     inf = math.inf
@@ -56,15 +58,45 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
     topo, bw, lat = problem.topology, problem.link_bw_bytes_per_s, problem.link_latency_s
     f = np.full(V + 1, inf)
     choice = np.zeros((K, V + 1), dtype=np.int64)
-    idx = np.arange(V + 1)
+    # Per stage, every (segment start i, end j) at once: seg[i, j] is the segment's time, inf
+    # where i > j, where the segment holds an op the kind cannot run or outgrows the device's
+    # memory. It depends on the stage only through (kind, memory, activation factors), so
+    # it is built once per such key (the same sums as a loop over j, in the same order;
+    # argmin picks the same first minimum).
+    seg_by: dict[tuple, np.ndarray] = {}
+    lower = np.tril(np.ones((V + 1, V + 1), dtype=bool), -1)   # i > j: no segment
+
+    def seg_matrix(c: int, cap: float, n_all: int, n_sent: int) -> np.ndarray:
+        key = (c, float(cap), n_all, n_sent) if live is None else (c, float(cap))
+        m = seg_by.get(key)
+        if m is None:
+            P, NB = cost_c[c]
+            seg = np.where(NB[None, :] - NB[:, None] > 0, inf, P[None, :] - P[:, None])
+            if live is not None:   # and one microbatch of what crosses into the stage
+                mem = live + cut_bytes[:, None]
+            else:
+                mem = n_all * (act[None, :] - act[:, None])
+                if n_sent:
+                    mem = mem + n_sent * sent
+            mem = mem + (stat[None, :] - stat[:, None]) + tied
+            m = np.where((mem <= cap) & ~lower, seg, inf)
+            if len(seg_by) >= 8:   # 1f1b/gpipe: a new key per stage; keep memory bounded
+                seg_by.clear()
+            seg_by[key] = m
+        return m
+
+    cols = np.arange(V + 1)
+    done = K
     for s in range(K):
+        if s and expired is not None and expired():
+            done = s   # keep what the first s stages reach: the rest stay empty (relays at the end)
+            break
         c = kinds[s]
-        P, NB = cost_c[c]
         n_all, n_sent = activation_factors(problem.schedule, s, K, problem.microbatches)
         cap = problem.device_mem_bytes[path[s]]
         if s == 0:
             link = np.zeros(V + 1)
-            prev = np.where(idx == 0, 0.0, inf)
+            prev = np.where(cols == 0, 0.0, inf)
         else:
             r = list(topo.route(path[s - 1], path[s]))
             if problem.training:
@@ -75,27 +107,18 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool)
                 link = cut_bytes * max((1.0 / bw[l] for l in r), default=0.0)
             prev = f
         base = prev + link if latency else np.maximum(prev, link)
-        g = np.full(V + 1, inf)
-        for j in range(V + 1):
-            i = idx[: j + 1]
-            seg = np.where(NB[j] - NB[i] > 0, inf, P[j] - P[i])
-            if live is not None:   # and one microbatch of what crosses into the stage
-                mem = live[i, j] + cut_bytes[i]
-            else:
-                mem = n_all * (act[j] - act[i])
-                if n_sent:
-                    mem = mem + n_sent * sent[i, j]
-            mem = mem + (stat[j] - stat[i]) + tied[i, j]
-            val = (base[i] + seg) if latency else np.maximum(base[i], seg)
-            val = np.where(mem <= cap, val, inf)
-            b = int(np.argmin(val))
-            g[j], choice[s, j] = val[b], b
-        f = g
+        m = seg_matrix(c, cap, n_all, n_sent)
+        val = (base[:, None] + m) if latency else np.maximum(base[:, None], m)
+        b = np.argmin(val, axis=0)
+        choice[s] = b
+        f = val[b, cols]
+    if done < K and cut is not None:
+        cut.append(f"heuristic DP: {done} of {K} pipeline stages considered")
     if not math.isfinite(f[V]):
         return None
     stage = [0] * V
     j = V
-    for s in range(K - 1, -1, -1):
+    for s in range(done - 1, -1, -1):
         i = int(choice[s, j])
         for v in range(i, j):
             stage[v] = s
@@ -143,13 +166,23 @@ def score(problem: Problem, plan: Plan, objective: str, weight: float) -> float:
 
 
 def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "throughput",
-                   budget: float | None = None, weight: float = 0.0) -> tuple[Plan, float] | None:
-    """Best DP plan over the precision candidates, with its exact score; None if none fits."""
+                   budget: float | None = None, weight: float = 0.0,
+                   expired: Callable[[], bool] | None = None,
+                   cut: list[str] | None = None) -> tuple[Plan, float] | None:
+    """Best DP plan over the precision candidates, with its exact score; None if none fits.
+    ``expired`` (the clock, model.progress.Clock.expired): checked between candidates and
+    inside the DP, which then keeps the best plan over the stages it reached; what was
+    left undone is appended to ``cut`` (one line each)."""
     best = None
-    for prec in precision_candidates(problem, path, budget):
+    cands = precision_candidates(problem, path, budget)
+    for n, prec in enumerate(cands):
+        if n and expired is not None and expired():
+            if cut is not None:
+                cut.append(f"heuristic: {len(cands) - n} of {len(cands)} precision candidates not tried")
+            break
         if budget is not None and math.fsum(problem.sensitivity[v, q] for v, q in enumerate(prec)) > budget:
             continue
-        stage = _dp(problem, path, prec, objective == "latency")
+        stage = _dp(problem, path, prec, objective == "latency", expired, cut)
         if stage is None:
             continue
         plan = make_plan(problem, path, stage, prec)

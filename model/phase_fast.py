@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -117,19 +118,25 @@ def downset_plans(problem: Problem, path: tuple[int, ...], mat: np.ndarray, budg
     return best
 
 
-def surrogate_key(problem: Problem, r: int, lanes: Lanes) -> tuple:
+def surrogate_key(problem: Problem, r: int, lanes: Lanes,
+                  expired: Callable[[], bool] | None = None) -> tuple | None:
     """What a layout's plans and bound depend on, up to a relabelling of devices: r and,
     lane by lane, the device kinds and memories and per boundary the route's links'
     bandwidths, plus how often the boundaries reuse a link. Layouts with equal keys are
     evaluated (and solved) once. Every lane counts: on a mixed fleet two layouts whose
-    lane 0 agree can differ in their other lanes, and so in their exact MILP."""
+    lane 0 agree can differ in their other lanes, and so in their exact MILP.
+    None once ``expired()`` (checked between routes: a 4,096-device chain's round-robin
+    layouts route thousands of boundaries of up to 2,048 hops, minutes in all)."""
     topo = problem.topology
     out: list = [r]
     used: list[int] = []
     for p in lanes:
-        routes = [topo.route(a, b) for a, b in zip(p, p[1:])]
-        if problem.training:
-            routes = [list(x) + list(topo.route(b, a)) for x, (a, b) in zip(routes, zip(p, p[1:]))]
+        routes = []
+        for a, b in zip(p, p[1:]):
+            if expired is not None and expired():
+                return None
+            x = topo.route(a, b)
+            routes.append(list(x) + list(topo.route(b, a)) if problem.training else x)
         used += [l for x in routes for l in x]
         out.append((tuple(int(problem.device_kind[d]) for d in p), tuple(float(problem.device_mem_bytes[d]) for d in p),
                     tuple(tuple(sorted(float(problem.link_bw_bytes_per_s[l]) for l in x)) for x in routes)))
@@ -150,15 +157,18 @@ def downset_dp_s(problem: Problem, mat: np.ndarray, path: tuple[int, ...], budge
 
 
 def evaluate_layout(problem: Problem, options: SolveOptions, r: int, name: str, lanes: Lanes,
-                    mat: np.ndarray | None, time_left_s: float = math.inf) -> Candidate:
+                    mat: np.ndarray | None, time_left_s: float = math.inf,
+                    expired: Callable[[], bool] | None = None, cut: list[str] | None = None) -> Candidate:
     """Heuristic plans and the proven bound of one layout, via its single-lane surrogate.
     The downset DPs (exact plans, relaxation bound) run only when their forecast fits
-    ``time_left_s``; else the layout keeps the heuristic's plans and the floor bound."""
+    ``time_left_s``; else the layout keeps the heuristic's plans and the floor bound.
+    ``expired``/``cut``: the heuristic's clock and what it left undone
+    (model.heuristic.heuristic_plan)."""
     budget, weight, obj = options.sensitivity_budget, options.sensitivity_weight, options.objective
     sp = lane_problem(problem, r)
     p = lanes[0]
     singles = []
-    h = heuristic_plan(sp, p, obj, budget, weight)
+    h = heuristic_plan(sp, p, obj, budget, weight, expired=expired, cut=cut)
     if h is not None:
         singles.append(h[0])
     use_dp = mat is not None and obj == "throughput" and downset_dp_s(sp, mat, p, budget) <= time_left_s
@@ -184,6 +194,13 @@ def floor_bound(problem: Problem) -> float:
     return problem.period_lower_bound_s()
 
 
+#: once the clock has expired, the remaining layouts' surrogate keys (which drop duplicates
+#: of layouts already seen) get this long in all, at most this share of the limit; past it
+#: the rest are left unevaluated, in their order, without routing their boundaries
+KEY_GRACE_S = 0.5
+KEY_GRACE_SHARE = 0.02
+
+
 def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, clock: Clock, say: Log) -> FastPhase:
     """Phase 1 (module docstring)."""
     D = problem.n_devices
@@ -192,18 +209,30 @@ def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, clock: C
     found: list[Candidate] = []
     left: list[Candidate] = []
     keys: set[tuple] = set()
+    grace_end: float | None = None
     for r, name, lanes in layouts:
         K = min(options.n_stages or D // r, D // r)
         lanes = tuple(tuple(lane[:K]) for lane in lanes)
-        key = surrogate_key(problem, r, lanes)
+        late = bool(found) and clock.expired()
+        if late and grace_end is None:   # keys past the limit: a short grace, then none
+            grace_end = time.perf_counter() + min(KEY_GRACE_S, KEY_GRACE_SHARE * clock.limit_s)
+        key = surrogate_key(problem, r, lanes, expired=(lambda: time.perf_counter() > grace_end) if late
+                            else clock.expired if found else None)
+        if key is None:   # the clock expired while routing its boundaries: the rest stay in order
+            left.append(Candidate(r, name, lanes, floor_bound(problem)))
+            continue
         if key in keys:
             continue   # same surrogate as an evaluated layout: same heuristics and bound
         keys.add(key)
-        if found and clock.expired():
+        if late:
             left.append(Candidate(r, name, lanes, floor_bound(problem)))
             continue
+        cut: list[str] = []
         c = admitted(problem, options, gate, evaluate_layout(problem, options, r, name, lanes, mat,
-                                                             time_left_s=clock.left_s()))
+                                                             time_left_s=clock.left_s(),
+                                                             expired=clock.expired, cut=cut))
+        for line in cut:
+            clock.cut(f"fast phase: layout {name} (r={r}): {line}", say)
         found.append(c)
         if c.scored:
             clock.stop.arm()   # a plan exists: a Ctrl-C from now on keeps the best
