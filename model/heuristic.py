@@ -194,15 +194,20 @@ def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "th
     return best
 
 
-def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...], lanes=None, checked: bool = True) -> list[Plan]:
+def neighbours(problem: Problem, plan: Plan, path: tuple[int, ...], lanes=None, checked: bool = True,
+               expired: Callable[[], bool] | None = None) -> list[Plan]:
     """Feasible plans one move away: one op shifted to the next or previous stage, or
     run at another precision (candidate starts for the K best plans). ``checked=False``:
-    every such move, feasible or not (the caller checks what it uses)."""
+    every such move, feasible or not (the caller checks what it uses). ``expired``: the
+    clock, checked per op (on a100x1024's 1,024-lane plans each move costs ~50 ms): the
+    moves of the ops reached so far once it says so."""
     K, Q = len(path), len(problem.precisions)
     preds, succs = problem.graph.preds(), problem.graph.succs()
     stage, qs = list(plan.op_stage), [problem.q_index(p) for p in plan.op_precision]
     out = []
     for v in range(problem.n_ops):
+        if expired is not None and expired():
+            break
         for d in (-1, 1):
             k = stage[v] + d
             if 0 <= k < K and all(stage[u] <= k for u in preds[v]) and all(stage[w] >= k for w in succs[v]):
