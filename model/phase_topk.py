@@ -155,11 +155,14 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     pool.add_scored([x for cand in candidates for x in cand.scored])   # checked and scored already
     pool.add(saved + [s.best for s in milp.solves if s.best is not None])
     if not clock.expired():
-        pool.add(neighbours(problem, best, path, lanes, checked=False))
+        pool.add(neighbours(problem, best, path, lanes, checked=False, expired=clock.expired))
     whole_bound = milp.bound_s if math.isfinite(milp.bound_s) else 0.0   # bounds every plan, hence the k-th best
     timed_out = False
     while len(plans) < K:
         complete = pool.drain()
+        if clock.expired():   # annotating a plan on a thousand lanes takes seconds
+            timed_out = True
+            break
         top = pool.best(seen)
         if top is not None:
             p0, cs = top
@@ -168,7 +171,7 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
                 seen.add(projection(p0))
                 plans.append(annotate(problem, p0, options, None))
                 if mine(p0):
-                    pool.add(neighbours(problem, p0, path, lanes, checked=False))
+                    pool.add(neighbours(problem, p0, path, lanes, checked=False, expired=clock.expired))
                 say(f"plan {len(plans)}: objective {fmt(cs)} (within {options.rel_gap:.1%} of the bound)")
                 continue
         if not complete or clock.left_s() <= 0.05:
@@ -203,11 +206,15 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
             break
         seen.add(projection(p))
         plans.append(annotate(problem, p, options, out.objective_s))
-        pool.add(neighbours(problem, p, path, lanes, checked=False))
+        pool.add(neighbours(problem, p, path, lanes, checked=False, expired=clock.expired))
         say(f"plan {len(plans)}: objective {fmt(plans[-1].predicted['milp_objective'])} ({out.status})")
     if len(plans) < K:   # fill from the other layouts' plans
         timed_out = not pool.drain() or timed_out
-        plans += [annotate(problem, p, options, None) for p in pool.ranked(seen)[:K - len(plans)]]
+        for p in pool.ranked(seen)[:K - len(plans)]:
+            if clock.expired():
+                timed_out = True
+                break
+            plans.append(annotate(problem, p, options, None))
     if len(plans) < K and (timed_out or clock.expired()):
         clock.cut(f"top-K: {len(plans)} of {K} plans", say)
     plans.sort(key=lambda p: p.predicted["milp_objective"])

@@ -73,7 +73,8 @@ def ranking_margin_s(problem: Problem, options: SolveOptions) -> float:
     ranking the top_k plans after the solve: an estimate from the graph's size, at most
     ``RANKING_SHARE_MAX`` of the limit."""
     passes = 2 if problem.training else 1
-    est = options.top_k * 2 * passes * SIM_S_PER_OP_MICROBATCH * problem.n_ops * max(1, problem.microbatches)
+    patterns = max(1, problem.microbatches, problem.topology.n_devices)   # a plan of one lane per device builds one per lane
+    est = options.top_k * 2 * passes * SIM_S_PER_OP_MICROBATCH * problem.n_ops * patterns
     return min(RANKING_SHARE_MAX * options.time_limit_s, est)
 
 
@@ -158,9 +159,11 @@ def budget_excess(problem: Problem, plan: Plan, budget: float | None) -> str | N
 
 
 def expected_sim_s(problem: Problem, plan: Plan, trace: bool = False) -> float:
-    """A rough forecast of one realistic simulation's seconds (``sim.forecast``; with
-    ``trace`` identical copies are not merged)."""
-    return forecast_sim_s(problem, plan, trace=trace)
+    """A rough forecast of the seconds ``_simulate_one`` takes (``sim.forecast``): the
+    realistic run (with ``trace`` identical copies are not merged) and, for a plan of
+    the pipeline MILP, the ideal run, which never merges copies."""
+    real = forecast_sim_s(problem, plan, trace=trace)
+    return real if "model_iteration_s" in plan.predicted else real + forecast_sim_s(problem, plan, trace=True)
 
 
 #: a plan is simulated when its forecast fits the time left less this share of the time
@@ -222,7 +225,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
     if not rows and waiting:   # none fits: the model's figures, said as such
         left = deadline - time.perf_counter()
         quickest = min(cost[id(p)] for p in waiting)
-        why = f"simulation skipped: forecast {quickest:.1f} s > {max(left, 0.0):.1f} s left"
+        why = (f"simulation skipped: forecast {quickest:.1f} s > {max(left - margin_s, 0.0):.1f} s usable "
+               f"({max(left, 0.0):.1f} s left less a {margin_s:.1f} s margin)")
         for plan in waiting:
             _check(problem, plan)
             over = budget_excess(problem, plan, sensitivity_budget)
