@@ -58,7 +58,6 @@ from distplan.workloads.op_costs import FUSIBLE_KINDS, GEMM_KINDS, tie_operator
 from distplan.workloads.rematerialize import clone_input_only
 
 
-
 def is_view(op: Operator) -> bool:
     """An operator that only re-labels its input's storage: no FLOPs, no traffic, no output."""
     return op.kind == "reshape" and op.fwd_flops == 0 and op.touched_elems == 0 and op.out_elems == 0

@@ -247,6 +247,16 @@ def _topological_order(ops: tuple[Operator, ...], tensors: tuple[Tensor, ...], n
     return order
 
 
+def unique_name(base: str, names: set[str]) -> str:
+    """``base``, or ``base#2``, ``base#3``, ... : the first not in ``names``, which it joins."""
+    out, k = base, 1
+    while out in names:
+        k += 1
+        out = f"{base}#{k}"
+    names.add(out)
+    return out
+
+
 def send_elems(out_elems: int, out_edge_elems: list[float]) -> float:
     """Elements of an op's outputs that other ops read: its output, or, when less, the sum
     over its out-edges (a fused op sends only the tensors that leave it)."""

@@ -58,7 +58,7 @@ from typing import Any
 
 from distplan.core.errors import DistplanError
 from distplan.workloads import op_costs as oc
-from distplan.workloads.graph import Graph, Operator
+from distplan.workloads.graph import Graph, Operator, unique_name
 from distplan.workloads.import_common import (HEAD_TAIL, MOVES, UnknownOperatorWarning, Walk, build_graph,
                                               check_mode, family_table)
 from distplan.workloads.fuse import fuse_graph
@@ -235,7 +235,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
                     looked.add(y)
             continue
         v = len(ops)
-        op_name = _unique(node.name or f"{node.op_type}_{i}", names)
+        op_name = unique_name(node.name or f"{node.op_type}_{i}", names)
         for y in node.output:
             if y:
                 st.made_by[y] = f"{node.op_type} node {op_name!r}"
@@ -521,15 +521,6 @@ def _same_values(arrays: dict[str, Any]) -> dict[str, str]:
                     break
             else:
                 kept.append(n)
-    return out
-
-
-def _unique(base: str, names: set[str]) -> str:
-    out, k = base, 1
-    while out in names:
-        k += 1
-        out = f"{base}#{k}"
-    names.add(out)
     return out
 
 

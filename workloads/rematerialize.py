@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from distplan.workloads.op_costs import FUSIBLE_KINDS
-from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.graph import Graph, Operator, Tensor, unique_name
 
 
 def input_only(graph: Graph) -> set[int]:
@@ -57,7 +57,8 @@ def clone_input_only(graph: Graph, max_cone_ops: int = 32) -> Graph:
                 stack.extend(preds[v])
         return sorted(seen)
 
-    edge_elems = {(graph.index(t.src), graph.index(t.dst)): t.elems for t in graph.tensors}
+    edges = graph.edges()   # (src, dst, elems), in the order of graph.tensors
+    edge_elems = {(u, v): e for u, v, e in edges}
     new_ops: list[Operator] = list(ops)
     moved: dict[tuple[int, int], str] = {}          # original edge -> the copy's name that now feeds it
     extra: list[Tensor] = []
@@ -73,7 +74,7 @@ def clone_input_only(graph: Graph, max_cone_ops: int = 32) -> Graph:
             continue
         copy: dict[int, str] = {}
         for v in members:
-            name = _fresh(f"{ops[v].name}~{ops[w].name}", names)
+            name = unique_name(f"{ops[v].name}~{ops[w].name}", names)
             copy[v] = name
             new_ops.append(dataclasses.replace(ops[v], name=name))
         for v in members:
@@ -83,16 +84,7 @@ def clone_input_only(graph: Graph, max_cone_ops: int = 32) -> Graph:
             moved[(v, w)] = copy[v]
     if not moved:
         return graph
-    tensors = [t for t in graph.tensors if (graph.index(t.src), graph.index(t.dst)) not in moved]
+    tensors = [t for t, (u, v, _) in zip(graph.tensors, edges) if (u, v) not in moved]
     tensors += [Tensor(name, ops[w].name, edge_elems[(v, w)]) for (v, w), name in moved.items()]
     return Graph(name=graph.name, ops=tuple(new_ops), tensors=tuple(tensors + extra), mode=graph.mode,
                  batch_size=graph.batch_size, seq_len=graph.seq_len, import_warnings=graph.import_warnings)
-
-
-def _fresh(base: str, names: set[str]) -> str:
-    name, k = base, 1
-    while name in names:
-        k += 1
-        name = f"{base}#{k}"
-    names.add(name)
-    return name
