@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, _whole, plan_from_dict, plan_to_dict, read_plan_json
 from distplan.core.schedules import SCHEDULES
@@ -46,6 +48,8 @@ def plan_document(plan: Plan, problem: Problem) -> dict[str, Any]:
     """The version-2 document: the plan, and its problem embedded with hashes."""
     d = plan_to_dict(plan, problem)
     d["version"] = VERSION
+    d["predicted"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                      for k, v in d["predicted"].items()}   # strict JSON: no nan or infinity
     d["problem"].update(
         microbatches=problem.microbatches, schedule=problem.schedule,
         graph_sha256=graph_sha256(problem.graph), topology_sha256=topology_sha256(problem.topology),
@@ -55,11 +59,10 @@ def plan_document(plan: Plan, problem: Problem) -> dict[str, Any]:
 
 
 def save_plan(plan: Plan, problem: Problem, path: str | Path) -> None:
-    """Write ``plan`` for ``problem`` as a self-contained version-2 plan file."""
-    try:
-        Path(path).write_text(json.dumps(plan_document(plan, problem), indent=1, default=float))
-    except OSError as e:
-        raise DistplanError(f"cannot write plan file {str(path)!r}: {e.strerror or e}") from None
+    """Write ``plan`` for ``problem`` as a self-contained version-2 plan file, atomically
+    (core.atomic: a failed write leaves the file there before intact) and as strict JSON
+    (no nan or infinity: a non-finite predicted figure is written as null)."""
+    write_json_atomic(path, plan_document(plan, problem), "plan file", indent=1, default=float)
 
 
 def _decimals(x: Any) -> Any:

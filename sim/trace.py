@@ -6,11 +6,11 @@ executed node is one complete ('X') event, times in microseconds.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from distplan.costs.problem import Problem
+from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
 
 PID_DEVICES = 0
@@ -42,5 +42,5 @@ def chrome_trace(result_or_events: Any, problem: Problem) -> dict[str, Any]:
 
 
 def write_chrome_trace(result_or_events: Any, problem: Problem, path: str | Path) -> None:
-    """Write :func:`chrome_trace` as JSON to ``path``."""
-    Path(path).write_text(json.dumps(chrome_trace(result_or_events, problem)))
+    """Write :func:`chrome_trace` as JSON to ``path``, atomically (core.atomic)."""
+    write_json_atomic(path, chrome_trace(result_or_events, problem), "trace file")

@@ -20,6 +20,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from distplan.core.atomic import save_figure
 from distplan.studies.store import read_rows, row_key
 
 
@@ -183,6 +184,6 @@ def make_plots(csv_path: str | Path, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fig in study_figures(csv_path).items():
-        fig.savefig(out / name, dpi=110)
+        save_figure(fig, out / name, "study plot", dpi=110)
         paths.append(out / name)
     return paths

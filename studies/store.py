@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from distplan.core.atomic import write_atomic
 from distplan.studies.spec import KEY_FIELDS
 
 FIELDS = (*KEY_FIELDS, "method", "status", "objective_s", "bound_s", "gap", "seconds", "throughput_per_s",
@@ -56,7 +57,9 @@ def finished_keys(path: str | Path, methods_by_key: dict[tuple, tuple[str, ...]]
 
 
 def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Append ``rows`` (header first if the file is new) in one write, flushed to disk."""
+    """Append ``rows`` (header first if the file is new): the file is rewritten whole and
+    atomically (core.atomic), so a failed write keeps every row there before. One writer
+    at a time (the sweep's driver records every run)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
@@ -72,10 +75,9 @@ def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
                 prefix = "\n"  # close a torn line left by an interrupted write
     for r in rows:
         w.writerow({k: _text(r.get(k, "")) for k in FIELDS})
-    with p.open("a", newline="") as f:
-        f.write(prefix + buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
+    old = b"" if new else p.read_bytes()
+    # the whole file again, atomically (core.atomic): a failed write keeps every row there before
+    write_atomic(p, old + (prefix + buf.getvalue()).encode("utf-8"), "study results")
 
 
 def _text(x: Any) -> str:

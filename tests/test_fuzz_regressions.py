@@ -114,7 +114,8 @@ def _plan_doc(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["plan", "problem"])
-@pytest.mark.parametrize("value,needle", [(float("inf"), "must be a whole number"), (2.5, "must be a whole number"),
+@pytest.mark.parametrize("value,needle", [(float("inf"), "Infinity is not a JSON number"),   # strict JSON on read
+                                          (2.5, "must be a whole number"),
                                           ("16", "must be a whole number"), (0, ">= 1")])
 def test_plan_file_microbatches_must_be_whole(tmp_path, capsys, where, value, needle):
     """Was: OverflowError (int(inf)) from problem_from_document; 2.5 was read as 2."""

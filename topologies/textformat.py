@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from distplan.core.atomic import write_atomic
 from distplan.core.errors import DistplanError
 from distplan.core.units import number_text
 
@@ -263,7 +264,7 @@ def write_document(doc: object, path: str | Path) -> None:
     """Write ``doc`` (dicts, lists, str, int, bool, Decimal, Flow) as YAML or JSON."""
     path = Path(path)
     text = dump_yaml(doc) if file_format(path) == "yaml" else dump_json(doc)
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, text, "topology file")
 
 
 def dump_yaml(doc: object) -> str:

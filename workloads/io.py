@@ -8,11 +8,11 @@
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from distplan.core.errors import DistplanError
+from distplan.core.atomic import write_json_atomic
 from distplan.core.jsonfile import read_json_file
 from distplan.core.units import brief
 from distplan.workloads.graph import Graph, Operator, Tensor
@@ -90,7 +90,8 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
 
 
 def save_graph(g: Graph, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(graph_to_dict(g), indent=1))
+    """Write ``g`` as a graph JSON file, atomically and as strict JSON (core.atomic)."""
+    write_json_atomic(path, graph_to_dict(g), "graph file", indent=1)
 
 
 def load_graph(path: str | Path) -> Graph:

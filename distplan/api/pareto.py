@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from distplan.baselines.scoring import sim_rate
+from distplan.core.atomic import save_figure
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.costs.evaluate import plan_sensitivity
@@ -120,8 +121,10 @@ def plot_pareto(points: list[ParetoPoint], path, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, "pareto plot")
+    finally:
+        plt.close(fig)
 
 
 __all__ = ["ParetoPoint", "pareto", "pareto_table", "plot_pareto"]

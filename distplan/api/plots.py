@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from distplan.core.atomic import save_figure
 from distplan.core.plan import Plan
 from distplan.costs.problem import Problem
 
@@ -97,7 +98,7 @@ def _suptitle(fig, text: str, fontsize: float = 11) -> None:
 
 
 def _save(fig, path: str | Path, dpi: int = 110):
-    fig.savefig(path, dpi=dpi)
+    save_figure(fig, path, "plot", dpi=dpi)
     return fig
 
 

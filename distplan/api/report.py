@@ -2,13 +2,14 @@
 as a table, a JSON document, plan/trace files and plots."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
+from distplan.core.validate import is_int
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
@@ -99,6 +100,14 @@ def _json_safe(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_json_safe(v) for v in x]
     return x
+
+
+def _path(name: str, value: object) -> str | Path:
+    """A file or folder argument: a str or a Path (an open file or None is refused)."""
+    if not isinstance(value, (str, Path)) or not str(value):
+        raise DistplanError(f"{name} must be a file name (a str or pathlib.Path), got {value!r} "
+                            f"({type(value).__name__})"[:200])
+    return value
 
 
 @dataclass(frozen=True)
@@ -265,28 +274,37 @@ class SolveReport:
     def write_plan(self, path: str | Path, rank: int = 1) -> None:
         """The plan of ``rank`` (1: the winner) as a self-contained plan file (it embeds
         the graph and topology; ``python -m distplan.sim FILE`` replays it)."""
-        save_plan(self.plans[rank - 1].plan, self.problem, path)
+        save_plan(self.ranked(rank).plan, self.problem, _path("path", path))
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1, default=float))
+        """The ``--json`` document (:meth:`to_json`) as a file, written atomically."""
+        write_json_atomic(_path("path", path), self.to_json(), "report JSON file", indent=1, default=float)
 
     def write_trace(self, path: str | Path, rank: int = 1) -> None:
         """Chrome/Perfetto trace of a plan's realistic simulation (needs ``solve(trace=True)``)."""
         from distplan.sim.trace import write_chrome_trace
 
         self._simulated(rank, "a trace")
-        write_chrome_trace(self.plans[rank - 1].sim, self.problem, path)
+        write_chrome_trace(self.plans[rank - 1].sim, self.problem, _path("path", path))
 
     def write_report(self, folder: str | Path, rank: int = 1) -> list[Path]:
         """placement.png, trace.json and timeline.png of a plan; returns the paths."""
         from distplan.api.plots import write_report
 
         self._simulated(rank, "a report")
-        return write_report(self.problem, self.plans[rank - 1], folder)
+        return write_report(self.problem, self.plans[rank - 1], _path("folder", folder))
+
+    def ranked(self, rank: int) -> RankedPlan:
+        """The plan of ``rank``: 1 (the winner) to ``len(plans)``; anything else (0, -1,
+        past the last, not a whole number) is a DistplanError saying the ranks there are."""
+        if not is_int(rank) or not 1 <= rank <= len(self.plans):
+            raise DistplanError(f"rank must be a whole number from 1 (the winner) to {len(self.plans)} (the plans "
+                                f"this report ranked), got {rank!r}")
+        return self.plans[rank - 1]
 
     def _simulated(self, rank: int, what: str) -> None:
         """Raise DistplanError when the plan of ``rank`` was not simulated (``what`` needs it)."""
-        if not self.plans[rank - 1].simulated:
+        if not self.ranked(rank).simulated:
             why = next((c for c in self.cut_short if "simulation skipped" in c), "the time limit")
             raise DistplanError(f"{what} needs the simulated plan, and the plan of rank {rank} was not simulated "
                                 f"({why.split(';')[0].removeprefix('ranking: ')}); give a longer --time-limit")

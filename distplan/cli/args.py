@@ -10,15 +10,46 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from distplan.core.atomic import file_identity
 from distplan.core.errors import DistplanError
 
 
+_UNSET = object()   # a default no command line can give: what parse_args was not given
+
+
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one ``error:`` line and exit status 2."""
+    """An ArgumentParser whose errors are one ``error:`` line and exit status 2, and whose
+    namespace knows which flags the command line gave (:func:`given`), defaults aside."""
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns = super().parse_args(args, namespace)
+        saved = [(a, a.default) for a in self._actions if a.default is not argparse.SUPPRESS]
+        try:   # parse again with defaults nobody can type: what is not one was given
+            for a, _ in saved:
+                a.default = None if isinstance(a, argparse._AppendAction) else _UNSET
+            again = super().parse_args(args)
+        finally:
+            for a, d in saved:
+                a.default = d
+        ns._given = frozenset(k for k, v in vars(again).items() if v is not _UNSET and v is not None)
+        return ns
+
+
+def given(args: argparse.Namespace, flag: str) -> bool:
+    """Did the command line give ``flag`` (``--seq-len``), whatever its value?"""
+    return flag.lstrip("-").replace("-", "_") in getattr(args, "_given", frozenset())
+
+
+def refuse_flags(args: argparse.Namespace, flags: tuple[str, ...] | list[str], why: str) -> None:
+    """The one rule for flags that do not apply: the first of ``flags`` the command line
+    gave is a DistplanError naming it and ``why`` ("with a plan file: the plan fixes it")."""
+    for flag in flags:
+        if given(args, flag):
+            raise DistplanError(f"{flag} does not apply {why}; leave it out")
 
 
 def finite_float(text: str) -> float:
@@ -38,13 +69,18 @@ def check_output_file(path: str | None, flag: str) -> None:
     if not path:
         return
     p = Path(path)
-    if p.is_dir():
-        raise DistplanError(f"{flag} {path!r} is a folder; give a file name")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise DistplanError(f"{flag} {path!r}: folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise DistplanError(f"{flag} {path!r} is not writable")
+    try:
+        if p.is_dir():
+            raise DistplanError(f"{flag} {path!r} is a folder; give a file name")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise DistplanError(f"{flag} {path!r}: folder {str(parent)!r} does not exist")
+        if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise DistplanError(f"{flag} {path!r} is not writable")
+    except OSError as e:   # a name over 255 bytes, a loop of links, ...
+        raise DistplanError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    except ValueError as e:   # an embedded NUL
+        raise DistplanError(f"{flag} {path!r} cannot be written: {e}") from None
 
 
 def check_output_folder(path: str | None, flag: str) -> None:
@@ -52,13 +88,66 @@ def check_output_folder(path: str | None, flag: str) -> None:
     if not path:
         return
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise DistplanError(f"{flag} {path!r} is a file; give a folder")
-    existing = p
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise DistplanError(f"{flag} {path!r} cannot be created: {str(existing)!r} is not a writable folder")
+    try:
+        if p.exists() and not p.is_dir():
+            raise DistplanError(f"{flag} {path!r} is a file; give a folder")
+        existing = p
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK):
+            raise DistplanError(f"{flag} {path!r} cannot be created: {str(existing)!r} is not a writable folder")
+    except OSError as e:
+        raise DistplanError(f"{flag} {path!r} cannot be used: {e.strerror or e}") from None
+    except ValueError as e:
+        raise DistplanError(f"{flag} {path!r} cannot be used: {e}") from None
+
+
+def _where(path: str) -> tuple[int, int] | str:
+    """What a path names: (device, inode) of the file there, else its absolute path."""
+    ident = file_identity(path)
+    return ident if ident is not None else os.path.realpath(path)
+
+
+def check_distinct(inputs: list[tuple[str, str | None]], outputs: list[tuple[str, str | None]]) -> None:
+    """Every output names a file of its own: none is an input (compared by device and
+    inode, so a hard or symbolic link to an input counts as the input) nor another output.
+    Each entry is (flag, path); a None path is left out. Raises DistplanError naming both."""
+    outs = [(f, p, _where(p)) for f, p in outputs if p]
+    ins = [(f, p, file_identity(p)) for f, p in inputs if p]
+    for fo, po, wo in outs:
+        for fi, pi, wi in ins:
+            if wi is not None and wo == wi:
+                raise DistplanError(f"{fo} {po!r} is the same file as {fi} {pi!r} and would overwrite it; "
+                                    f"give {fo} another file name")
+    for i, (fa, pa, wa) in enumerate(outs):
+        for fb, pb, wb in outs[i + 1:]:
+            if wa == wb:
+                raise DistplanError(f"{fa} {pa!r} and {fb} {pb!r} name the same file; give each its own")
+
+
+def io_error(e: OSError) -> str:
+    """The ``error:`` line's text for an OSError while writing (a file, or the output)."""
+    where = f"{e.filename!r}" if e.filename else "the standard output"
+    return f"cannot write {where}: {e.strerror or e}"
+
+
+def flush_stdout() -> str | None:
+    """Flush standard output; on failure (disk full, closed) say why and point it at
+    /dev/null, so that the interpreter's own flush at exit cannot print a traceback. A
+    reader that went away (``| head``) is no error."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return None
+    except OSError as e:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        return None if isinstance(e, BrokenPipeError) else io_error(e)
 
 
 def process_started_at() -> float:

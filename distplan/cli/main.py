@@ -5,20 +5,23 @@ from __future__ import annotations
 import argparse
 import pathlib
 import dataclasses
-import json
 import os
 import sys
 import time
 
 from distplan import api
+from distplan.core.atomic import dumps_json
 from distplan.core.errors import DistplanError
 from distplan.core.interrupt import current_stop, stop_on_interrupt
-from distplan.cli.args import Parser, check_output_file, check_output_folder, finite_float, process_started_at
+from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
+                               flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
 from distplan.model.highs import abandoned_alive
 
 #: written to stderr when a first Ctrl-C asks the run to stop with what it has
 INTERRUPT_NOTICE = "Ctrl-C: stopping with the best plan found so far (press Ctrl-C again to abort)"
+#: the files ``--report FOLDER`` writes (distplan.api.plots.write_report)
+REPORT_FILES = ("placement.png", "trace.json", "timeline.png")
 #: exit status after a Ctrl-C (128 + SIGINT), also when the best plan so far was kept
 EXIT_INTERRUPTED = 130
 
@@ -135,11 +138,13 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
 def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
     """``--compare``: the MILP against the baselines at equal budget."""
     budget = args.budget if args.budget is not None else args.time_limit
+    if not budget > 0:
+        raise DistplanError(f"--budget must be > 0 seconds, got {budget:g}")
     opts = solve_options(args, problem)
     progress = None if args.quiet else _say
     c = api.compare(problem, args.compare, budget, seed=args.seed, solve_options=opts,
                     sensitivity_budget=opts.sensitivity_budget, progress=progress, candidates=args.candidates)
-    print(json.dumps(c.to_json(), indent=1, default=float) if args.json else c.table())
+    print(dumps_json(c.to_json(), "the comparison", indent=1, default=float) if args.json else c.table())
     stop = current_stop()
     return EXIT_INTERRUPTED if stop is not None and stop.requested else 0
 
@@ -152,9 +157,9 @@ def run_pareto(problem: api.Problem, args: argparse.Namespace) -> int:
 
     pts = pareto(problem, args.pareto, solve_options(args, problem), progress=None if args.quiet else _say)
     if args.json:
-        print(json.dumps([{"budget": p.budget, "sensitivity": p.sensitivity, "throughput_per_s": p.throughput_per_s,
+        print(dumps_json([{"budget": p.budget, "sensitivity": p.sensitivity, "throughput_per_s": p.throughput_per_s,
                            "found_at_budget": None if p.from_budget == float("inf") else p.from_budget}
-                          for p in pts], indent=1))
+                          for p in pts], "the frontier", indent=1))
     else:
         print(pareto_table(pts))
     out = Path(args.report) if args.report else Path(".")
@@ -190,7 +195,7 @@ def run_solve(problem: api.Problem, args: argparse.Namespace, started: float | N
     if args.report and simulated:
         report.write_report(args.report)
     if args.json:
-        print(json.dumps(report.to_json(), indent=1, default=float))
+        print(dumps_json(report.to_json(), "the report", indent=1, default=float))
     else:
         print(report.table())
         outs = [p for p in (args.plan_out, *((args.trace, args.report) if simulated else ())) if p]
@@ -207,6 +212,10 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     from the process's start)."""
     started = process_started_at() if argv is None else time.perf_counter()
     rc = _main(argv, prog, started)
+    failed = flush_stdout()
+    if failed:
+        print(f"error: {failed}", file=sys.stderr)
+        rc = rc or 2
     if argv is None and abandoned_alive():   # a HiGHS run left going after Ctrl-C: do not wait for it
         sys.stdout.flush()
         sys.stderr.flush()
@@ -214,19 +223,62 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     return rc
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags that do not apply to this run are errors (``refuse_flags``: one rule, the
+    flag and why); the default ``--plan-out`` is dropped where no plan is written."""
+    suffix = pathlib.Path(args.workload).suffix.lower()
+    if suffix in (".json", ".onnx"):
+        refuse_flags(args, ("--batch-size", "--seq-len"),
+                     f"to a graph file: {args.workload!r} fixes the batch and sequence"
+                     + (" (give symbolic ONNX inputs a shape with --input-shape NAME=D1xD2)" if suffix == ".onnx"
+                        else ""))
+    if args.compare:
+        refuse_flags(args, ("--pareto", "--plan-out", "--trace", "--report"),
+                     "with --compare: it prints the comparison of the methods and writes no plan, trace or report")
+    else:
+        refuse_flags(args, ("--candidates", "--budget"), "without --compare: they budget the baselines it runs")
+    if args.pareto is not None:
+        refuse_flags(args, ("--plan-out", "--trace"),
+                     "with --pareto: it prints the frontier and plots it to pareto.png (in --report's folder), "
+                     "and writes no plan or trace")
+    if args.mode == "inference":
+        refuse_flags(args, ("--iteration-target", "--microbatch-sizes"),
+                     "in inference: they shape the training search (--mode training) of the cluster and fleet spaces")
+    elif args.objective != "sensitivity":
+        refuse_flags(args, ("--iteration-target",),
+                     "without --objective sensitivity: it is the iteration that objective's plans must meet")
+    if args.space == "pipeline":
+        refuse_flags(args, ("--microbatch-sizes",), "with --space pipeline: the cluster and fleet spaces search them")
+    if args.compare or args.pareto is not None:
+        args.plan_out = None
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every output can be written and is a file of its own, no input nor another output
+    (compared by device and inode: links count), before any work starts."""
+    check_output_file(args.plan_out, "--plan-out")
+    check_output_file(args.trace, "--trace")
+    check_output_folder(args.report, "--report")
+    outs: list[tuple[str, str | None]] = [("--plan-out", args.plan_out), ("--trace", args.trace)]
+    if args.pareto is not None:
+        plot, label = str(pathlib.Path(args.report or ".") / "pareto.png"), "--pareto's plot"
+        if args.report is None or pathlib.Path(args.report).is_dir():
+            check_output_file(plot, label)
+        outs.append((label, plot))
+    elif args.report and not args.compare:
+        outs += [("--report", str(pathlib.Path(args.report) / name)) for name in REPORT_FILES]
+        for _, path in outs[2:]:
+            if pathlib.Path(args.report).is_dir():
+                check_output_file(path, "--report")
+    check_distinct([("--workload", args.workload), ("--topology", args.topology)], outs)
+
+
 def _main(argv: list[str] | None, prog: str, started: float) -> int:
     args = parse_args(argv, prog)
     try:
         if not (args.list or args.describe):
-            check_output_file(args.plan_out, "--plan-out")
-            check_output_file(args.trace, "--trace")
-            check_output_folder(args.report, "--report")
-            named = [(f, pathlib.Path(x).resolve()) for f, x in (("--plan-out", args.plan_out), ("--trace", args.trace),
-                                                                ("--report", args.report)) if x]
-            for i, (fa, a) in enumerate(named):
-                for fb, b in named[i + 1:]:
-                    if a == b:
-                        raise DistplanError(f"{fa} and {fb} name the same path {str(a)!r}; give each its own")
+            check_flags(args)
+            check_outputs(args)
         if args.list:
             from distplan.api.describe import listing
 
@@ -253,3 +305,7 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
     except BrokenPipeError:  # e.g. `python solve.py --list | head`
         sys.stderr.close()
         return 0
+    except OSError as e:   # the table to a full disk (`> /dev/full`); files say their own errors
+        flush_stdout()
+        print(f"error: {io_error(e)}", file=sys.stderr)
+        return 2

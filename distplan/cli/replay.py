@@ -12,7 +12,8 @@ import argparse
 import sys
 
 from distplan.api.resolve import resolve_topology, resolve_workload
-from distplan.cli.args import Parser, check_output_file
+from distplan.cli.args import Parser, check_distinct, check_output_file, flush_stdout, io_error, refuse_flags
+from distplan.core.atomic import dumps_json, json_safe
 from distplan.core.errors import DistplanError
 from distplan.core.plan import plan_from_dict, read_plan_json
 from distplan.api.pipeline import simulated_overflow
@@ -22,7 +23,30 @@ from distplan.sim import SimOptions, simulate
 from distplan.sim.trace import write_chrome_trace
 
 
+#: the flags of a named configuration (no plan file), refused beside a plan file
+WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--microbatch-size", "--global-batch", "--precision", "--mode", "--seq-len",
+                "--schedule", "--recompute", "--sequence-parallel", "--zero", "--dp-allreduce",
+                "--overlap-grad-reduce", "--json")
+#: the flags of a plan file's replay, refused without one
+REPLAY_FLAGS = ("--ideal", "--link-model")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The replay command line; its exit status (0, or 2 after one ``error:`` line)."""
+    try:
+        rc = _main(argv)
+    except OSError as e:   # the summary to a full disk (`> /dev/full`); files say their own errors
+        flush_stdout()
+        print(f"error: {io_error(e)}", file=sys.stderr)
+        return 2
+    failed = flush_stdout()
+    if failed:
+        print(f"error: {failed}", file=sys.stderr)
+        return rc or 2
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="python -m distplan.sim", description="Replay a distplan plan file in the simulator.")
     ap.add_argument("plan", nargs="?", default=None,
                     help="plan JSON file (distplan-plan v2, or v1 with --workload and --topology); leave it out "
@@ -55,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan is None:
         return _whatif(args)
     try:
+        refuse_flags(args, WHATIF_FLAGS, "beside a plan file: a replay simulates the plan as the file has it "
+                     "(leave the plan file out to simulate a named configuration)")
         check_output_file(args.trace, "--trace")
+        check_distinct([("the plan file", args.plan), ("--workload", args.workload), ("--topology", args.topology)],
+                       [("--trace", args.trace)])
         res, problem = replay(args)
         print(res.summary())
         if args.trace:
@@ -91,11 +119,10 @@ def replay(args):
 
 def _whatif(args) -> int:
     """``--workload W --topology T --dp D --tp T --pp P ...``: simulate the configuration."""
-    import json
-
     from distplan.api.configs import whatif
 
     try:
+        refuse_flags(args, REPLAY_FLAGS, "to a named configuration: it applies to a plan file's replay")
         if args.dp is None or not args.workload or not args.topology:
             raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
                                 "simulate a named configuration")
@@ -104,10 +131,11 @@ def _whatif(args) -> int:
             if v is not None and v < 1:
                 raise DistplanError(f"{flag} must be >= 1, got {v}")
         check_output_file(args.trace, "--trace")
+        check_distinct([("--workload", args.workload), ("--topology", args.topology)], [("--trace", args.trace)])
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
                    args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce)
-        print(json.dumps(w.to_json(), indent=1) if args.json else w.table())
+        print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
     except DistplanError as e:

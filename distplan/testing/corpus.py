@@ -36,6 +36,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from distplan.core.atomic import write_atomic
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, plan_from_dict, plan_to_dict
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
@@ -215,5 +216,5 @@ def instance_to_dict(inst: CorpusInstance) -> dict[str, Any]:
 def save_instance(inst: CorpusInstance, directory: str | Path) -> Path:
     """Write ``inst`` to ``directory/<name>.json`` and return the path."""
     path = Path(directory) / f"{inst.name}.json"
-    path.write_text(dump_json(instance_to_dict(inst)), encoding="utf-8")
+    write_atomic(path, dump_json(instance_to_dict(inst)), "corpus instance")
     return path
