@@ -1,10 +1,13 @@
 """What a caller asks of the planner (SolveOptions) and what it gets back (SolveResult)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from distplan.core.errors import DistplanError
+from distplan.core.validate import (check_bool, check_callable, check_choice, check_float, check_int, check_ints,
+                                    check_str)
 from distplan.core.plan import Plan
 
 OBJECTIVES = ("throughput", "latency", "sensitivity")
@@ -72,30 +75,49 @@ class SolveOptions:
     microbatch_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.microbatch_sizes is not None and not all(isinstance(b, int) and b >= 1 for b in self.microbatch_sizes):
-            raise DistplanError(f"microbatch sizes must be positive whole numbers, got {self.microbatch_sizes!r}")
-        if self.space not in SPACES:
-            raise DistplanError(f"plan space {self.space!r} unknown; use one of {', '.join(SPACES)}")
-        if self.objective not in OBJECTIVES:
-            raise DistplanError(f"objective {self.objective!r} unknown; use one of {', '.join(OBJECTIVES)}")
-        if self.top_k < 1:
-            raise DistplanError(f"top_k must be >= 1, got {self.top_k}")
-        if not self.time_limit_s > 0:
-            raise DistplanError(f"time limit must be > 0 s, got {self.time_limit_s}")
-        if not 0 <= self.rel_gap < 1:
-            raise DistplanError(f"relative gap must be in [0, 1), got {self.rel_gap}")
-        if self.sensitivity_weight < 0:
-            raise DistplanError(f"sensitivity weight must be >= 0, got {self.sensitivity_weight}")
-        if self.sensitivity_budget is not None and self.sensitivity_budget < 0:
-            raise DistplanError(f"sensitivity budget must be >= 0, got {self.sensitivity_budget}")
-        if self.n_stages is not None and self.n_stages < 1:
-            raise DistplanError(f"n_stages must be >= 1, got {self.n_stages}")
-        if self.replicas is not None and self.replicas < 1:
-            raise DistplanError(f"replicas must be >= 1, got {self.replicas}")
-        if self.threads < 1:
-            raise DistplanError(f"threads must be >= 1, got {self.threads}")
-        if self.coarsen_ops is not None and self.coarsen_ops < 0:
-            raise DistplanError(f"coarsen_ops must be >= 0 (0 disables), got {self.coarsen_ops}")
+        """Every field checked by core.validate (one DistplanError naming the field);
+        numbers are stored as Python floats and ints, microbatch sizes as a tuple."""
+        name = "SolveOptions."
+        fix = {
+            "objective": check_choice(name + "objective", self.objective, OBJECTIVES),
+            "space": check_choice(name + "space", self.space, SPACES),
+            "sensitivity_budget": check_float(name + "sensitivity_budget", self.sensitivity_budget, 0.0,
+                                              optional=True, none_means="no budget"),
+            "sensitivity_weight": check_float(name + "sensitivity_weight", self.sensitivity_weight, 0.0),
+            "iteration_target": _iteration_target(self.iteration_target),
+            "top_k": check_int(name + "top_k", self.top_k),
+            "time_limit_s": check_float(name + "time_limit_s", self.time_limit_s, 0.0, above=True),
+            "rel_gap": check_float(name + "rel_gap", self.rel_gap, 0.0, below=1.0),
+            "threads": check_int(name + "threads", self.threads),
+            "seed": check_int(name + "seed", self.seed, None),
+            "n_stages": check_int(name + "n_stages", self.n_stages, optional=True),
+            "path": check_str(name + "path", self.path, optional=True),
+            "replicas": check_int(name + "replicas", self.replicas, optional=True),
+            "verbose": check_bool(name + "verbose", self.verbose),
+            "progress": check_callable(name + "progress", self.progress, "a function of one line of text"),
+            "coarsen_ops": check_int(name + "coarsen_ops", self.coarsen_ops, 0, optional=True),
+            "extra_constraints": check_callable(name + "extra_constraints", self.extra_constraints,
+                                                "a function f(m, problem, spec) adding constraints"),
+            "microbatch_sizes": check_ints(name + "microbatch_sizes", self.microbatch_sizes, optional=True),
+        }
+        for k, v in fix.items():
+            object.__setattr__(self, k, v)
+
+
+def _iteration_target(value: float | str | None) -> float | str | None:
+    """SolveOptions.iteration_target: seconds (> 0), a share such as "5%" (>= 0), or None."""
+    name = "SolveOptions.iteration_target"
+    if isinstance(value, str):
+        t = value.strip()
+        try:
+            x = float(t[:-1] if t.endswith("%") else t)
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and (x >= 0 if t.endswith("%") else x > 0)):
+            raise DistplanError(f"{name} must be seconds (> 0) or a share over the fastest plan such as '5%', "
+                                f"got {value!r}")
+        return value
+    return check_float(name, value, 0.0, above=True, optional=True, none_means="as fast as the fastest plan")
 
 
 @dataclass

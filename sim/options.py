@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distplan.core.errors import DistplanError
+from distplan.core.validate import check_bool
 
 LINK_MODELS = ("fifo", "fair", "free")
 
@@ -38,5 +39,8 @@ class SimOptions:
     symmetry: bool = True
 
     def __post_init__(self) -> None:
-        if self.link_model not in LINK_MODELS:
-            raise DistplanError(f"link model {self.link_model!r} unknown; use one of {', '.join(LINK_MODELS)}")
+        """Every field checked by core.validate: bools are bools (``ideal="no"`` is an error)."""
+        if not isinstance(self.link_model, str) or self.link_model not in LINK_MODELS:
+            raise DistplanError(f"SimOptions.link_model {self.link_model!r} unknown; use one of {', '.join(LINK_MODELS)}")
+        for k in ("ideal", "trace", "symmetry"):
+            object.__setattr__(self, k, check_bool(f"SimOptions.{k}", getattr(self, k)))

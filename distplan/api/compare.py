@@ -20,7 +20,8 @@ from typing import Any
 
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
-from distplan.api.pipeline import solve
+from distplan.api.pipeline import check_problem_plan, solve
+from distplan.core.validate import check_float, check_instance, check_int
 from distplan.api.report import _json_safe
 from distplan.baselines import parse_methods, run_baseline
 from distplan.baselines.scoring import sim_rate
@@ -134,8 +135,12 @@ def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "d
     after the other so that none competes with another for the cores. ``candidates``:
     a deterministic budget, every baseline scores that many plans (``budget_s`` stays a
     safety cap); with the same ``seed`` every method then reproduces exactly."""
-    if not budget_s > 0:
-        raise DistplanError(f"--budget must be > 0 seconds, got {budget_s}")
+    check_problem_plan(problem)
+    check_float("budget_s", budget_s, 0.0, above=True)
+    check_int("seed", seed, None)
+    check_int("candidates", candidates, optional=True)
+    if solve_options is not None:
+        check_instance("solve_options", solve_options, SolveOptions, "use distplan.SolveOptions(...)")
     methods = parse_methods(methods if isinstance(methods, str) else ",".join(methods))
     opts = solve_options or SolveOptions(seed=seed, sensitivity_budget=sensitivity_budget)
     opts = dataclasses.replace(opts, time_limit_s=budget_s)

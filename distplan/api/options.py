@@ -1,6 +1,8 @@
 """User-facing option values that need the Problem to mean something."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from distplan.core.errors import DistplanError
@@ -16,14 +18,14 @@ def sensitivity_budget_value(text: str | float | None, problem: Problem) -> floa
     try:
         if t.endswith("%"):
             frac = float(t[:-1]) / 100.0
-            if not frac >= 0:
+            if not (frac >= 0 and math.isfinite(frac)):
                 raise ValueError
             return frac * float(np.where(problem.op_allowed, problem.sensitivity, 0.0).max(axis=1).sum())
         value = float(t)
-        if value != value:
+        if not math.isfinite(value):   # nan, inf: no budget is None (leave the flag out)
             raise ValueError
     except ValueError:
-        raise DistplanError(f"sensitivity budget must be a number or a percentage like 10%, got {text!r}") from None
+        raise DistplanError(f"sensitivity budget must be a finite number or a percentage like 10%, got {text!r}") from None
     if value < 0:
         raise DistplanError(f"sensitivity budget must be >= 0, got {text!r}")
     return value

@@ -23,6 +23,7 @@ from distplan.api.report import RankedPlan, SolveReport
 from distplan.core.errors import DistplanError, InternalError
 from distplan.core.interrupt import Stop, stop_on_interrupt
 from distplan.core.plan import Plan
+from distplan.core.validate import check_bool, check_instance
 from distplan.costs.check import InfeasiblePlan, check_plan
 from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
@@ -48,13 +49,31 @@ def coarsen_target(problem: Problem, requested: int | None) -> int | None:
     return requested if 0 < requested < n else None
 
 
+#: how to get each object the API's calls take, for the error when given something else
+PROBLEM_HINT = "build one with distplan.problem(workload, topology, ...)"
+PLAN_HINT = ("take one from a report (report.best.plan) or read a plan file with "
+             "distplan.load_plan(path, problem)")
+
+
+def check_problem_plan(problem: object, plan: object | None = None) -> None:
+    """``problem`` is a Problem and ``plan`` (when given) a Plan, or a DistplanError
+    naming the argument and how to get one (a file name is not a problem)."""
+    check_instance("problem", problem, Problem, PROBLEM_HINT)
+    if plan is not None:
+        check_instance("plan", plan, Plan, PLAN_HINT)
+
+
 def check(problem: Problem, plan: Plan) -> None:
     """Raise ``InfeasiblePlan`` (a DistplanError) naming every broken constraint."""
+    check_problem_plan(problem, plan)
     check_plan(problem, plan)
 
 
 def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) -> SimResult:
     """Check ``plan``, then replay it in the event simulator (realistic by default)."""
+    check_problem_plan(problem, plan)
+    if options is not None:
+        check_instance("options", options, SimOptions, "use distplan.SimOptions(...)")
     check_plan(problem, plan)
     return sim_run(problem, plan, options or SimOptions())
 
@@ -288,6 +307,10 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
 
     ``trace=True`` keeps each simulation's events (for ``SolveReport.write_trace`` and
     the report plots). Raises DistplanError when no plan exists."""
+    check_problem_plan(problem)
+    if options is not None:
+        check_instance("options", options, SolveOptions, "use distplan.SolveOptions(...)")
+    check_bool("trace", trace)
     options = options or SolveOptions()
     deadline = time.perf_counter() + options.time_limit_s
     with stop_on_interrupt() as stop:

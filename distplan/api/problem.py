@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from distplan.api.resolve import resolve_topology, resolve_workload
 from distplan.core.errors import DistplanError
-from distplan.costs.problem import Problem, ProblemOptions, build_problem
+from distplan.core.schedules import SCHEDULES
+from distplan.core.validate import check_choice, check_int, check_ints, check_str
+from distplan.costs.problem import LOW_BIT_OPS, Problem, ProblemOptions, build_problem
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 
@@ -27,7 +30,12 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     ``low_bit_ops``: which operators may compute at int8/fp8: "matmul" (the default: matrix
     products only, as int8 inference engines run them; norms, softmax, activations and
     residual adds stay in 16 bits) or "all".
+
+    Every argument is checked first (core.validate; :func:`check_problem_arguments`).
     """
+    check_problem_arguments(workload, batch_size=batch_size, seq_len=seq_len, mode=mode,
+                            input_shapes=input_shapes, precisions=precisions, microbatches=microbatches,
+                            schedule=schedule, low_bit_ops=low_bit_ops)
     if isinstance(workload, Graph):
         if batch_size is not None or seq_len is not None or input_shapes:
             raise DistplanError("batch_size, seq_len and input_shapes apply to a workload name or file, "
@@ -49,6 +57,38 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
         precs = tuple(p.strip() for p in precisions.split(",")) if isinstance(precisions, str) else tuple(precisions)
     return build_problem(graph, topo, ProblemOptions(precisions=precs, microbatches=microbatches,
                                                      schedule=schedule, low_bit_ops=low_bit_ops))
+
+
+def check_problem_arguments(workload: object, *, batch_size: object, seq_len: object, mode: object,
+                            input_shapes: object, precisions: object, microbatches: object, schedule: object,
+                            low_bit_ops: object) -> None:
+    """:func:`problem`'s arguments, each of its type and range, or a DistplanError naming
+    it: counts are positive ints (not "16", 2.5 or True), names are strings, and a graph
+    file (.json, .onnx) fixes its own batch and sequence."""
+    check_int("batch_size", batch_size, optional=True)
+    check_int("seq_len", seq_len, optional=True)
+    check_choice("mode", mode, ("inference", "training"), optional=True)
+    check_int("microbatches", microbatches)
+    check_choice("schedule", schedule, SCHEDULES, optional=True)
+    check_choice("low_bit_ops", low_bit_ops, LOW_BIT_OPS)
+    if precisions is not None and not isinstance(precisions, str) and not (
+            isinstance(precisions, (list, tuple)) and precisions and all(isinstance(p, str) for p in precisions)):
+        raise DistplanError(f"precisions must be a string such as 'fp16,int8' or a list of precision names, "
+                            f"or None (the defaults), got {precisions!r} ({type(precisions).__name__})"[:300])
+    if input_shapes is not None:
+        if not isinstance(input_shapes, dict):
+            raise DistplanError(f"input_shapes must be a dict of input name -> shape (a tuple of positive whole "
+                                f"numbers), got {type(input_shapes).__name__}")
+        for k, v in input_shapes.items():
+            check_str("input_shapes key", k)
+            check_ints(f"input_shapes[{k!r}]", v)
+    if isinstance(workload, str) and Path(workload).suffix.lower() in (".json", ".onnx") and (
+            batch_size is not None or seq_len is not None):
+        what = "batch_size" if batch_size is not None else "seq_len"
+        raise DistplanError(f"{what} applies to a zoo workload, not to the graph file {workload!r}, which fixes "
+                            "its own batch and sequence" + (" (give an ONNX model's symbolic inputs a shape with "
+                                                           "input_shapes)" if workload.lower().endswith(".onnx")
+                                                           else ""))
 
 
 #: the planner's default formats: inference trades precision for speed (int8 matrix
