@@ -1,0 +1,274 @@
+"""The API is as strict as the CLI (issue 26): every argument is checked at the edge
+(core.validate) and a wrong one is one DistplanError naming it; plan files are strict
+JSON; a command-line flag that does not apply to the run is an error naming the flag
+(cli.args.refuse_flags), never silently ignored."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import distplan
+from distplan.cli import main as cli_main
+from distplan.cli import replay
+from distplan.core.errors import DistplanError
+from distplan.core.validate import check_bool, check_float, check_int
+
+TINY = {"format": "distplan-graph", "version": 1, "name": "tiny", "mode": "inference", "batch_size": 1, "seq_len": 16,
+        "ops": [{"name": f"o{i}", "kind": "matmul", "fwd_flops": 1e9 * (i + 1), "bwd_flops": 2e9 * (i + 1),
+                 "param_elems": 1000 * (i + 1), "out_elems": 4096, "touched_elems": 10000} for i in range(3)],
+        "tensors": [{"src": f"o{i}", "dst": f"o{i + 1}", "elems": 4096} for i in range(2)]}
+NAN, INF = math.nan, math.inf
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("validation")
+    (d / "tiny.json").write_text(json.dumps(TINY))
+    return d / "tiny.json"
+
+
+@pytest.fixture(scope="module")
+def solved(tiny):
+    """A problem, its report (two plans) and its plan file."""
+    p = distplan.problem(str(tiny), "mcm2x2")
+    rep = distplan.solve(p, distplan.SolveOptions(time_limit_s=10, top_k=2))
+    plan_file = tiny.parent / "plan.json"
+    rep.write_plan(plan_file)
+    return p, rep, plan_file
+
+
+# --------------------------------------------------------------------------- core.validate
+@pytest.mark.parametrize("value", ["16", 2.5, True, 0, -1, None, NAN])
+def test_counts_are_positive_ints(value):
+    with pytest.raises(DistplanError, match=r"^n must be a positive whole number, got "):
+        check_int("n", value)
+
+
+@pytest.mark.parametrize("value", ["30", NAN, INF, -INF, True, None, [1]])
+def test_floats_are_finite_numbers(value):
+    with pytest.raises(DistplanError, match=r"^x must be a finite number"):
+        check_float("x", value)
+
+
+@pytest.mark.parametrize("value", ["no", "yes", 0, 1, None, "False"])
+def test_bools_are_bools(value):
+    with pytest.raises(DistplanError, match=r"^flag must be True or False"):
+        check_bool("flag", value)
+
+
+def test_good_values_pass():
+    import numpy as np
+
+    assert check_int("n", np.int64(3)) == 3 and check_float("x", 2) == 2.0 and check_bool("b", np.True_) is True
+
+
+# --------------------------------------------------------------------------- distplan.problem
+@pytest.mark.parametrize("kw,needle", [
+    (dict(microbatches="16"), "microbatches must be a positive whole number, got '16'"),
+    (dict(microbatches=2.5), "microbatches must be a positive whole number, got 2.5"),
+    (dict(microbatches=True), "microbatches must be a positive whole number, got True"),
+    (dict(precisions=123), "precisions must be a string such as 'fp16,int8'"),
+    (dict(precisions=[16]), "precisions must be"),
+    (dict(batch_size="4"), "batch_size must be a positive whole number"),
+    (dict(seq_len=0), "seq_len must be a positive whole number"),
+    (dict(mode="train"), "mode must be one of 'inference', 'training'"),
+    (dict(schedule=1), "schedule must be one of"),
+    (dict(low_bit_ops="most"), "low_bit_ops must be one of"),
+    (dict(input_shapes={"x": "1x2"}), "input_shapes['x'] must be a list of whole numbers"),
+])
+def test_problem_arguments(kw, needle):
+    with pytest.raises(DistplanError, match=None) as e:
+        distplan.problem("mlp-xs", "mcm2x2", **kw)
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("kw", [dict(batch_size=4), dict(seq_len=64)])
+def test_batch_and_sequence_do_not_apply_to_a_graph_file(tiny, kw):
+    with pytest.raises(DistplanError, match="applies to a zoo workload, not to the graph file"):
+        distplan.problem(str(tiny), "mcm2x2", **kw)
+
+
+# --------------------------------------------------------------------------- options
+@pytest.mark.parametrize("kw,needle", [
+    (dict(time_limit_s="30"), "SolveOptions.time_limit_s must be a finite number > 0, got '30'"),
+    (dict(time_limit_s=INF), "SolveOptions.time_limit_s must be a finite number"),
+    (dict(n_stages=2.5), "SolveOptions.n_stages must be a positive whole number or None, got 2.5"),
+    (dict(extra_constraints=5), "SolveOptions.extra_constraints must be a function"),
+    (dict(progress="print"), "SolveOptions.progress must be a function"),
+    (dict(sensitivity_budget=NAN), "SolveOptions.sensitivity_budget must be a finite number >= 0"),
+    (dict(sensitivity_budget=INF), "SolveOptions.sensitivity_budget must be a finite number >= 0"),
+    (dict(sensitivity_weight=NAN), "SolveOptions.sensitivity_weight must be a finite number >= 0"),
+    (dict(top_k=True), "SolveOptions.top_k must be a positive whole number"),
+    (dict(rel_gap=1.0), "SolveOptions.rel_gap must be a finite number >= 0 and < 1"),
+    (dict(threads=0), "SolveOptions.threads must be a positive whole number"),
+    (dict(verbose="yes"), "SolveOptions.verbose must be True or False"),
+    (dict(coarsen_ops=-1), "SolveOptions.coarsen_ops must be a whole number >= 0"),
+    (dict(microbatch_sizes=(1, 2.5)), "SolveOptions.microbatch_sizes must be a list of whole numbers"),
+    (dict(iteration_target="fast"), "SolveOptions.iteration_target must be seconds"),
+    (dict(iteration_target=NAN), "SolveOptions.iteration_target must be a finite number > 0"),
+    (dict(objective="speed"), "SolveOptions.objective must be one of"),
+])
+def test_solve_options(kw, needle):
+    with pytest.raises(DistplanError) as e:
+        distplan.SolveOptions(**kw)
+    assert needle in str(e.value)
+
+
+def test_solve_options_normalise():
+    o = distplan.SolveOptions(time_limit_s=30, microbatch_sizes=[1, 2], iteration_target="5%")
+    assert o.time_limit_s == 30.0 and o.microbatch_sizes == (1, 2) and o.iteration_target == "5%"
+
+
+@pytest.mark.parametrize("kw,needle", [(dict(ideal="no"), "SimOptions.ideal must be True or False, got 'no'"),
+                                       (dict(trace=1), "SimOptions.trace must be True or False"),
+                                       (dict(symmetry=None), "SimOptions.symmetry must be True or False"),
+                                       (dict(link_model="fast"), "SimOptions.link_model 'fast' unknown")])
+def test_sim_options(kw, needle):
+    with pytest.raises(DistplanError) as e:
+        distplan.SimOptions(**kw)
+    assert needle in str(e.value)
+
+
+# --------------------------------------------------------------------------- calls
+def test_a_file_name_is_not_a_problem_or_a_plan(solved, tiny):
+    p, rep, plan_file = solved
+    with pytest.raises(DistplanError, match=r"problem must be a Problem, got .*tiny.json.* distplan.problem"):
+        distplan.solve(str(tiny))
+    with pytest.raises(DistplanError, match=r"plan must be a Plan, got 'plan.json' \(str\).*load_plan"):
+        distplan.simulate(p, "plan.json")
+    with pytest.raises(DistplanError, match=r"plan must be a Plan"):
+        distplan.check(p, str(plan_file))
+    with pytest.raises(DistplanError, match=r"options must be a SolveOptions"):
+        distplan.solve(p, {"time_limit_s": 5})
+    with pytest.raises(DistplanError, match=r"options must be a SimOptions"):
+        distplan.simulate(p, rep.best.plan, {"ideal": True})
+    with pytest.raises(DistplanError, match=r"budget_s must be a finite number > 0"):
+        distplan.compare(p, "random", budget_s="30")
+
+
+@pytest.mark.parametrize("rank", [0, -1, 99, 1.0, True, "1"])
+def test_report_ranks(solved, tmp_path, rank):
+    _, rep, _ = solved
+    for write in (rep.write_plan, rep.write_trace):
+        with pytest.raises(DistplanError, match=rf"rank must be a whole number from 1 \(the winner\) to "
+                                                rf"{len(rep.plans)}"):
+            write(tmp_path / "x.json", rank=rank)
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_report_paths(solved):
+    _, rep, _ = solved
+    with pytest.raises(DistplanError, match="path must be a file name"):
+        rep.write_plan(None)
+
+
+def test_last_rank_writes_that_plan(solved, tmp_path):
+    p, rep, _ = solved
+    rep.write_plan(tmp_path / "last.json", rank=len(rep.plans))
+    from distplan.core.plan import plan_from_dict
+
+    got = plan_from_dict(json.loads((tmp_path / "last.json").read_text()), p)
+    assert got.op_precision == rep.plans[-1].plan.op_precision and got.stages == rep.plans[-1].plan.stages
+
+
+# --------------------------------------------------------------------------- strict JSON files
+def _one_error(rc, err: str, *needles: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda t: t.replace('"seq_len": 16', '"seq_len": Infinity', 1), "Infinity is not a JSON number"),
+    (lambda t: t.replace('"seq_len": 16', '"seq_len": NaN', 1), "NaN is not a JSON number"),
+    (lambda t: t.replace('"seq_len": 16', '"seq_len": 1e999', 1), "1e999 is too large"),
+    (lambda t: t.replace('"microbatches": 16', '"microbatches": 16, "microbatches": 2', 1),
+     "key 'microbatches' appears twice"),
+])
+def test_plan_files_are_strict_json(solved, tmp_path, capsys, edit, needle):
+    _, _, plan_file = solved
+    text = plan_file.read_text()
+    assert '"seq_len": 16' in text and '"microbatches": 16' in text
+    bad = tmp_path / "bad.json"
+    bad.write_text(edit(text))
+    _one_error(replay.main([str(bad)]), capsys.readouterr().err, "plan file", needle)
+
+
+def test_graph_files_are_strict_json(tiny, tmp_path):
+    bad = tmp_path / "g.json"
+    bad.write_text(tiny.read_text().replace('"seq_len": 16', '"seq_len": Infinity'))
+    with pytest.raises(DistplanError, match="graph file .* Infinity is not a JSON number"):
+        distplan.problem(str(bad), "mcm2x2")
+
+
+def test_plan_files_hold_no_non_json_literals(solved, tmp_path):
+    p, rep, _ = solved
+    plan = rep.best.plan.with_predicted(odd=INF, none=NAN)
+    distplan.save_plan(plan, p, tmp_path / "p.json")
+    text = (tmp_path / "p.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text)["predicted"]["odd"] is None
+
+
+# --------------------------------------------------------------------------- flags that do not apply
+@pytest.mark.parametrize("flags,needle", [
+    (["--batch-size", "4"], "--batch-size does not apply to a graph file"),
+    (["--seq-len", "64"], "--seq-len does not apply to a graph file"),
+    (["--compare", "random", "--pareto", "3"], "--pareto does not apply with --compare"),
+    (["--compare", "random", "--plan-out", "p.json"], "--plan-out does not apply with --compare"),
+    (["--compare", "random", "--trace", "t.json"], "--trace does not apply with --compare"),
+    (["--pareto", "3", "--plan-out", "p.json"], "--plan-out does not apply with --pareto"),
+    (["--pareto", "3", "--trace", "t.json"], "--trace does not apply with --pareto"),
+    (["--iteration-target", "5%"], "--iteration-target does not apply in inference"),
+    (["--microbatch-sizes", "1,2"], "--microbatch-sizes does not apply in inference"),
+    (["--mode", "training", "--iteration-target", "5%"], "--iteration-target does not apply without --objective "
+                                                         "sensitivity"),
+    (["--mode", "training", "--space", "pipeline", "--microbatch-sizes", "1,2"],
+     "--microbatch-sizes does not apply with --space pipeline"),
+    (["--candidates", "10"], "--candidates does not apply without --compare"),
+    (["--budget", "5"], "--budget does not apply without --compare"),
+    (["--plan-out=p.json", "--budget=5"], "--budget does not apply without --compare"),
+])
+def test_solve_flags_that_do_not_apply(tiny, tmp_path, capsys, monkeypatch, flags, needle):
+    monkeypatch.chdir(tmp_path)
+    rc = cli_main.main(["--workload", str(tiny), "--topology", "mcm2x2", "--quiet", *flags])
+    _one_error(rc, capsys.readouterr().err, needle, "leave it out")
+    assert list(tmp_path.iterdir()) == []   # refused before any work: nothing written
+
+
+def test_batch_size_still_applies_to_a_zoo_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = cli_main.main(["--workload", "mlp-xs", "--topology", "mcm2x2", "--batch-size", "2", "--describe"])
+    assert rc == 0 and "(inference, batch 2)" in capsys.readouterr().out
+
+
+def test_compare_and_pareto_do_not_check_the_default_plan_out(tiny, tmp_path, monkeypatch):
+    """--compare and --pareto write no plan: the default --plan-out plan.json is dropped."""
+    args = cli_main.parse_args(["--workload", str(tiny), "--compare", "random"])
+    cli_main.check_flags(args)
+    assert args.plan_out is None
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--seq-len", "64"], "--seq-len does not apply beside a plan file"),
+    (["--dp", "2"], "--dp does not apply beside a plan file"),
+    (["--tp", "1"], "--tp does not apply beside a plan file"),   # given, even at its default value
+    (["--mode", "training"], "--mode does not apply beside a plan file"),
+    (["--json"], "--json does not apply beside a plan file"),
+    (["--recompute", "full"], "--recompute does not apply beside a plan file"),
+])
+def test_whatif_flags_beside_a_plan_file(solved, capsys, flags, needle):
+    _, _, plan_file = solved
+    _one_error(replay.main([str(plan_file), *flags]), capsys.readouterr().err, needle)
+
+
+@pytest.mark.parametrize("flags,needle", [(["--ideal"], "--ideal does not apply to a named configuration"),
+                                          (["--link-model", "fair"], "--link-model does not apply to a named")])
+def test_replay_flags_without_a_plan_file(capsys, flags, needle):
+    rc = replay.main(["--workload", "mlp-xs", "--topology", "dgx-a100", "--dp", "2", *flags])
+    _one_error(rc, capsys.readouterr().err, needle)
