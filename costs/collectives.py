@@ -1,14 +1,33 @@
-"""Collective and point-to-point times over a topology's routes, without contention:
-store and forward per link (bytes / bandwidth + latency), ring all-reduce (2(n-1) steps
-of bytes/n, each step the slowest neighbour route), and the gradient reduction over
-data-parallel replicas as the simulator orders it (a flat ring, or hierarchical:
-reduce-scatter inside each node, a ring across nodes on 1/g of the bytes, all-gather
-inside; ZeRO-1 keeps only the reduce-scatter halves).
+"""Communication, written once: every transfer time, boundary route, collective and
+reduction schedule the planner, the analytic models and the simulator use.
+
+- Point to point (``route_s``, ``links_s``): store and forward per link, bytes / bandwidth
+  + latency; a relay through several devices (``path_links``) is its hops' links in turn.
+- Stage boundaries (``boundary_links``, ``lane_boundary_links``): the links a tensor
+  crossing a pipeline boundary a -> b loads, the gradient's reverse route added in
+  training; what they cost per byte (``store_forward_coefficients``: the MILP's
+  linearised latency, ``bottleneck_s_per_byte``: the steady-state load of the busiest).
+- Collectives over a ring without contention: ``ring_parts`` (steps of bytes/n, each
+  device forwarding a chunk once it arrived), ``ring_allreduce_s`` (2(n-1) steps, the
+  tensor-parallel all-reduce), ``reduce_scatter_s`` (n-1), ``all_gather_s`` (n-1 steps
+  in lockstep, ZeRO-1's parameter gather), ``all_to_all_s`` (n-1 pairwise rounds).
+- The data-parallel gradient reduction, one schedule (``reduction_rings``: a flat ring,
+  or hierarchical: reduce-scatter inside each node, a ring across nodes on 1/g of the
+  bytes, all-gather inside; ZeRO-1 keeps only the reduce-scatter halves) that
+  everything derives from: its closed form (``gradient_reduction_parts``), its transfers
+  one by one with their dependencies (``reduction_schedule``, ``ring_schedule``: the
+  simulator's nodes, sim.comm_nodes, and the analytic replay's ``Transfers``,
+  ``reduction_transfers``) and its size (``reduction_size``: the forecast's hops, the
+  estimate's transfers).
+- ``Transfers``: transfers over FIFO links, timed as the simulator's links time them.
+
+Casts are ``costs.problem.Problem.cast_time_s`` (the table ``build_problem`` fills).
 """
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -16,11 +35,53 @@ from distplan.core.errors import TimeUp
 from distplan.costs.problem import Problem
 
 
-def route_s(problem: Problem, a: int, b: int, nbytes: float) -> float:
-    """Store and forward of ``nbytes`` from device a to b: per link bytes/bw + latency."""
-    return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l])
-               for l in problem.topology.route(a, b))
+# --- point to point ------------------------------------------------------------------
 
+def path_links(topology, path: Sequence[int]) -> tuple[int, ...]:
+    """The links of a relay along the devices ``path`` (each hop on its route, in turn)."""
+    return tuple(l for a, b in zip(path, path[1:]) for l in topology.route(a, b))
+
+
+def links_s(problem: Problem, links: Sequence[int], nbytes: float) -> float:
+    """Store and forward of ``nbytes`` over ``links`` in turn: per link bytes/bw + latency."""
+    return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l]) for l in links)
+
+
+def route_s(problem: Problem, a: int, b: int, nbytes: float) -> float:
+    """Store and forward of ``nbytes`` from device a to b (0 on one device)."""
+    return links_s(problem, problem.topology.route(a, b), nbytes)
+
+
+def boundary_links(problem: Problem, a: int, b: int) -> list[int]:
+    """The links a tensor crossing a stage boundary from device a to device b loads: its
+    route, and in training the route back its gradient takes."""
+    topo = problem.topology
+    out = list(topo.route(a, b))
+    if problem.training:
+        out += topo.route(b, a)
+    return out
+
+
+def lane_boundary_links(problem: Problem, path: Sequence[int]) -> list[list[int]]:
+    """``boundary_links`` of every boundary b -> b+1 of a lane (one device per stage)."""
+    return [boundary_links(problem, path[b], path[b + 1]) for b in range(len(path) - 1)]
+
+
+def store_forward_coefficients(problem: Problem, links: Sequence[int]) -> tuple[float, float]:
+    """(latency seconds, seconds per byte) of a store-and-forward transfer over ``links``:
+    it takes latency + bytes x seconds per byte (the latency objective's linear form)."""
+    lat, bw = problem.link_latency_s, problem.link_bw_bytes_per_s
+    return float(sum(lat[l] for l in links)), float(sum(1.0 / bw[l] for l in links))
+
+
+def bottleneck_s_per_byte(problem: Problem, links: Sequence[int]) -> float:
+    """Seconds per byte on the slowest of ``links``: the steady-state load a boundary's
+    bytes put on its busiest link (0 without links)."""
+    bw = problem.link_bw_bytes_per_s
+    return max((1.0 / bw[l] for l in links), default=0.0)
+
+
+# --- collectives over a ring, without contention ---------------------------------------
 
 def ring_step_s(problem: Problem, devs: list[int], chunk: float) -> float:
     """The slowest neighbour route of one ring step carrying ``chunk`` bytes."""
@@ -70,6 +131,34 @@ def ring_allreduce_s(problem: Problem, devs: list[int], nbytes: float) -> float:
     return ring_s(problem, devs, nbytes, 2 * (len(devs) - 1))
 
 
+def reduce_scatter_s(problem: Problem, devs: list[int], nbytes: float) -> float:
+    """Ring reduce-scatter: n-1 steps of bytes/n (each device ends with its 1/n, summed)."""
+    return ring_s(problem, devs, nbytes, len(devs) - 1)
+
+
+def all_gather_s(problem: Problem, devs: list[int], nbytes: float) -> float:
+    """Ring all-gather of ``nbytes`` (each device holds 1/n): n-1 steps of bytes/n in
+    lockstep, each as long as the slowest neighbour route (ZeRO-1's parameter gather
+    after the optimizer step)."""
+    n = len(devs)
+    return (n - 1) * ring_step_s(problem, devs, nbytes / n) if n > 1 else 0.0
+
+
+def all_to_all_s(problem: Problem, devs: list[int], nbytes: float) -> float:
+    """All-to-all of ``nbytes`` per device (1/n of it to every other device): n-1 rounds,
+    round s sending devs[i] -> devs[i+s], each as long as its slowest route."""
+    n = len(devs)
+    return math.fsum(max(route_s(problem, devs[i], devs[(i + s) % n], nbytes / n) for i in range(n))
+                     for s in range(1, n))
+
+
+# --- the gradient reduction: one schedule ----------------------------------------------
+
+#: a ring of a reduction: (member indices into the replicas, in ring order; the bytes it
+#: reduces, chunk = bytes / members; steps)
+Ring = tuple[tuple[int, ...], float, int]
+
+
 def hierarchical_groups(topology, devs: list[int]) -> list[list[int]] | None:
     """The per-node groups (indices into ``devs``) of a hierarchical reduction, or None
     when it is a flat ring (one node, one device per node, or unequal groups)."""
@@ -82,21 +171,95 @@ def hierarchical_groups(topology, devs: list[int]) -> list[list[int]] | None:
     return list(groups.values())
 
 
+def reduction_rings(topology, devs: list[int], nbytes: float, hierarchical: bool,
+                    zero: int) -> list[tuple[bool, list[Ring]]]:
+    """The gradient reduction of ``nbytes`` over the replicas ``devs`` as phases, one
+    after another, each a list of rings that run side by side, and whether a phase's
+    senders also wait for their own gradients (a reduce-scatter): a flat ring of 2(r-1)
+    steps (r-1 under ZeRO-1), or hierarchical (``hierarchical_groups``): reduce-scatter
+    inside each node (g-1 steps), rings across nodes, one per shard, on 1/g of the bytes,
+    and unless ZeRO-1 the all-gather inside each node."""
+    r = len(devs)
+    members = hierarchical_groups(topology, devs) if hierarchical else None
+    if members is None:
+        return [(True, [(tuple(range(r)), nbytes, (r - 1) if zero else 2 * (r - 1))])]
+    g, n = len(members[0]), len(members)
+    inside = [(tuple(grp), nbytes, g - 1) for grp in members]
+    across = [(tuple(grp[s] for grp in members), nbytes / g, (n - 1) if zero else 2 * (n - 1)) for s in range(g)]
+    return [(True, inside), (False, across)] + ([] if zero else [(False, inside)])
+
+
+def ring_schedule(n: int, steps: int, arrived: list, send: Callable, own: list | None = None) -> list:
+    """``steps`` ring steps over n members, transfer by transfer: member i sends to i+1
+    once what it last received (``arrived[i]``, a handle) is there and, in a reduce-
+    scatter (``own``), its own data; ``send(i, j, preds)`` makes the transfer and returns
+    its handle. Only the first ``len(arrived)`` members send (all, or the copy the
+    simulator keeps under a symmetry reduction: the step from its last member lands on
+    its first). Returns, per sender, the handle after which it holds the result."""
+    m = len(arrived)
+    for _ in range(steps):
+        nxt = [None] * m
+        for i in range(m):
+            last = arrived[i]
+            preds = [last] if own is None or own[i] == last else [last, own[i]]
+            nxt[(i + 1) % m] = send(i, (i + 1) % n, preds)
+        arrived = nxt
+    return arrived
+
+
+def reduction_schedule(topology, devs: list[int], start: list, nbytes: float, hierarchical: bool, zero: int,
+                       send: Callable) -> list:
+    """The gradient reduction (``reduction_rings``) transfer by transfer: replica i's
+    gradients exist after handle ``start[i]``; ``send(a, b, chunk, preds)`` makes a
+    transfer of ``chunk`` bytes from replica a to b after the handles ``preds`` and
+    returns its handle. Only the first ``len(start)`` replicas send (the simulator's copy
+    under a symmetry reduction: whole node groups of a hierarchical one). Returns, per
+    sending replica, the handle after which its reduction is done."""
+    held = len(start)
+    arrived = list(start) + [None] * (len(devs) - held)
+    for own, rings in reduction_rings(topology, devs, nbytes, hierarchical, zero):
+        for members, ring_bytes, steps in rings:
+            mine = [i for i in members if i < held]
+            if not mine:
+                continue
+            got = [arrived[i] for i in mine]
+            chunk = ring_bytes / len(members)
+
+            def step(a: int, b: int, preds: list, members=members, chunk=chunk):
+                return send(members[a], members[b], chunk, preds)
+
+            for i, x in zip(mine, ring_schedule(len(members), steps, got, step, own=got if own else None)):
+                arrived[i] = x
+    return arrived[:held]
+
+
+def reduction_size(topology, devs: list[int], hierarchical: bool, zero: int, held: int | None = None,
+                   hops: bool = False) -> int:
+    """How many transfers (``hops``: link hops) ``reduction_schedule`` makes when the
+    first ``held`` replicas send (all by default)."""
+    held = len(devs) if held is None else held
+    total = 0
+    for _, rings in reduction_rings(topology, devs, 1.0, hierarchical, zero):
+        for members, _, steps in rings:
+            n, senders = len(members), sum(1 for i in members if i < held)
+            per = (sum(len(topology.route(devs[members[i]], devs[members[(i + 1) % n]])) for i in range(senders))
+                   if hops else senders)
+            total += steps * per
+    return total
+
+
 def gradient_reduction_parts(problem: Problem, devs: list[int], nbytes: float, hierarchical: bool,
                              zero: int) -> tuple[float, float]:
     """(time, busiest link's busy time) of one rank's gradient reduction of ``nbytes``
-    over its replicas ``devs``."""
-    r = len(devs)
-    members = hierarchical_groups(problem.topology, devs) if hierarchical else None
-    if members is None:
-        return ring_parts(problem, devs, nbytes, (r - 1) if zero else 2 * (r - 1))
-    g, n = len(members[0]), len(members)
-    inside = [ring_parts(problem, [devs[i] for i in grp], nbytes, g - 1) for grp in members]
-    across = [ring_parts(problem, [devs[grp[s]] for grp in members], nbytes / g, (n - 1) if zero else 2 * (n - 1))
-              for s in range(g)]
-    times = max(t for t, _ in inside) * (1 if zero else 2) + max(t for t, _ in across)
-    busy = max(b for _, b in inside) * (1 if zero else 2) + max(b for _, b in across)
-    return times, busy
+    over its replicas ``devs``: per phase of ``reduction_rings`` its slowest ring
+    (``ring_parts``), the phases one after another."""
+    times, busy = [], []
+    for _, rings in reduction_rings(problem.topology, devs, nbytes, hierarchical, zero):
+        parts = [ring_parts(problem, [devs[i] for i in members], ring_bytes, steps)
+                 for members, ring_bytes, steps in rings]
+        times.append(max(t for t, _ in parts))
+        busy.append(max(b for _, b in parts))
+    return math.fsum(times), math.fsum(busy)
 
 
 def gradient_reduction_s(problem: Problem, devs: list[int], nbytes: float, hierarchical: bool,
@@ -105,7 +268,24 @@ def gradient_reduction_s(problem: Problem, devs: list[int], nbytes: float, hiera
     return gradient_reduction_parts(problem, devs, nbytes, hierarchical, zero)[0]
 
 
-# --- transfers timed one by one (replica groups: replicas that start at different times) ---
+def ring_lanes(problem: Problem, devs: list[int]) -> int | None:
+    """The period s of a flat ring's hops when their routes repeat with it (the same
+    links' bandwidths and latencies hop i as hop i mod s) and no two hops share a link:
+    the ring's transfers then repeat with that period too (hop i waits only for hop
+    i - 1 and its own links), so its first s senders time the reduction exactly
+    (``reduction_schedule`` with s starts: one lane on a uniform ring, one node's on a
+    ring across like nodes); None when the ring is not so."""
+    topo, r = problem.topology, len(devs)
+    routes = [tuple(topo.route(d, devs[(i + 1) % r])) for i, d in enumerate(devs)]
+    links = [l for rt in routes for l in rt]
+    if len(set(links)) != len(links):
+        return None
+    prof = [tuple((float(problem.link_bw_bytes_per_s[l]), float(problem.link_latency_s[l])) for l in rt)
+            for rt in routes]
+    return next(s for s in range(1, r + 1) if r % s == 0 and all(prof[i] == prof[i % s] for i in range(r)))
+
+
+# --- transfers timed one by one on FIFO links ---
 
 class Transfers:
     """Store-and-forward transfers over FIFO links, timed like the simulator's links:
@@ -223,49 +403,17 @@ class Transfers:
         return done
 
 
-def ring_transfers(tr: Transfers, devs: list[int], arrived: list[tuple[float, list[int]]], chunk: float,
-                   steps: int, own: list[tuple[float, list[int]]] | None = None) -> list[tuple[float, list[int]]]:
-    """``steps`` ring steps of ``chunk`` bytes as transfers (the simulator's
-    ``_ring_steps``): device i sends to i+1 once what it last received (``arrived[i]``, a
-    (time, transfers) pair) is there, and in a reduce-scatter (``own``) its own data."""
-    n = len(devs)
-    for _ in range(steps):
-        nxt: list[tuple[float, list[int]]] = [(0.0, [])] * n
-        for i in range(n):
-            t, ps = arrived[i]
-            if own is not None:
-                t, ps = max(t, own[i][0]), ps + own[i][1]
-            x = tr.add(devs[i], devs[(i + 1) % n], chunk, t, ps)
-            nxt[(i + 1) % n] = (0.0, [x])
-        arrived = nxt
-    return arrived
-
-
 def reduction_transfers(tr: Transfers, devs: list[int], start_s: list, nbytes: float, hierarchical: bool,
                         zero: int) -> None:
-    """One gradient reduction of ``nbytes`` over the replicas ``devs``, replica i's
-    gradients ready at ``start_s[i]`` (a time, or a (time, transfers it waits for) pair),
-    as the simulator orders it (flat ring, or reduce-scatter by node, rings across nodes,
-    all-gather by node; ZeRO-1 keeps the reduce-scatter halves)."""
-    r = len(devs)
+    """``reduction_schedule`` as ``tr``'s transfers: replica i's gradients ready at
+    ``start_s[i]`` (a time, or a (time, transfers it waits for) pair); only the first
+    ``len(start_s)`` replicas send (``ring_lanes``)."""
     start = [(float(s[0]), list(s[1])) if isinstance(s, tuple) else (float(s), []) for s in start_s]
-    members = hierarchical_groups(tr.pb.topology, devs) if hierarchical else None
-    if members is None:
-        ring_transfers(tr, devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), own=start)
-        return
-    g = len(members[0])
-    arrived = list(start)
-    for grp in members:
-        mine = [arrived[i] for i in grp]
-        for i, a in zip(grp, ring_transfers(tr, [devs[i] for i in grp], mine, nbytes / g, g - 1, own=mine)):
-            arrived[i] = a
-    n_nodes = len(members)
-    for s in range(g):
-        col = [grp[s] for grp in members]
-        out = ring_transfers(tr, [devs[i] for i in col], [arrived[i] for i in col], nbytes / g / n_nodes,
-                             (n_nodes - 1) if zero else 2 * (n_nodes - 1))
-        for i, a in zip(col, out):
-            arrived[i] = a
-    if not zero:
-        for grp in members:
-            ring_transfers(tr, [devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1)
+
+    def send(a: int, b: int, chunk: float, preds: list) -> tuple[float, list[int]]:
+        t, ps = preds[0]
+        for t2, ps2 in preds[1:]:
+            t, ps = max(t, t2), ps + ps2
+        return 0.0, [tr.add(devs[a], devs[b], chunk, t, ps)]
+
+    reduction_schedule(tr.pb.topology, devs, start, nbytes, hierarchical, zero, send)

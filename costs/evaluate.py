@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distplan.costs.collectives import boundary_links, links_s
 from distplan.costs.memory import activation_factors, stream_activation_bytes
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
@@ -135,12 +136,8 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
             dev[d] += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[d])
             nbytes = problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]
             for b in range(ku, kv):
-                hops = [(where[b], where[b + 1])]
-                if problem.training:
-                    hops.append((where[b + 1], where[b]))
-                for a, c in hops:
-                    for l in topo.route(a, c):
-                        link[l] += nbytes / bw[l]
+                for l in boundary_links(problem, where[b], where[b + 1]):
+                    link[l] += nbytes / bw[l]
     dev /= cyc
     link /= cyc
     period = float(max(dev.max(initial=0.0), link.max(initial=0.0)))
@@ -162,7 +159,6 @@ def plan_latency_s(problem: Problem, plan: Plan) -> float:
     """
     if any(s.tensor_parallel != 1 for s in plan.stages):
         raise DistplanError("the analytic latency covers tensor_parallel = 1 only; simulate the plan instead")
-    topo = problem.topology
     qs = [problem.q_index(p) for p in plan.microbatch_precisions(0)]
     where = [s.replica_devices(0)[0] for s in plan.stages]
     total = 0.0
@@ -178,12 +174,6 @@ def plan_latency_s(problem: Problem, plan: Plan) -> float:
                 nbytes[b] += problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]
                 crossed[b] = True
     for b in range(plan.n_stages - 1):
-        if not crossed[b]:
-            continue
-        hops = [(where[b], where[b + 1])]
-        if problem.training:
-            hops.append((where[b + 1], where[b]))
-        for a, c in hops:
-            for l in topo.route(a, c):
-                total += problem.link_latency_s[l] + nbytes[b] / problem.link_bw_bytes_per_s[l]
+        if crossed[b]:
+            total += links_s(problem, boundary_links(problem, where[b], where[b + 1]), float(nbytes[b]))
     return float(total)

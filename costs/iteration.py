@@ -66,8 +66,9 @@ import numpy as np
 
 from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan
-from distplan.costs.collectives import (Transfers, gradient_reduction_parts, hierarchical_groups,
-                                        reduction_transfers, ring_allreduce_s, ring_step_s, route_s)
+from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduction_parts, hierarchical_groups,
+                                        path_links, reduction_size, reduction_transfers, ring_allreduce_s, ring_lanes,
+                                        route_s)
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -125,7 +126,7 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
             tp = st.tensor_parallel
             for j in range(tp):
                 devs = [st.devices[i * tp + j] for i in range(st.replicas)]
-                t = (st.replicas - 1) * ring_step_s(problem, devs, stage_bytes / st.replicas)
+                t = all_gather_s(problem, devs, stage_bytes)
                 gather[devs] = np.maximum(gather[devs], t)
     for d in range(problem.n_devices):
         if elems_on[d] > 0:
@@ -208,25 +209,6 @@ def _boundary_s(problem: Problem, plan: Plan, b: int, m: int = 0) -> float:
     return route_s(problem, a, c, nbytes)
 
 
-def _ring_lanes(problem: Problem, devs: list[int]) -> list[tuple[int, ...]] | None:
-    """The routes of the flat ring's first s hops when the hops' routes repeat with
-    period s (the same links' bandwidths and latencies hop i as hop i mod s) and no two
-    hops share a link: the ring's transfers then repeat with that period too (hop i
-    waits only for hop i - 1 and its own links), so s lanes time the reduction exactly,
-    lane i after lane i - 1 mod s (2(r-1) s transfers a bucket instead of 2(r-1) r: one
-    lane on a uniform ring, one node's on a ring across like nodes); None when the ring
-    is not so."""
-    topo, r = problem.topology, len(devs)
-    routes = [tuple(topo.route(d, devs[(i + 1) % r])) for i, d in enumerate(devs)]
-    links = [l for rt in routes for l in rt]
-    if len(set(links)) != len(links):
-        return None
-    prof = [tuple((float(problem.link_bw_bytes_per_s[l]), float(problem.link_latency_s[l])) for l in rt)
-            for rt in routes]
-    s = next(s for s in range(1, r + 1) if r % s == 0 and all(prof[i] == prof[i % s] for i in range(r)))
-    return routes[:s]
-
-
 def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:
     """The analytic iteration of a training plan under 1F1B (module docstring). Past
     ``deadline_s`` (perf_counter seconds) the transfer-by-transfer timing of overlapped
@@ -273,22 +255,15 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         # a100x32, the embedding's 107 MB after 8 layers' buckets, +7.1 % on the iteration)
         ends = FB[k][2]
         tr = Transfers(problem, deadline_s)
-        lanes = _ring_lanes(problem, devs) if not hier or hierarchical_groups(problem.topology, devs) is None else None
-        steps = (st.replicas - 1) if st.zero else 2 * (st.replicas - 1)
+        flat = not hier or hierarchical_groups(problem.topology, devs) is None
+        lanes = ring_lanes(problem, devs) if flat else None   # replica i's steps run as replica i mod lanes'
         for v in with_params:   # the simulator's order of creation
             nbytes = problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
             if nbytes <= 0:
                 continue
             if time.perf_counter() > deadline_s:
                 raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
-            if lanes is None:
-                reduction_transfers(tr, devs, [ends[v]] * st.replicas, nbytes, hier, st.zero)
-                continue
-            n = len(lanes)   # replica i's steps run as replica i mod n's
-            prev: list[list[int]] = [[] for _ in range(n)]
-            for _ in range(steps):
-                prev = [[tr.add(devs[i], devs[(i + 1) % st.replicas], nbytes / st.replicas, ends[v], prev[i - 1],
-                                route=lanes[i])] for i in range(n)]
+            reduction_transfers(tr, devs, [ends[v]] * (lanes or st.replicas), nbytes, hier, st.zero)
         finish = max(tr.delivered_s(), default=0.0)
         done_after[k] = max(0.0, finish - B[k])
     # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
@@ -313,15 +288,10 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
             continue
         buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0)
         devs = [st.devices[i * st.tensor_parallel] for i in range(r)]
-        groups = hierarchical_groups(problem.topology, devs) if plan.dp_allreduce == "hierarchical" else None
-        steps = (r - 1) if st.zero else 2 * (r - 1)
-        if groups is None:
-            lanes = _ring_lanes(problem, devs)
-            per = steps * (len(lanes) if lanes is not None else r)
-        else:
-            g, n = len(groups[0]), len(groups)
-            per = (g - 1) * r * (1 if st.zero else 2) + ((n - 1) if st.zero else 2 * (n - 1)) * r
-        total += buckets * per
+        hier = plan.dp_allreduce == "hierarchical"
+        flat = not hier or hierarchical_groups(problem.topology, devs) is None
+        lanes = ring_lanes(problem, devs) if flat else None
+        total += buckets * reduction_size(problem.topology, devs, hier, st.zero, held=lanes)
     return total
 
 
@@ -564,7 +534,7 @@ class _JointRun:
         def route(path: list[int]) -> tuple[int, ...]:
             key = tuple(path)
             if key not in routes:
-                routes[key] = tuple(l for a, b in zip(path, path[1:]) for l in topo.route(a, b))
+                routes[key] = path_links(topo, path)
             return routes[key]
 
         xfer: dict[tuple[int, str, int], int] = {}

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyomo.environ as pyo
 
+from distplan.costs.collectives import lane_boundary_links, store_forward_coefficients
 from distplan.costs.memory import activation_factors, last_reader, stream_copies
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
@@ -240,24 +241,12 @@ def add_stage_load(m, problem: Problem, spec: ModelSpec) -> None:
     m.stage_load = pyo.Expression(m.STAGES, rule=lambda m, k: m.device_load[k, kinds0[k]])
 
 
-def boundary_routes(problem: Problem, path: tuple[int, ...]) -> list[list[int]]:
-    """Links each boundary's transfers use: route(path[b], path[b+1]) (+ reverse in training)."""
-    topo = problem.topology
-    out = []
-    for b in range(len(path) - 1):
-        r = list(topo.route(path[b], path[b + 1]))
-        if problem.training:
-            r += list(topo.route(path[b + 1], path[b]))
-        out.append(r)
-    return out
-
-
 def add_link_load(m, problem: Problem, spec: ModelSpec) -> None:
     """link_load[l] = sum over lanes i and boundaries b whose route lane_i[b] -> lane_i[b+1]
-    uses l of bytes_b / (r bw_l)."""
+    uses l (costs.collectives.lane_boundary_links) of bytes_b / (r bw_l)."""
     users: dict[int, list[int]] = {}
     for lane in m.lanes:
-        for b, r in enumerate(boundary_routes(problem, lane)):
+        for b, r in enumerate(lane_boundary_links(problem, lane)):
             for l in r:
                 users.setdefault(l, []).append(b)
     m.USED_LINKS = pyo.Set(initialize=sorted(users))
@@ -540,14 +529,13 @@ def add_period(m, problem: Problem, spec: ModelSpec) -> None:
 
 def add_latency(m, problem: Problem, spec: ModelSpec) -> None:
     """latency = sum_k stage_load[k] + sum_b (route latency if boundary b carries a tensor
-    + sum over its links bytes_b / bw_l); ``bused[b] >= xc[e,b]`` marks a used boundary."""
-    routes = boundary_routes(problem, spec.path)
+    + bytes_b x seconds per byte of its links: costs.collectives.store_forward_coefficients);
+    ``bused[b] >= xc[e,b]`` marks a used boundary."""
+    coef = [store_forward_coefficients(problem, r) for r in lane_boundary_links(problem, spec.path)]
     m.bused = pyo.Var(m.BOUNDS, bounds=(0, 1))
     m.boundary_active = pyo.Constraint(m.EDGES, m.BOUNDS, rule=lambda m, e, b: m.bused[b] >= m.xc[e, b])
-    lat, bw = problem.link_latency_s, problem.link_bw_bytes_per_s
     m.latency = pyo.Expression(expr=sum(m.stage_load[k] for k in m.STAGES) + sum(
-        m.tscale * float(sum(lat[l] for l in routes[b])) * m.bused[b]
-        + m.tscale * float(sum(1.0 / bw[l] for l in routes[b])) * m.boundary_bytes[b] for b in m.BOUNDS))
+        m.tscale * coef[b][0] * m.bused[b] + m.tscale * coef[b][1] * m.boundary_bytes[b] for b in m.BOUNDS))
 
 
 def add_objective(m, problem: Problem, spec: ModelSpec) -> None:

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from distplan.costs.collectives import bottleneck_s_per_byte, boundary_links
 from distplan.costs.memory import activation_factors
 from distplan.costs.problem import Problem
 
@@ -182,7 +183,6 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ edge_bytes if len(u) else np.zeros(N)
     stream = problem.schedule == "stream"
-    topo, bw = problem.topology, problem.link_bw_bytes_per_s
     sub = _subset_matrix(mat)
     full = N - 1
     f = np.where(np.arange(N) == 0, 0.0, math.inf)   # before stage 0: only the empty set
@@ -193,10 +193,7 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
         if s == 0:
             base = f
         else:
-            r = list(topo.route(path[s - 1], path[s]))
-            if problem.training:
-                r += list(topo.route(path[s], path[s - 1]))
-            inv = max((1.0 / bw[l] for l in r), default=0.0)
+            inv = bottleneck_s_per_byte(problem, boundary_links(problem, path[s - 1], path[s]))
             base = np.maximum(f, out_bytes * inv)
         seg = np.where(BAD[c][:, None] - BAD[c][None, :] > 0.5, math.inf, W[c][:, None] - W[c][None, :])
         val = np.maximum(base[None, :], seg)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from distplan.costs.collectives import (bottleneck_s_per_byte, boundary_links,
+                                        store_forward_coefficients)
 from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
 from distplan.costs.memory import (activation_factors, contiguous_sent_bytes, contiguous_stream_bytes,
                                    contiguous_tied_bytes)
@@ -55,7 +57,6 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
         diff[u + 1] += nb
         diff[v + 1] -= nb
     cut_bytes = np.cumsum(diff)[: V + 1]             # bytes crossing a cut before position i
-    topo, bw, lat = problem.topology, problem.link_bw_bytes_per_s, problem.link_latency_s
     f = np.full(V + 1, inf)
     choice = np.zeros((K, V + 1), dtype=np.int64)
     # Per stage, every (segment start i, end j) at once: seg[i, j] is the segment's time, inf
@@ -98,13 +99,12 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
             link = np.zeros(V + 1)
             prev = np.where(cols == 0, 0.0, inf)
         else:
-            r = list(topo.route(path[s - 1], path[s]))
-            if problem.training:
-                r += list(topo.route(path[s], path[s - 1]))
+            r = boundary_links(problem, path[s - 1], path[s])
             if latency:
-                link = cut_bytes * sum(1.0 / bw[l] for l in r) + np.where(cut_bytes > 0, sum(lat[l] for l in r), 0.0)
+                lat_s, s_per_byte = store_forward_coefficients(problem, r)
+                link = cut_bytes * s_per_byte + np.where(cut_bytes > 0, lat_s, 0.0)
             else:
-                link = cut_bytes * max((1.0 / bw[l] for l in r), default=0.0)
+                link = cut_bytes * bottleneck_s_per_byte(problem, r)
             prev = f
         base = prev + link if latency else np.maximum(prev, link)
         m = seg_matrix(c, cap, n_all, n_sent)

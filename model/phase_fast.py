@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.costs.check import plan_violations
+from distplan.costs.collectives import boundary_links
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.model.admission import PlanGate
@@ -127,7 +128,6 @@ def surrogate_key(problem: Problem, r: int, lanes: Lanes,
     lane 0 agree can differ in their other lanes, and so in their exact MILP.
     None once ``expired()`` (checked between routes: a 4,096-device chain's round-robin
     layouts route thousands of boundaries of up to 2,048 hops, minutes in all)."""
-    topo = problem.topology
     out: list = [r]
     used: list[int] = []
     for p in lanes:
@@ -135,8 +135,7 @@ def surrogate_key(problem: Problem, r: int, lanes: Lanes,
         for a, b in zip(p, p[1:]):
             if expired is not None and expired():
                 return None
-            x = topo.route(a, b)
-            routes.append(list(x) + list(topo.route(b, a)) if problem.training else x)
+            routes.append(boundary_links(problem, a, b))
         used += [l for x in routes for l in x]
         out.append((tuple(int(problem.device_kind[d]) for d in p), tuple(float(problem.device_mem_bytes[d]) for d in p),
                     tuple(tuple(sorted(float(problem.link_bw_bytes_per_s[l]) for l in x)) for x in routes)))

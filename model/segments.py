@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distplan.costs.collectives import bottleneck_s_per_byte, boundary_links
 from distplan.costs.problem import Problem
 from distplan.model.downsets import _subset_matrix, segment_memory, sent_matrix, stage_factors, tied_matrix
 from distplan.model.knapsack import Steps, joint_choice, lp_min_sensitivity, segment_fronts
@@ -157,7 +158,6 @@ def build_tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max
     eb = problem.edge_elems * problem.bytes_per_elem.min()
     u, v = problem.edges[:, 0], problem.edges[:, 1]
     out_bytes = (mat[:, u] & ~mat[:, v]).astype(float) @ eb if len(u) else np.zeros(N)
-    topo, bw = problem.topology, problem.link_bw_bytes_per_s
     mems = segment_memory(problem, mat, problem.static_bytes.min(axis=1), problem.act_bytes.min(axis=1),
                           problem.send_bytes.min(axis=1), factors, problem.tied_bytes.min(axis=1))
     link_need, mem_ok = [], []
@@ -165,10 +165,7 @@ def build_tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max
         if s == 0:
             link_need.append(np.zeros(N))
         else:
-            r = list(topo.route(path[s - 1], path[s]))
-            if problem.training:
-                r += list(topo.route(path[s], path[s - 1]))
-            link_need.append(out_bytes * max((1.0 / bw[l] for l in r), default=0.0))
+            link_need.append(out_bytes * bottleneck_s_per_byte(problem, boundary_links(problem, path[s - 1], path[s])))
         mem_ok.append(mems[s] <= problem.device_mem_bytes[path[s]] * (1 + 1e-12))
     return SegmentTables(mat, sub, kinds, by_kind, link_need, mem_ok, JointCache())
 

@@ -15,7 +15,7 @@ millions of hops.
 from __future__ import annotations
 
 from distplan.core.plan import Plan
-from distplan.costs.collectives import hierarchical_groups
+from distplan.costs.collectives import reduction_size
 from distplan.costs.problem import Problem
 from distplan.sim.simulate import expected_nodes
 from distplan.sim.symmetry import Symmetry, find_symmetry
@@ -32,12 +32,6 @@ SIM_S_PER_REDUCTION_HOP = 8e-6
 #: however few microbatches run; bert-base on a100x1024, 1,024 lanes, 16 microbatches:
 #: 4.8 s, which the node count alone forecast at 0.005 s
 SIM_S_PER_PATTERN_OP = 3.2e-5
-
-
-def _ring_hops(problem: Problem, devs: list[int], steps: int, senders: int) -> int:
-    """Link hops of ``steps`` ring steps over ``devs`` sent by the first ``senders``."""
-    topo, n = problem.topology, len(devs)
-    return steps * sum(len(topo.route(devs[i], devs[(i + 1) % n])) for i in range(senders))
 
 
 def reduction_hops(problem: Problem, plan: Plan, sym: Symmetry | None = None) -> int:
@@ -58,16 +52,7 @@ def reduction_hops(problem: Problem, plan: Plan, sym: Symmetry | None = None) ->
         ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
         buckets = len(ops) if plan.overlap_grad_reduce else min(1, len(ops))
         devs = [st.devices[i * tp] for i in range(r)]
-        members = hierarchical_groups(problem.topology, devs) if plan.dp_allreduce == "hierarchical" else None
-        if members is None:
-            per = _ring_hops(problem, devs, (r - 1) if st.zero else 2 * (r - 1), held)
-        else:
-            g, n = len(members[0]), len(members)
-            inside = sum(_ring_hops(problem, [devs[i] for i in grp], g - 1, g) for grp in members if grp[0] < held)
-            across = sum(_ring_hops(problem, [devs[grp[s]] for grp in members], (n - 1) if st.zero else 2 * (n - 1),
-                                    sum(1 for grp in members if grp[s] < held))
-                         for s in range(g))
-            per = inside * (1 if st.zero else 2) + across
+        per = reduction_size(problem.topology, devs, plan.dp_allreduce == "hierarchical", st.zero, held, hops=True)
         total += buckets * (1 if one_rank else tp) * per
     return total
 

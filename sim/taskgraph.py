@@ -26,7 +26,7 @@ from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.costs.collectives import hierarchical_groups
+from distplan.sim.comm_nodes import reduction_nodes, ring_nodes
 from distplan.sim.symmetry import Symmetry
 
 # node kinds
@@ -177,24 +177,6 @@ class _Builder:
             pending_relay = (b, last)
         return last, first
 
-    def ring(self, devs: list[int], own: list[int], nbytes: float, p: int, phase: int, op: int) -> list[int]:
-        """Ring all-reduce of ``nbytes`` over ``devs`` as pattern nodes: 2(n-1) steps, each
-        device sending nbytes/n to its successor once it holds its own data (``own[i]``
-        done) and the previous step's chunk. Returns, per device, the node after which
-        it holds the reduced data."""
-        n = len(devs)
-        chunk = nbytes / n
-        arrived = list(own)
-        m = len(own)   # n, or 1 under a rank reduction: by symmetry rank n-1's chunk
-        for _ in range(2 * (n - 1)):   # reaches rank 0 when rank 0's reaches rank 1
-            nxt = [0] * m
-            for i in range(m):
-                preds = [arrived[i]] if arrived[i] == own[i] else [arrived[i], own[i]]
-                last, _ = self.chain(preds, [devs[i], devs[(i + 1) % n]], chunk, p, phase, -1, op)
-                nxt[(i + 1) % m] = last
-            arrived = nxt
-        return arrived
-
     # --- one microbatch pattern -----------------------------------------------
     def pattern(self, p: int) -> None:
         pb, plan, prog = self.pb, self.plan, self.prog
@@ -260,7 +242,7 @@ class _Builder:
                 for e, first, last, cast in received[j]:   # the received copy is freed when this ends
                     prog.inputs[(p, e, j)] = (first, last, cast if cast is not None else f)
             if tv > 1 and tp_forward_allreduce(op):
-                out_at[v] = self.ring(list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
+                out_at[v] = ring_nodes(self, list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
             else:
                 out_at[v] = list(Fn[v])
         own: dict[tuple[int, int], int] = {}
@@ -334,7 +316,7 @@ class _Builder:
                     prog.buffers[bi].frees = (b,)
             nb_in = float(sum(elems[e] * bpe[qs[self.edges[e][0]]] for e in self.in_edges[v]))
             if tv > 1 and tp_backward_allreduce(op) and nb_in > 0:
-                grad_at[v] = self.ring(list(G), list(Bn[v]), nb_in, p, 1, v)
+                grad_at[v] = ring_nodes(self, list(G), list(Bn[v]), nb_in, p, 1, v)
             else:
                 grad_at[v] = list(Bn[v])
         return Bn
@@ -391,7 +373,7 @@ class _Builder:
                     devs = [st.devices[i * tp + j] for i in range(r)]
                     start = [self._anchor(d, k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
                              for i, d in enumerate(devs[:self.sym.group] if self.one_replica else devs)]
-                    self._reduce(devs, start, nbytes, k, st.zero)
+                    reduction_nodes(self, devs, start, nbytes, k, st.zero)
 
     def _anchor(self, d: int, k: int, replica: int, rank: int, op: int | None) -> int:
         """A zero-time node on device ``d`` after which its gradients exist: after the
@@ -403,56 +385,6 @@ class _Builder:
             last = max(m for m in range(self.prog.M) if st.replica_of(m) == replica)
             self.prog.x_after[x] = (self.bwd_nodes[last % self.prog.C][op][rank], last)
         return x
-
-    def _ring_steps(self, devs: list[int], arrived: list[int], chunk: float, steps: int, k: int,
-                    own: list[int] | None = None) -> list[int]:
-        """``steps`` ring steps of ``chunk`` bytes from ``arrived`` (per device, the node
-        after which it may send). With ``own`` (reduce-scatter steps), a device also
-        waits for its own gradients (``own[i]``) before it sends a partial sum: a replica
-        that finishes its backward late holds the ring up."""
-        n = len(devs)
-        # n, or the copy's first m under a replica reduction: the step from its last device
-        # reaches the next copy's first, whose timeline is the copy's first's (as in ``ring``)
-        m = len(arrived)
-        for _ in range(steps):
-            nxt = [0] * m
-            for i in range(m):
-                last = arrived[i]
-                preds = [last] if own is None or own[i] == last else [last, own[i]]
-                for j, l in enumerate(self.route(devs[i], devs[(i + 1) % n])):
-                    last = self._x_add(self.D + l, chunk / self.bw[l], chunk, preds if j == 0 else [last], k)
-                nxt[(i + 1) % m] = last
-            arrived = nxt
-        return arrived
-
-    def _reduce(self, devs: list[int], start: list[int], nbytes: float, k: int, zero: int) -> None:
-        """The reduction over ``devs`` (every replica's device of one rank) from ``start``
-        (per simulated replica: all, or the copy's ``len(start)`` first under a replica
-        reduction; a hierarchical one then holds whole node groups, ``sim.symmetry``)."""
-        r, held = len(devs), len(start)
-        members = hierarchical_groups(self.topo, devs) if self.plan.dp_allreduce == "hierarchical" else None
-        if members is None:
-            self._ring_steps(devs, start, nbytes / r, (r - 1) if zero else 2 * (r - 1), k, own=start)
-            return
-        g = len(members[0])
-        arrived = list(start)
-        mine_groups = [grp for grp in members if grp[0] < held]   # the copy's nodes
-        for grp in mine_groups:   # reduce-scatter inside each node
-            mine = [arrived[i] for i in grp]
-            out = self._ring_steps([devs[i] for i in grp], mine, nbytes / g, g - 1, k, own=mine)
-            for i, a in zip(grp, out):
-                arrived[i] = a
-        n_nodes = len(members)
-        for s in range(g):    # across nodes, shard s of every node (the copy's nodes send)
-            col = [grp[s] for grp in members]
-            mine = [i for i in col if i < held]
-            out = self._ring_steps([devs[i] for i in col], [arrived[i] for i in mine], nbytes / g / n_nodes,
-                                   (n_nodes - 1) if zero else 2 * (n_nodes - 1), k)
-            for i, a in zip(mine, out):
-                arrived[i] = a
-        if not zero:
-            for grp in mine_groups:   # all-gather inside each node
-                self._ring_steps([devs[i] for i in grp], [arrived[i] for i in grp], nbytes / g, g - 1, k)
 
     def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], stage: int) -> int:
         """A collective node; one on a device is appended to that device's order, so it

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from distplan.costs import ProblemOptions, build_problem
 from distplan.costs.problem import LOW_BIT_KINDS, low_bit
-from distplan.costs.comm import transfer_time_s
+from distplan.costs.collectives import route_s
 from distplan.costs.compute import roofline_time_s
 from distplan.core.precision import PRECISION_NAMES, precision
 from distplan.testing.strategies import device_kinds, graphs, topologies
@@ -57,13 +57,17 @@ def test_time_monotone_in_flops_and_bytes(kind, f1, f2, b1, b2, data):
 
 
 @settings(max_examples=60, deadline=None)
-@given(topologies(), st.floats(0, 1e10), st.floats(1.01, 100.0), st.data())
-def test_transfer_time_anti_monotone_in_bandwidth(topo, nbytes, factor, data):
+@given(graphs(), topologies(), st.floats(0, 1e10), st.floats(1.01, 100.0), st.data())
+def test_transfer_time_anti_monotone_in_bandwidth(g, topo, nbytes, factor, data):
     n = topo.n_devices
     a, b = data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, n - 1))
     faster = dataclasses.replace(topo, links=tuple(dataclasses.replace(l, bw_bytes_per_s=l.bw_bytes_per_s * factor)
                                                    for l in topo.links), _cache={})
-    assert transfer_time_s(faster, a, b, nbytes) <= transfer_time_s(topo, a, b, nbytes)
+    slow, fast = (build_problem(g, x, _options(x, data)) for x in (topo, faster))
+    assert route_s(fast, a, b, nbytes) <= route_s(slow, a, b, nbytes)
+    # store and forward by hand: per link of the route, its latency + bytes / bandwidth
+    assert route_s(slow, a, b, nbytes) == sum(l.latency_s + nbytes / l.bw_bytes_per_s
+                                             for l in (topo.links[i] for i in topo.route(a, b)))
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from distplan.costs.comm import ring_allreduce_time_s
+from distplan.costs.collectives import gradient_reduction_s, ring_allreduce_s
 from distplan.costs.problem import ProblemOptions, build_problem
 from distplan.core.plan import Plan, Stage
 from distplan.sim import SimOptions, simulate
@@ -46,10 +46,10 @@ def topo_ring(n: int, latency_s: float = 0.0) -> Topology:
 
 
 def chain(fwd: list[float], bwd: list[float] | None = None, elems: list[int] | None = None,
-          mode: str = "inference", params: int = 0, out_elems: int = 1) -> Graph:
+          mode: str = "inference", params: int = 0, out_elems: int = 1, kind: str = "add") -> Graph:
     bwd = bwd or [0.0] * len(fwd)
     elems = elems if elems is not None else [0] * (len(fwd) - 1)
-    ops = tuple(Operator(f"o{i}", "add", f * 1e12, b * 1e12, params, out_elems, 0.0)
+    ops = tuple(Operator(f"o{i}", kind, f * 1e12, b * 1e12, params, out_elems, 0.0)
                 for i, (f, b) in enumerate(zip(fwd, bwd)))
     ts = tuple(Tensor(f"o{i}", f"o{i + 1}", elems[i]) for i in range(len(fwd) - 1))
     return Graph("chain", ops, ts, mode=mode)
@@ -117,7 +117,8 @@ def test_training_uniform_closed_form(schedule, S, M):
 
 def test_1f1b_steady_period_and_memory_window():
     S, M = 4, 16
-    g = chain([1.0] * S, [2.0] * S, mode="training", out_elems=1000)
+    # a softmax keeps its output for the backward (an add would keep nothing)
+    g = chain([1.0] * S, [2.0] * S, mode="training", out_elems=1000, kind="softmax")
     r, pb = run(g, topo_line(S), pipeline_plan(S, M, "1f1b"))
     assert close(r.period_s, 3.0) and r.steady
     # stage k holds at most S - k activations of 2000 bytes (fp16)
@@ -193,8 +194,10 @@ def test_ring_allreduce_after_backward():
     topo = topo_ring(3, latency_s=0.05)
     plan = Plan((0,), ("fp16",), (Stage((0, 1, 2)),), 3, "1f1b")
     r, pb = run(g, topo, plan)
-    ring = ring_allreduce_time_s(topo, [0, 1, 2], 2 * P)
-    assert close(ring, 4 * 0.25)
+    ring = 4 * (2 * P / 3 / BW + 0.05)
+    assert close(ring, 1.0)
+    assert close(ring_allreduce_s(pb, [0, 1, 2], 2 * P), ring)
+    assert close(gradient_reduction_s(pb, [0, 1, 2], 2 * P, hierarchical=False, zero=0), ring)
     assert close(r.makespan_s, 2.0 + ring)
     assert np.allclose(r.link_bytes[[0, 2, 4]], 4 * 2e8 / 1)  # d0->d1, d1->d2, d2->d0 each carry 4 chunks
 

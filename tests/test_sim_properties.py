@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distplan.costs.comm import transfer_time_s
 from distplan.costs.evaluate import plan_cost, plan_memory_bytes
 from distplan.costs.problem import ProblemOptions, build_problem
 from distplan.sim import SimOptions, simulate
@@ -65,6 +64,9 @@ def critical_path_s(pb, plan) -> float:
     forward, per hop), backward and gradient transfers; casts left out (a lower bound)."""
     topo = pb.topology
     where = [s.replica_devices(0)[0] for s in plan.stages]
+
+    def transfer_time_s(a, b, nbytes):   # store and forward: per link latency + bytes / bandwidth
+        return sum(topo.links[l].latency_s + nbytes / topo.links[l].bw_bytes_per_s for l in topo.route(a, b))
     qs = [pb.q_index(p) for p in plan.op_precision]
     V = pb.n_ops
     edges = [tuple(e) for e in pb.edges.tolist()]
@@ -73,7 +75,7 @@ def critical_path_s(pb, plan) -> float:
         u, v = edges[e]
         nb = pb.edge_elems[e] * pb.bytes_per_elem[qs[u]]
         hops = range(plan.op_stage[u], plan.op_stage[v])
-        return sum(transfer_time_s(topo, *((where[b + 1], where[b]) if backward else (where[b], where[b + 1])), nb)
+        return sum(transfer_time_s(*((where[b + 1], where[b]) if backward else (where[b], where[b + 1])), nb)
                    for b in hops)
 
     fin = [0.0] * V
