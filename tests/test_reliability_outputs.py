@@ -218,3 +218,14 @@ def test_file_size_limit_and_full_stdout_in_a_subprocess(made):
     one_error(r.returncode, r.stderr, "cannot write the standard output")
     r = _sh(f"{sys.executable} -m distplan.sim plan.json > /dev/full", made)
     one_error(r.returncode, r.stderr, "cannot write the standard output")
+
+
+def test_studies_refuse_an_input_as_their_output(made, capsys):
+    from distplan.cli import studies
+
+    out = made / "study"
+    out.mkdir(exist_ok=True)
+    os.link(made / "tiny.json", out / "results.csv") if not (out / "results.csv").exists() else None
+    rc = studies.main(["--workloads", str(made / "tiny.json"), "--topologies", "mcm2x2", "--out", str(out), "--quiet"])
+    one_error(rc, capsys.readouterr().err, "--out", "results.csv", "same file as --workloads")
+    assert json.loads((made / "tiny.json").read_text()) == TINY

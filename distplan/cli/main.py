@@ -236,14 +236,15 @@ def check_flags(args: argparse.Namespace) -> None:
         refuse_flags(args, ("--pareto", "--plan-out", "--trace", "--report"),
                      "with --compare: it prints the comparison of the methods and writes no plan, trace or report")
     else:
-        refuse_flags(args, ("--candidates", "--budget"), "without --compare: they budget the baselines it runs")
+        refuse_flags(args, ("--candidates", "--budget"), "without --compare: it budgets the baselines --compare runs")
     if args.pareto is not None:
         refuse_flags(args, ("--plan-out", "--trace"),
                      "with --pareto: it prints the frontier and plots it to pareto.png (in --report's folder), "
                      "and writes no plan or trace")
     if args.mode == "inference":
         refuse_flags(args, ("--iteration-target", "--microbatch-sizes"),
-                     "in inference: they shape the training search (--mode training) of the cluster and fleet spaces")
+                     "in inference: only the training search (--mode training) of the cluster and fleet spaces "
+                     "reads it")
     elif args.objective != "sensitivity":
         refuse_flags(args, ("--iteration-target",),
                      "without --objective sensitivity: it is the iteration that objective's plans must meet")

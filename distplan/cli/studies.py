@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from distplan.cli.args import Parser, check_output_folder, finite_float
+from distplan.cli.args import Parser, check_distinct, check_output_folder, finite_float
 from distplan.core.errors import DistplanError
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from distplan.baselines import parse_methods
-    from distplan.studies.plots import make_plots
+    from distplan.studies.plots import PLOT_NAMES, make_plots
     from distplan.studies.spec import expand
     from distplan.studies.sweep import run_sweep, stderr_progress
 
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     say = (lambda m: None) if args.quiet else stderr_progress
     try:
         check_output_folder(args.out, "--out")
+        check_distinct([(f"--workloads {w}", w) for w in _list(args.workloads)]
+                       + [(f"--topologies {t}", t) for t in _list(args.topologies)],
+                       [("--out", str(csv_path))] + [("--out", str(out / name)) for name in PLOT_NAMES])
         if not args.plot_only:
             try:
                 seeds = [int(s) for s in _list(args.seeds)]
