@@ -5,7 +5,7 @@ reduction schedule the planner, the analytic models and the simulator use.
   + latency; a relay through several devices (``path_links``) is its hops' links in turn.
 - Stage boundaries (``boundary_links``, ``lane_boundary_links``): the links a tensor
   crossing a pipeline boundary a -> b loads, the gradient's reverse route added in
-  training; what they cost per byte (``store_forward_coefficients``: the MILP's
+  training (``boundary_load_s``: the busy seconds its bytes put on each); what they cost per byte (``store_forward_coefficients``: the MILP's
   linearised latency, ``bottleneck_s_per_byte``: the steady-state load of the busiest).
 - Collectives over a ring without contention: ``ring_parts`` (steps of bytes/n, each
   device forwarding a chunk once it arrived), ``ring_allreduce_s`` (2(n-1) steps, the
@@ -60,6 +60,13 @@ def boundary_links(problem: Problem, a: int, b: int) -> list[int]:
     if problem.training:
         out += topo.route(b, a)
     return out
+
+
+def boundary_load_s(problem: Problem, a: int, b: int, nbytes: float) -> list[tuple[int, float]]:
+    """(link, busy seconds) of ``nbytes`` crossing a stage boundary from device a to b on
+    each of its ``boundary_links``: bytes / bandwidth (the period's link load)."""
+    bw = problem.link_bw_bytes_per_s
+    return [(l, nbytes / bw[l]) for l in boundary_links(problem, a, b)]
 
 
 def lane_boundary_links(problem: Problem, path: Sequence[int]) -> list[list[int]]:

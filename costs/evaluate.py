@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distplan.costs.collectives import boundary_links, links_s
+from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
 from distplan.costs.memory import activation_factors, stream_activation_bytes
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
@@ -120,7 +120,6 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
     cyc = _cycle(plan)
     dev = np.zeros(problem.n_devices)
     link = np.zeros(len(topo.links))
-    bw = problem.link_bw_bytes_per_s
     again = recomputed(problem, plan)
     for m in range(cyc):
         qs = [problem.q_index(p) for p in plan.microbatch_precisions(m)]
@@ -136,8 +135,8 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
             dev[d] += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[d])
             nbytes = problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]
             for b in range(ku, kv):
-                for l in boundary_links(problem, where[b], where[b + 1]):
-                    link[l] += nbytes / bw[l]
+                for l, busy in boundary_load_s(problem, where[b], where[b + 1], nbytes):
+                    link[l] += busy
     dev /= cyc
     link /= cyc
     period = float(max(dev.max(initial=0.0), link.max(initial=0.0)))

@@ -53,7 +53,7 @@ hardware. What it executes (the same numbers ``costs.evaluate.plan_cost`` linear
   deeper 1F1B window than the standard K - k (more activations held).
 
 Engine: ``sim.execute`` (dataflow on static servers + one ``(time, priority, sequence,
-node)`` heap for time-ordered links, see ``sim.engine``); deterministic.
+node)`` heap for time-ordered links); deterministic.
 """
 from distplan.sim.options import LINK_MODELS, SimOptions
 from distplan.sim.result import SimResult

@@ -4,9 +4,10 @@ Static servers (devices; links too in ideal mode) run their fixed sequence: a no
 starts at max(server free, all inputs delivered). That is pure dataflow, so it is
 computed as soon as every input time is known, without events. Links whose order
 depends on time (``fifo`` arrival order, ``fair`` sharing, ``free``) take their nodes
-from one heap of ``(time, priority, sequence, node)`` (``sim.engine``'s shape); the heap
-is popped only when no static work is computable, so every pushed time is >= the last
-popped one and arrivals are served in true time order.
+from one heap of ``(time, priority, sequence, node)`` (``sequence`` an increasing
+counter: ties at one time and priority go in the order pushed, identically on every
+run); the heap is popped only when no static work is computable, so every pushed time
+is >= the last popped one and arrivals are served in true time order.
 """
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.core.errors import DistplanError, InternalError
-from distplan.sim.engine import PRIO_ARRIVE, PRIO_DONE
 from distplan.sim.schedule import server_sequences
 from distplan.sim.taskgraph import KIND_NAMES, Program
+
+#: a transfer on a link finishes (processor-sharing links): frees bandwidth before arrivals
+PRIO_DONE = 0
+#: a transfer arrives at a link (or a contention-free link) and asks for service
+PRIO_ARRIVE = 1
 
 
 @dataclass
