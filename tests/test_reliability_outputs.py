@@ -203,7 +203,8 @@ def _sh(script: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(sys.platform != "linux", reason="ulimit -f and /dev/full")
 def test_file_size_limit_and_full_stdout_in_a_subprocess(made):
     """``ulimit -f`` part-way through --plan-out, --trace and --report, and a table printed
-    to a full disk: one error line, exit 2, every previous file intact."""
+    to a full disk: one error line, exit 2, every previous file intact; stdout closed
+    (``>&-``): the run completes."""
     solve = f"{sys.executable} {ROOT / 'solve.py'} --workload tiny.json --topology mcm2x2 --time-limit 10 --top-k 1"
     (made / "rep2").mkdir(exist_ok=True)
     (made / "rep2" / "placement.png").write_bytes(b"old png")
@@ -218,6 +219,9 @@ def test_file_size_limit_and_full_stdout_in_a_subprocess(made):
     one_error(r.returncode, r.stderr, "cannot write the standard output")
     r = _sh(f"{sys.executable} -m distplan.sim plan.json > /dev/full", made)
     one_error(r.returncode, r.stderr, "cannot write the standard output")
+    r = _sh(f"{solve} --quiet --plan-out closed.json >&-", made)   # stdout closed: the run completes
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads((made / "closed.json").read_text())["format"] == "distplan-plan"
 
 
 def test_studies_refuse_an_input_as_their_output(made, capsys):

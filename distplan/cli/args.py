@@ -131,6 +131,40 @@ def io_error(e: OSError) -> str:
     return f"cannot write {where}: {e.strerror or e}"
 
 
+def _writable_fd(fd: int) -> bool:
+    """Is ``fd`` open for writing (not closed, not some file opened read-only in its place)?"""
+    try:
+        import fcntl
+
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except ImportError:   # not Unix: open is enough
+        try:
+            os.fstat(fd)
+            return True
+        except OSError:
+            return False
+    except OSError:
+        return False
+
+
+def ensure_std_streams() -> None:
+    """A standard stream closed at start (``>&-``, ``2>&-``: Python then has None or a
+    stream on a dead descriptor, and the solver's output capture fails on it) is opened
+    on /dev/null, so that writing to it is no error and no file distplan opens later
+    takes descriptor 1 or 2."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if _writable_fd(fd) and getattr(sys, name) is not None:
+            continue
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))
+        except OSError:
+            pass
+
+
 def flush_stdout() -> str | None:
     """Flush standard output; on failure (disk full, closed) say why and point it at
     /dev/null, so that the interpreter's own flush at exit cannot print a traceback. A

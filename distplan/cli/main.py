@@ -14,7 +14,7 @@ from distplan.core.atomic import dumps_json
 from distplan.core.errors import DistplanError
 from distplan.core.interrupt import current_stop, stop_on_interrupt
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
-                               flush_stdout, io_error, process_started_at, refuse_flags)
+                               ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
 from distplan.model.highs import abandoned_alive
 
@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     """The command line; ``argv`` None: the process's own (the time limit then counts
     from the process's start)."""
     started = process_started_at() if argv is None else time.perf_counter()
+    ensure_std_streams()
     rc = _main(argv, prog, started)
     failed = flush_stdout()
     if failed:

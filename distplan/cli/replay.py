@@ -12,7 +12,8 @@ import argparse
 import sys
 
 from distplan.api.resolve import resolve_topology, resolve_workload
-from distplan.cli.args import Parser, check_distinct, check_output_file, flush_stdout, io_error, refuse_flags
+from distplan.cli.args import (Parser, check_distinct, check_output_file, ensure_std_streams, flush_stdout, io_error,
+                               refuse_flags)
 from distplan.core.atomic import dumps_json, json_safe
 from distplan.core.errors import DistplanError
 from distplan.core.plan import plan_from_dict, read_plan_json
@@ -33,6 +34,7 @@ REPLAY_FLAGS = ("--ideal", "--link-model")
 
 def main(argv: list[str] | None = None) -> int:
     """The replay command line; its exit status (0, or 2 after one ``error:`` line)."""
+    ensure_std_streams()
     try:
         rc = _main(argv)
     except OSError as e:   # the summary to a full disk (`> /dev/full`); files say their own errors
