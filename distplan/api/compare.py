@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from distplan.costs.problem import Problem
-from distplan.core.errors import DistplanError
 from distplan.api.pipeline import check_problem_plan, solve
 from distplan.core.validate import check_float, check_instance, check_int
 from distplan.api.report import _json_safe
