@@ -178,20 +178,27 @@ def stream_flow_control(prog: Program, plan: Plan) -> list[tuple[int, int, int, 
     """Stream, realistic runs: bounded receive queues (credit-based flow control).
 
     Without it a producer faster than its consumer sends microbatch after microbatch and
-    the consumer's queue of received tensors grows with the run. Here the first link hop
-    of tensor e for microbatch m + depth (leaving its producer: relays are covered too)
-    waits until the node that frees the consumer's received copy of e for microbatch m
-    (the consumer op, or the cast before it) has finished; depth counts microbatches on
-    the same consumer replica. depth 1: each stage device holds at most one copy of each
-    tensor it receives or relays, the one microbatch of them
+    the consumer's queue of received tensors grows with the run. Here every hop of
+    tensor e (to the consumer's device, or to a stage that relays it further) is
+    flow-controlled on its own, as a pipeline runtime bounds each stage's receive
+    queue: the hop's first link for microbatch m + depth waits until the node that
+    frees the copy of microbatch m at the hop's far end has finished (at the consumer
+    the consumer op, or the cast before it; at a relay the next hop's first link); depth
+    counts microbatches on the same consumer replica. depth 1: each stage device holds
+    at most one copy of each tensor it receives or relays, the one microbatch of them
     ``costs.memory.stream_activation_bytes`` charges; the transfer of the next
     microbatch then overlaps the stage's other ops, not the consumer op, so a cycle of
-    one microbatch holds the hops (each link's whole load per microbatch and its
+    one microbatch holds the hop's links (each link's whole load per microbatch and its
     latency: the tensor may queue behind others) and the freeing node. When that cycle
     is longer than the busiest server's work per microbatch (the period every steady
     state has, and the plan's when nothing else binds), depth 1 would slow the plan
-    down, and e gets depth 2 (double buffering: the next input arrives while the
-    consumer runs), one copy of e beyond the charge.
+    down, and the hop gets depth 2 (double buffering: the next input arrives while the
+    consumer runs), one copy of e beyond the charge. (One credit loop from the consumer
+    back to the producer's first link, the rule before issue 21, chained the producer's
+    double buffer to the far consumer: the producer's microbatch m + 3 waited for the
+    consumer's m, however many stages apart, and BERT's ONNX attention mask, relayed to
+    the fourth stage of mcm4x4, slowed the plan by 22 %.) A copy whose next microbatch relays through other devices (stages
+    of different replica counts) keeps that one loop.
 
     Built only where it cannot deadlock: no tensor-parallel stage and every device runs
     its tasks in microbatch order (all of its node types in one round, as when it hosts
@@ -206,19 +213,64 @@ def stream_flow_control(prog: Program, plan: Plan) -> list[tuple[int, int, int, 
         s = prog.server[t]
         if s < prog.D and rounds.setdefault(s, prog.offset[t]) != prog.offset[t]:
             return []
-    C, dur, server, lat = prog.C, prog.dur, prog.server, prog.server_latency
+    C, dur, server = prog.C, prog.dur, prog.server
     load = [0.0] * (prog.D + prog.L)
     for t in range(prog.T):
         load[server[t]] += dur[t] / C
     period = max(load)
+    # relays: a tensor crossing several stages is stored on each device between (relay
+    # buffers: allocated at a link node's arrival, freed by the next hop's first link)
+    relay_of = {b.alloc: b.frees[0] for b in prog.buffers
+                if b.at_arrival and len(b.frees) == 1 and server[b.alloc] >= prog.D and server[b.frees[0]] >= prog.D}
     out = []
     for (p, e, j), (first, last, release) in prog.inputs.items():
-        cycle = sum(load[server[t]] + lat[server[t]] for t in range(first, last + 1)) + dur[release]
-        st = plan.stages[plan.op_stage[prog.op[release]]]
+        hops = _segments(first, last, release, relay_of)
+        g = _hop_gates(prog, plan, load, period, p, e, j, hops) if len(hops) > 1 else None
+        out += g if g is not None else _hop_gates(prog, plan, load, period, p, e, j, [(first, last, release)])
+    return out
+
+
+def _hop_gates(prog: Program, plan: Plan, load: list[float], period: float, p: int, e: int, j: int,
+               hops: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]] | None:
+    """One gate per hop of tensor ``e``'s copy for pattern ``p`` (``_segments``): the hop's
+    first link for the next microbatch on the consumer's replica waits for the node that
+    frees this microbatch's copy at the hop's far end; depth 1, or 2 where that cycle is
+    longer than the period. None when the next copy relays through other devices (then
+    hop i of one copy is not hop i of the other)."""
+    C, dur, server, lat = prog.C, prog.dur, prog.server, prog.server_latency
+    first, last, release = hops[0][0], hops[-1][1], hops[-1][2]
+    st = plan.stages[plan.op_stage[prog.op[release]]]
+    got = []
+    for a, b, free in hops:
+        cycle = sum(load[server[t]] + lat[server[t]] for t in range(a, b + 1)) + dur[free]
         depth = _next_on_replica(st, p, 1 if cycle <= period * (1 + 1e-9) else 2)
         nxt = prog.inputs.get(((p + depth) % C, e, j))
-        if nxt is not None:
-            out.append((release, nxt[0], (p + depth) // C, depth))
+        if nxt is None:
+            continue
+        if len(hops) > 1 and not _same_route(prog, first, last, nxt[0], nxt[1]):
+            return None
+        got.append((free, nxt[0] + a - first, (p + depth) // C, depth))
+    return got
+
+
+def _same_route(prog: Program, first: int, last: int, first2: int, last2: int) -> bool:
+    """Whether two copies of a tensor take the same links (so hop i of one is hop i of the other)."""
+    return last - first == last2 - first2 and all(prog.server[first + i] == prog.server[first2 + i]
+                                                  for i in range(last - first + 1))
+
+
+def _segments(first: int, last: int, release: int, relay_of: dict[int, int]) -> list[tuple[int, int, int]]:
+    """The hops of one tensor's link nodes ``first..last`` (consecutive node types), one
+    per device it is stored on: (first link, last link, the node whose end frees the
+    copy at the hop's far end: the next hop's first link at a relay, ``release`` at the
+    consumer)."""
+    out, a = [], first
+    for t in range(first, last):
+        nxt = relay_of.get(t)
+        if nxt is not None and nxt == t + 1:
+            out.append((a, t, nxt))
+            a = nxt
+    out.append((a, last, release))
     return out
 
 
