@@ -145,5 +145,5 @@ def test_least_sensitivity_meets_the_target_with_the_least_sensitivity():
     assert res.plans[0].predicted["sensitivity"] == pytest.approx(min(within), abs=1e-12)
     assert res.plans[0].predicted["model_iteration_s"] <= target * (1 + 1e-9)
     assert min(within) < min(f.sensitivity for f in every if f.iteration_s == fastest)   # a real trade
-    with pytest.raises(distplan.DistplanError, match="iteration target"):
+    with pytest.raises(distplan.DistplanError, match="iteration.target"):
         model_solve(pb, SolveOptions(objective="sensitivity", iteration_target="fast", microbatch_sizes=()))
