@@ -15,7 +15,8 @@ reduction schedule the planner, the analytic models and the simulator use.
   or hierarchical: reduce-scatter inside each node, a ring across nodes on 1/g of the
   bytes, all-gather inside; ZeRO-1 keeps only the reduce-scatter halves) that
   everything derives from: its closed form (``gradient_reduction_parts``), its transfers
-  one by one with their dependencies (``reduction_schedule``, ``ring_schedule``: the
+  one by one with their dependencies (``reduction_schedule``, ``ring_schedule``,
+  ``allreduce_schedule`` for the tensor-parallel all-reduce: the
   simulator's nodes, sim.comm_nodes, and the analytic replay's ``Transfers``,
   ``reduction_transfers``) and its size (``reduction_size``: the forecast's hops, the
   estimate's transfers).
@@ -212,6 +213,13 @@ def ring_schedule(n: int, steps: int, arrived: list, send: Callable, own: list |
             nxt[(i + 1) % m] = send(i, (i + 1) % n, preds)
         arrived = nxt
     return arrived
+
+
+def allreduce_schedule(n: int, own: list, send: Callable) -> list:
+    """A ring all-reduce over n members transfer by transfer (``ring_schedule``: 2(n-1)
+    steps, each member also waiting for its own data, ``own[i]``): the tensor-parallel
+    all-reduce whose closed form is ``ring_allreduce_s``."""
+    return ring_schedule(n, 2 * (n - 1), list(own), send, own=list(own))
 
 
 def reduction_schedule(topology, devs: list[int], start: list, nbytes: float, hierarchical: bool, zero: int,

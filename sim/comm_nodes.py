@@ -1,5 +1,5 @@
 """The simulator's nodes of a collective: the transfers ``costs.collectives`` schedules
-(``ring_schedule``, ``reduction_schedule``), each one node per link of its route (a
+(``allreduce_schedule``, ``reduction_schedule``), each one node per link of its route (a
 link serves ``bytes / bandwidth`` and delivers ``latency`` later), so the simulator runs
 the schedule the analytic models time. ``b`` is the task-graph builder
 (``sim.taskgraph._Builder``): its ``chain`` makes pattern nodes, its ``_x_add`` the
@@ -7,7 +7,7 @@ collective nodes after the pipeline, its ``route`` the (representative) links.
 """
 from __future__ import annotations
 
-from distplan.costs.collectives import reduction_schedule, ring_schedule
+from distplan.costs.collectives import allreduce_schedule, reduction_schedule
 
 
 def ring_nodes(b, devs: list[int], own: list[int], nbytes: float, p: int, phase: int, op: int) -> list[int]:
@@ -23,7 +23,7 @@ def ring_nodes(b, devs: list[int], own: list[int], nbytes: float, p: int, phase:
     def send(i: int, j: int, preds: list[int]) -> int:
         return b.chain(preds, [devs[i], devs[j]], chunk, p, phase, -1, op)[0]
 
-    return ring_schedule(n, 2 * (n - 1), list(own), send, own=list(own))
+    return allreduce_schedule(n, own, send)
 
 
 def reduction_nodes(b, devs: list[int], start: list[int], nbytes: float, k: int, zero: int) -> None:
