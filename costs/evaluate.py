@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
-from distplan.costs.memory import activation_factors, stream_activation_bytes
+from distplan.costs.memory import (StageMemory, activation_factors, inflight_microbatches, stream_activation_bytes,
+                                   training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
@@ -46,19 +47,24 @@ def _cycle(plan: Plan) -> int:
 
 
 def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
-    """Resident bytes per device: static bytes of every op placed there (and of the tied
-    parameters it reads when their owner sits on another stage) plus activations for the
-    microbatches its stage may hold in flight (costs.memory.activation_factors: in an
-    inference stream only the bytes an op sends to a later stage are held twice, and a
-    stage without tensor parallelism holds its liveness peak and one microbatch of what
-    it receives, costs.memory.stream_activation_bytes)."""
-    mem = np.zeros(problem.n_devices)
+    """Resident bytes per device (the one memory model, costs.memory): static bytes of every
+    op placed there (and of the tied parameters it reads when their owner sits on another
+    stage), per rank (1/tp, less the ZeRO-1 share), plus activations. Training: the bytes
+    each stage keeps for the backward (``training_stage_memory``: saved inputs, sharded by
+    tp and sequence parallelism, recomputation dropping what it remakes) times the
+    microbatches in flight on its replica under the schedule, and the stage's transient
+    peak. Inference: the microbatches its stage may hold in flight
+    (costs.memory.activation_factors: in a stream only the bytes an op sends to a later
+    stage are held twice, and a stage without tensor parallelism holds its liveness peak
+    and one microbatch of what it receives, costs.memory.stream_activation_bytes)."""
+    mem = static_memory_bytes(problem, plan)
+    if problem.training:
+        return mem + training_activation_bytes(problem, plan)
     K = plan.n_stages
     leaves = np.zeros(problem.n_ops, dtype=bool)
     for u, v in problem.sending_edges():
         if plan.op_stage[v] > plan.op_stage[u]:
             leaves[u] = True
-    again = recomputed(problem, plan)
     live = plan.schedule == "stream"
     by_precs: dict[tuple[str, ...], np.ndarray] = {}
     for k, stage in enumerate(plan.stages):
@@ -79,18 +85,56 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
         if stage.tensor_parallel > 1:   # all-reduces between ops: a stage's microbatches overlap
             n_all, n_sent = n_all + n_sent, 0
         elif live:                      # the stage's liveness peak, counted above
-            n_all, n_sent = 0, 0
-        if again[v]:   # recomputed: held until its consumers ran, one copy (costs.recompute)
-            n_all, n_sent = 1, 0
+            continue
         seen: set[int] = set()
-        for i in range(stage.replicas):   # each replica at its own precision (replica groups)
+        for i in range(stage.replicas):
             q = problem.q_index(plan.precision_of(v, i))
-            per = (problem.static_bytes[v, q] / stage.tensor_parallel - zero_saved_bytes(problem, plan, v)
-                   + problem.act_bytes[v, q] * n_all + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0))
-            o = problem.tied_owner[v]
-            if o >= 0 and plan.op_stage[o] != k:   # a tied weight, held where its owner is not
-                per += problem.tied_bytes[v, q] / stage.tensor_parallel
+            per = problem.act_bytes[v, q] * n_all + (problem.send_bytes[v, q] * n_sent if leaves[v] else 0.0)
             for d in set(stage.replica_group(i)) - seen:
+                mem[d] += per
+                seen.add(d)
+    return mem
+
+
+def static_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
+    """Static bytes per device: each op's parameters (with gradients and optimizer state in
+    training) per rank, 1/tp of them less the ZeRO-1 share, and tied parameters held where
+    their owner's stage is not; each replica at its own precisions. The simulator holds
+    exactly these (sim.taskgraph)."""
+    mem = np.zeros(problem.n_devices)
+    for k, st in enumerate(plan.stages):
+        for i in range(st.replicas):
+            precs = plan.replica_precisions(k, i)
+            per = 0.0
+            for v in plan.ops_in_stage(k):
+                q = problem.q_index(precs[v])
+                o = problem.tied_owner[v]
+                tied = problem.tied_bytes[v, q] if o >= 0 and plan.op_stage[o] != k else 0.0
+                per += (problem.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(problem, plan, v)
+            for d in st.replica_group(i):
+                mem[d] += per
+    return mem
+
+
+def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
+    """Activation bytes per device in training: per stage and replica, ``n`` in-flight
+    microbatches (costs.memory.inflight_microbatches over the replica's own microbatch
+    count) of the stage's stash plus its transient peak (costs.memory.StageMemory.peak_bytes)."""
+    mem = np.zeros(problem.n_devices)
+    again = recomputed(problem, plan)
+    K = plan.n_stages
+    memo: dict[tuple[int, tuple[str, ...]], StageMemory] = {}
+    for k, st in enumerate(plan.stages):
+        counts = st.replica_counts(plan.microbatches)
+        seen: set[int] = set()
+        for i in range(st.replicas):
+            precs = plan.replica_precisions(k, i)
+            if (k, precs) not in memo:
+                memo[k, precs] = training_stage_memory(problem, plan, k, [problem.q_index(p) for p in precs], again)
+            sm = memo[k, precs]
+            n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]))
+            per = sm.peak_bytes(n, 1 if plan.schedule == "1f1b" else n)
+            for d in set(st.replica_group(i)) - seen:
                 mem[d] += per
                 seen.add(d)
     return mem

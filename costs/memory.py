@@ -51,11 +51,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from distplan.core.precision import precision
 from distplan.core.schedules import PLAN_SCHEDULES
+from distplan.costs.tensor_parallel import tp_output_share
 from distplan.workloads.graph import graph_send_elems, send_elems  # noqa: F401  (re-exported)
 
 OPTIMIZER_BYTES_PER_PARAM = 12
@@ -216,3 +218,224 @@ def contiguous_stream_bytes(edges: np.ndarray, act: np.ndarray, send: np.ndarray
         before = np.concatenate([[0.0], np.cumsum(held)])                 # [i]: held by ops before i
         out[:j, j] = (at[:j, :j] + n2 * after[None, :]).max(axis=1) + n1 * (before[j] - before[:j])
     return out
+
+
+# --- training: what each operator saves for its backward --------------------------------
+#
+# Autograd's rule, as Korthikanti et al. 2022 (arXiv 2205.05198, section 4) count it: an
+# operator keeps the inputs its backward needs, not its output. Matrix products, norms and
+# activations keep their inputs; a softmax keeps its output; a residual add or a view
+# keeps nothing; a fused operator also keeps what it writes inside itself; an operator
+# nobody reads (the LM head's logits) is kept for the loss. With dropout (``Graph.dropout``)
+# a softmax also keeps its 1-byte mask and the dropped-out scores, and a row-parallel
+# output (attention projection, FFN-down) its 1-byte mask. A recomputed operator
+# (``costs.recompute``) keeps nothing of its own, and its inputs only when their producer
+# is not recomputed (the checkpoint it recomputes from); a tensor made by a recomputed
+# operator is made again in the backward, so nobody keeps it. Several readers of one
+# tensor on its producer's stage keep it once (at most the producer's output); a reader
+# on a later stage keeps its own received copy.
+#
+# Bytes per rank: a tensor's elements at its producer's precision times the share a rank
+# holds (``tp_output_share``: 1/t for sharded outputs, and for the replicated ones under
+# sequence parallelism); a copy received from another stage is 1/t of the tensor (the
+# simulator sends each rank its shard). On the zoo's GPT layer this is exactly
+# Korthikanti's sbh(34 + 5as/h) (no parallelism), sbh(10 + 24/t + 5as/(ht)) (tp),
+# sbh(34 + 5as/h)/t (tp + sp), 34sbh/t (tp + sp + selective) and 2sbh (full) per layer.
+
+NO_SAVE_KINDS = frozenset({"add", "reshape"})
+OUTPUT_SAVE_KINDS = frozenset({"softmax"})
+MASK_BYTES_PER_ELEM = 1.0   # a dropout mask (torch.bool / uint8)
+
+
+def saved_elems(graph, again: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(edge_saved (E,), own (V,), extra (V,), mask (V,)) elements kept for the backward per
+    microbatch (rules above): ``edge_saved[e]`` of tensor e by its reader, ``own[v]`` of
+    v's output by v itself (what the readers on v's stage and v keep of v's output is
+    at most v's ``out_elems``: ``kept_output_elems``), ``extra[v]`` further elements at v's precision (dropout
+    output), ``mask[v]`` 1-byte mask elements. ``again[v]``: v is recomputed."""
+    ops = graph.ops
+    V = len(ops)
+    edges = graph.edges()
+    E = len(edges)
+    saved = np.zeros(E)
+    own = np.zeros(V)
+    readers = np.zeros(V, dtype=np.int64)
+    out_sum = np.zeros(V)
+    for u, _, x in edges:
+        readers[u] += 1
+        out_sum[u] += x
+    for e, (u, w, x) in enumerate(edges):
+        if again[u]:
+            continue
+        if again[w] or (ops[w].kind not in NO_SAVE_KINDS and ops[w].kind not in OUTPUT_SAVE_KINDS):
+            saved[e] = x
+    for v, op in enumerate(ops):
+        if again[v] or op.kind in NO_SAVE_KINDS:
+            continue
+        inner = max(0.0, op.out_elems - min(float(op.out_elems), out_sum[v])) if readers[v] else float(op.out_elems)
+        own[v] = (op.out_elems if op.kind in OUTPUT_SAVE_KINDS else 0.0) + inner
+    extra = np.zeros(V)
+    mask = np.zeros(V)
+    if getattr(graph, "dropout", False):
+        for v, op in enumerate(ops):
+            if again[v]:
+                continue
+            if op.kind in OUTPUT_SAVE_KINDS:
+                extra[v], mask[v] = op.out_elems, op.out_elems
+            elif op.tp_role == "row":
+                mask[v] = op.out_elems
+    return saved, own, extra, mask
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Per-rank bytes of one training stage (one replica's precisions) per microbatch:
+    ``stash`` kept for the backward; ``single`` the most one microbatch holds at once
+    over its own forward and backward (what it has kept so far, or still keeps, plus its
+    outputs before their local readers ran, its gradients, and what recomputation makes
+    again); ``forward``/``backward`` the most its forward or backward adds beyond the
+    stash; ``boundary`` what crosses the stage's boundaries (tensors and gradients sent,
+    received or relayed), which may wait on a busy link while a microbatch is in flight."""
+
+    stash: float
+    single: float
+    forward: float
+    backward: float
+    boundary: float
+
+    def peak_bytes(self, inflight: int, overlapping: int) -> float:
+        """Bytes the stage holds at most with ``inflight`` microbatches in flight. Under
+        1F1B (``overlapping`` 1) a device runs one microbatch's tasks in order, the others
+        stashed; under GPipe's rounds a device may run ahead while a collective is
+        pending, so up to ``overlapping`` microbatches' work is under way at once."""
+        if overlapping <= 1:
+            return (inflight - 1) * self.stash + self.single + inflight * self.boundary
+        return inflight * (self.stash + self.boundary) + overlapping * max(self.forward, self.backward)
+
+
+def _share(problem, v: int, tp: int, sp: bool) -> float:
+    return tp_output_share(problem.graph.ops[v], tp, sp) if tp > 1 else 1.0
+
+
+def kept_output_elems(graph, own: np.ndarray, saved: np.ndarray, local: np.ndarray | None = None) -> np.ndarray:
+    """(V,) elements of each op's output its stage keeps: what it and its readers keep (only
+    the readers with ``local[e]``, on its stage; all when None), at most the output."""
+    kept = own.copy()
+    for e, (u, _, _) in enumerate(graph.edges()):
+        if local is None or local[e]:
+            kept[u] += saved[e]
+    return np.minimum(kept, [float(op.out_elems) for op in graph.ops])
+
+
+def held_per_op_bytes(problem, qs: Sequence[int], tp: int, sp: bool, again: np.ndarray,
+                      outside: np.ndarray | None = None) -> np.ndarray:
+    """(V,) bytes op v's stage keeps for v's backward per microbatch on one rank (the
+    cluster space's per-layer sums; the plan-exact form is ``training_stage_memory``): v's
+    saved inputs, its own output and extras, every reader on its producer's stage, or,
+    for the tensors ``outside[e]``, as a received copy (1/tp of it, not shared)."""
+    saved, own, extra, mask = saved_elems(problem.graph, again)
+    bpe = problem.bytes_per_elem
+    V = problem.n_ops
+    share = np.array([_share(problem, v, tp, sp) for v in range(V)])
+    q = np.asarray(qs, dtype=np.int64)
+    # a reader's claim on its input, scaled down where the readers and the producer
+    # together claim more than the producer's output
+    claims = kept_output_elems(problem.graph, own, saved) / np.maximum(
+        own + np.bincount(problem.edges[:, 0], weights=saved, minlength=V) if len(saved) else own, 1e-300)
+    scale = np.minimum(1.0, claims)
+    out = (own * scale + extra) * bpe[q] * share + mask * MASK_BYTES_PER_ELEM * share
+    for e, (u, w) in enumerate(problem.edges.tolist()):
+        if outside is not None and outside[e]:
+            out[w] += (problem.edge_elems[e] * bpe[q[u]] / tp) if saved[e] > 0 else 0.0
+        else:
+            out[w] += saved[e] * scale[u] * bpe[q[u]] * share[u]
+    return out
+
+
+def remat_per_op_bytes(problem, qs: Sequence[int], tp: int, sp: bool, again: np.ndarray) -> np.ndarray:
+    """(V,) bytes a recomputed op's backward makes again (what it would keep without
+    recomputation); 0 for the others."""
+    if not again.any():
+        return np.zeros(problem.n_ops)
+    full = held_per_op_bytes(problem, qs, tp, sp, np.zeros(problem.n_ops, dtype=bool))
+    return np.where(again, full, 0.0)
+
+
+def remat_groups(problem, ops: Sequence[int]) -> dict[object, list[int]]:
+    """The ops of one stage grouped as recomputation remakes them together: by layer
+    (``l<i>.``), the rest one group."""
+    from distplan.workloads.graph import layer_index
+    groups: dict[object, list[int]] = {}
+    for v in ops:
+        groups.setdefault(layer_index(problem.graph.ops[v].name), []).append(v)
+    return groups
+
+
+def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.ndarray) -> StageMemory:
+    """Per-rank stash and transient bytes of training stage ``k`` under ``plan`` at the
+    per-op precision indices ``qs`` (one replica's): the rules above, with received copies
+    on the reader's stage (1/t of the tensor) and the producer's copy kept only for
+    readers on its own stage. The simulator (``sim.taskgraph``) allocates these buffers."""
+    saved, own, extra, mask = saved_elems(problem.graph, again)
+    st = plan.stages[k]
+    tp, sp = st.tensor_parallel, st.sequence_parallel
+    bpe = problem.bytes_per_elem
+    q = np.asarray(qs, dtype=np.int64)
+    stage = np.asarray(plan.op_stage, dtype=np.int64)
+    ops = np.flatnonzero(stage == k)
+    share = {int(v): _share(problem, int(v), tp, sp) for v in ops}
+    edges = problem.edges.tolist()
+    elems = problem.edge_elems
+    stash = 0.0
+    for v in ops:
+        stash += (extra[v] * bpe[q[v]] + mask[v] * MASK_BYTES_PER_ELEM) * share[int(v)]
+    # per op on the stage: its output bytes not kept (freed in the forward) and its readers
+    out_b = {int(v): problem.graph.ops[v].out_elems * bpe[q[v]] * share[int(v)] for v in ops}
+    local = np.array([stage[u] == k and stage[w] == k for u, w in edges], dtype=bool)
+    kept_el = kept_output_elems(problem.graph, own, saved, local)
+    kept_out = {int(v): kept_el[v] * bpe[q[v]] * share[int(v)] for v in ops}
+    stash += sum(kept_out.values())
+    order = [int(v) for v in ops]
+    pos = {v: i for i, v in enumerate(order)}
+    n = len(order)
+    last_local = np.arange(n)
+    own_kept = np.array([kept_out[v] + (extra[v] * bpe[q[v]] + mask[v] * MASK_BYTES_PER_ELEM) * share[v]
+                         for v in order])   # freed by the op's own backward
+    recv_kept = np.zeros(n)                  # received copies, freed by their reader's backward
+    grads = np.zeros(n + 1)                  # gradient buffers alive from the reader's backward to the producer's
+    boundary = 0.0
+    sends = set()
+    for e, (u, w) in enumerate(edges):
+        su, sw = stage[u], stage[w]
+        b = elems[e] * bpe[q[u]] / tp
+        if sw == k and su == k:
+            last_local[pos[u]] = max(last_local[pos[u]], pos[w])
+            grads[pos[u]] += b
+            grads[pos[w] + 1] -= b
+        elif sw == k and su < k:     # received (kept, or until read), its gradient sent back
+            boundary += 2 * b
+            if saved[e] > 0:
+                stash += b
+                recv_kept[pos[w]] += b
+        elif su == k and sw > k:     # sent, its gradient received
+            sends.add(u)
+            boundary += b
+        elif su < k < sw:            # relayed through this stage, both ways in training
+            boundary += 2 * b
+    rest = np.array([max(0.0, out_b[v] - kept_out[v]) for v in order])
+    boundary += float(sum(rest[pos[u]] for u in sends))
+    i = np.arange(n)
+    alive = (i[None, :] < i[:, None]) & (last_local[None, :] >= i[:, None])     # [t, u]: u's rest alive while t runs
+    live = rest + alive.astype(float) @ rest
+    grads = np.cumsum(grads)[:n]
+    remat = remat_per_op_bytes(problem, q, tp, sp, again)
+    ws = np.zeros(n)
+    for g in remat_groups(problem, order).values():
+        lo, hi = pos[min(g)], pos[max(g)]
+        ws[lo:hi + 1] += float(remat[g].sum())
+    kept_to = np.cumsum(own_kept + recv_kept)        # [t]: kept by ops up to t
+    fwd_profile = kept_to + recv_kept.sum() - np.cumsum(recv_kept) + live   # received copies may arrive early
+    bwd_profile = kept_to + grads + ws
+    single = float(max(fwd_profile.max(initial=0.0), bwd_profile.max(initial=0.0), stash))
+    fwd, bwd = float(live.max(initial=0.0)), float((grads + ws).max(initial=0.0))
+    return StageMemory(stash, single, fwd, bwd, boundary)

@@ -57,6 +57,8 @@ import numpy as np
 from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan, Stage
 from distplan.costs.collectives import gradient_reduction_parts, hierarchical_groups
+from distplan.costs.evaluate import plan_memory_bytes
+from distplan.costs.memory import held_per_op_bytes, remat_per_op_bytes
 from distplan.costs.compute import optimizer_step_s
 from distplan.costs.iteration import estimate_iteration, estimate_latency, estimate_transfers, op_rank_times
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
@@ -157,11 +159,14 @@ def _units(problem: Problem) -> list[list[int]]:
 @dataclass(frozen=True)
 class _Work:
     """Per unit, for one (tp, sequence parallel, recomputation): seconds of work per
-    microbatch on one rank, activation bytes held per microbatch, and a transient peak."""
+    microbatch on one rank, activation bytes held per microbatch (costs.memory), a
+    transient peak (what recomputation makes again), and the change in held bytes when
+    the unit is first on its stage (its inputs then arrive as 1/tp copies)."""
 
     w: np.ndarray
     act: np.ndarray
     transient: np.ndarray
+    first: np.ndarray
 
     @cached_property
     def total_s(self) -> float:
@@ -188,6 +193,11 @@ class _Space:
         self._work: dict[tuple[int, bool, str], _Work] = {}
         self._exposure: dict[tuple[int, int, int], float] = {}
         self._again: dict[str, np.ndarray] = {}   # the ops each recomputation mode runs again
+        unit_of = np.empty(problem.n_ops, dtype=np.int64)
+        for i, u in enumerate(self.units):
+            unit_of[u] = i
+        self._outside = (unit_of[problem.edges[:, 0]] != unit_of[problem.edges[:, 1]]) if len(problem.edges) else \
+            np.zeros(0, dtype=bool)   # a tensor from an earlier unit: received when its unit starts a stage
 
     def work(self, tp: int, sp: bool, recompute: str) -> _Work:
         key = (tp, sp, recompute)
@@ -198,15 +208,27 @@ class _Space:
                 self._again[recompute] = _recomputed_ops(pb, recompute)
             again = self._again[recompute]
             qs = self.qs
-            w, act, tr = [], [], []
+            w, act, tr, first = [], [], [], []
+            if pb.training:   # the one memory model (costs.memory): what each op keeps, what recomputation remakes
+                held = held_per_op_bytes(pb, qs, tp, sp and tp > 1, again)
+                remat = remat_per_op_bytes(pb, qs, tp, sp and tp > 1, again)
+                recv = held_per_op_bytes(pb, qs, tp, sp and tp > 1, again, outside=self._outside)
+            else:
+                held = np.array([float(pb.act_bytes[v, qs[v]]) * (tp_output_share(pb.graph.ops[v], tp, sp) if tp > 1
+                                                                   else 1.0) for v in range(pb.n_ops)])
+                remat = recv = None
             for u in self.units:
                 f, b = op_rank_times(pb, G, qs, u, sp and tp > 1, again)
                 w.append(float(f.sum() + b.sum()))
-                held = [float(pb.act_bytes[v, self.qs[v]]) * (tp_output_share(pb.graph.ops[v], tp, sp) if tp > 1 else 1.0)
-                        for v in u]
-                act.append(sum(h for v, h in zip(u, held) if not again[v]))
-                tr.append(sum(h for v, h in zip(u, held) if again[v]))
-            self._work[key] = _Work(np.array(w), np.array(act), np.array(tr))
+                if remat is not None:
+                    act.append(float(held[u].sum()))
+                    tr.append(float(remat[u].sum()))
+                    first.append(float(recv[u].sum()) - act[-1])
+                else:
+                    act.append(float(sum(held[v] for v in u if not again[v])))
+                    tr.append(float(sum(held[v] for v in u if again[v])))
+                    first.append(0.0)
+            self._work[key] = _Work(np.array(w), np.array(act), np.array(tr), np.array(first))
         return self._work[key]
 
     def static_per_rank(self, tp: int, dp: int, zero: int) -> np.ndarray:
@@ -393,6 +415,8 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
     if pt.dp > 1 and hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
         options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
     plans = [_plan(problem, space, pt, split, allreduce, overlap) for allreduce, overlap in options]
+    if problem.training and not (plan_memory_bytes(problem, plans[0]) <= problem.device_mem_bytes * (1 + 1e-12)).all():
+        return []   # over the checker's memory (the split's own bound used its lower bound)
     need = [estimate_s(problem, plan) if clock is not None and problem.training else 0.0 for plan in plans]
     first = min(range(len(plans)), key=need.__getitem__) if must or clock is None else -1
     out = []
@@ -506,8 +530,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         m = (space.pb.microbatches if space.pb.training else 1) // pt.dp
         cs, ca = np.concatenate(([0.0], np.cumsum(static))), np.concatenate(([0.0], np.cumsum(wk.act)))
 
-        def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient) -> float:
-            return cs[j] - cs[i] + min(pp - k, m) * (ca[j] - ca[i]) + float(tr[i:j].max(initial=0.0))
+        def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient, fi=wk.first) -> float:
+            # at most the checker's plan_memory_bytes (which adds the forward, backward and
+            # boundary buffers): a split it prunes, the checker refuses too
+            held = ca[j] - ca[i] + (fi[i] if i > 0 and i < j else 0.0)
+            return cs[j] - cs[i] + min(pp - k, m) * held + float(tr[i:j].max(initial=0.0))
 
         tot, extra = float(wk.w.sum()), space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
         solved += 1

@@ -23,6 +23,7 @@ from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.tensor_parallel import (TP_ALLREDUCE_KINDS, tp_backward_allreduce, tp_divides,
                                             tp_forward_allreduce, tp_output_share)
 from distplan.costs.problem import Problem
+from distplan.costs.memory import MASK_BYTES_PER_ELEM, remat_groups, remat_per_op_bytes, saved_elems
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
@@ -130,6 +131,9 @@ class _Builder:
                             static_links=static_links)
         self.qs_of = [[problem.q_index(x) for x in plan.microbatch_precisions(p)] for p in range(C)]
         self.again = recomputed(problem, self.full)
+        # what each op keeps for its backward (costs.memory: the checker's rule)
+        self.saved = saved_elems(problem.graph, self.again) if problem.training else None
+        self._remat: dict[tuple[int, tuple[int, ...]], list[tuple[int, int, float]]] = {}
         self.one_rank = sym is not None and sym.ranks > 1      # simulate rank 0 of each group
         self.one_replica = sym is not None and sym.replicas > 1
         self.bwd_nodes: dict[int, list[list[int]]] = {}
@@ -186,6 +190,7 @@ class _Builder:
         V = pb.n_ops
         qs, bpe, elems = self.qs_of[p], pb.bytes_per_elem, pb.edge_elems
         Fn: list[list[int]] = [[] for _ in range(V)]
+        kept_in: list[tuple[int, int, int]] = []   # (reader, rank, buffer) held until the reader's backward
         out_at: list[list[int]] = [[] for _ in range(V)]
         releases: list[list[list[int]]] = [[] for _ in range(V)]
         for v in range(V):
@@ -222,7 +227,9 @@ class _Builder:
                     if first is not None:
                         received[j].append((e, first, src, cast))
                         prog.buffers.append(Buffer(d, nb, src, True, (cast,) if cast is not None else (), False))
-                        if cast is None:
+                        if self.saved is not None and self.saved[0][e] > 0:   # kept for v's backward
+                            kept_in.append((v, j, len(prog.buffers) - 1))
+                        elif cast is None:
                             patch_buf[j].append(len(prog.buffers) - 1)
                     elif cast is not None:
                         releases[u][ju].append(cast)
@@ -247,24 +254,56 @@ class _Builder:
                 out_at[v] = list(Fn[v])
         own: dict[tuple[int, int], int] = {}
         for v in range(V):
-            G = where[plan.op_stage[v]]
-            sp = plan.stages[plan.op_stage[v]].sequence_parallel
-            nb = float(pb.act_bytes[v, qs[v]]) * (tp_output_share(pb.graph.ops[v], len(G), sp) if len(G) > 1 else 1.0)
-            # stream: what no other op reads (a fused op's inner tensors) dies with the op
-            inner = 0.0 if pb.training else max(0.0, nb - float(pb.send_bytes[v, qs[v]]))
+            k = plan.op_stage[v]
+            G = where[k]
+            sp = plan.stages[k].sequence_parallel
+            share = tp_output_share(pb.graph.ops[v], len(G), sp) if len(G) > 1 else 1.0
+            nb = float(pb.act_bytes[v, qs[v]]) * share
+            if pb.training:   # the part kept for the backward (costs.memory.saved_elems), the rest
+                saved, mine, extra, mask = self.saved
+                kept_e = mine[v] + sum(saved[e] for e in self.out_edges[v] if plan.op_stage[self.edges[e][1]] == k)
+                kept = min(nb, kept_e * bpe[qs[v]] * share)
+                more = (extra[v] * bpe[qs[v]] + mask[v] * MASK_BYTES_PER_ELEM) * share
+                inner = 0.0
+            else:   # stream: what no other op reads (a fused op's inner tensors) dies with the op
+                kept, more = 0.0, 0.0
+                inner = max(0.0, nb - float(pb.send_bytes[v, qs[v]]))
             for j, d in self.ranks(G):
                 rel = tuple(releases[v][j]) or (Fn[v][j],)
                 if inner > 0:
                     prog.buffers.append(Buffer(d, inner, Fn[v][j], False, (Fn[v][j],), True))
-                prog.buffers.append(Buffer(d, nb - inner, Fn[v][j], False, rel, True))
-                own[(v, j)] = len(prog.buffers) - 1
+                if kept > 0 or more > 0:
+                    prog.buffers.append(Buffer(d, kept + more, Fn[v][j], False, (Fn[v][j],), True))
+                    own[(v, j)] = len(prog.buffers) - 1
+                prog.buffers.append(Buffer(d, nb - inner - kept, Fn[v][j], False, rel, True))
                 prog.outputs[(p, v, j)] = (Fn[v][j], rel)
         if pb.training:
             Bn = self.backward(p, where, Fn, qs)
             self.bwd_nodes[p] = Bn
-            for (v, j), bi in own.items():
-                if not self.again[v]:   # stashed for the backward; a recomputed op is not
-                    prog.buffers[bi].frees = (Bn[v][j],)
+            for (v, j), bi in own.items():   # kept until the op's own backward has run
+                prog.buffers[bi].frees = (Bn[v][j],)
+            for w, j, bi in kept_in:          # a received tensor kept for its reader's backward
+                prog.buffers[bi].frees = (Bn[w][j],)
+            self.remat_buffers(p, where, qs, Bn)
+
+    def remat_buffers(self, p: int, where, qs: list[int], Bn: list[list[int]]) -> None:
+        """What recomputation makes again (costs.memory.remat_per_op_bytes), one buffer per
+        layer of a stage and rank: from the start of the layer's first backward task to the
+        end of its last."""
+        pb, plan, prog = self.pb, self.plan, self.prog
+        if not self.again.any():
+            return
+        for k, st in enumerate(plan.stages):
+            key = (k, tuple(qs))
+            if key not in self._remat:   # (first op, last op, bytes) per layer of the stage
+                remat = remat_per_op_bytes(pb, qs, st.tensor_parallel, st.sequence_parallel, self.again)
+                self._remat[key] = [(min(g), max(g), float(remat[g].sum()))
+                                    for g in remat_groups(pb, plan.ops_in_stage(k)).values()]
+            for lo, hi, nbytes in self._remat[key]:
+                if nbytes <= 0:
+                    continue
+                for j, d in self.ranks(where[k]):
+                    prog.buffers.append(Buffer(d, nbytes, Bn[hi][j], False, (Bn[lo][j],), True))
 
     def backward(self, p: int, where, Fn, qs: list[int]) -> list[list[int]]:
         pb, plan, prog = self.pb, self.plan, self.prog

@@ -158,6 +158,7 @@ class Outcome:
     wall_s: float
     iteration_s: float | None = None
     peak_memory_gib: float | None = None
+    bound_memory_gib: float | None = None   # the checker's (costs.evaluate.plan_memory_bytes)
     fits: bool | None = None
     skipped: str = ""
 
@@ -171,9 +172,8 @@ def _alarm(signum, frame):   # noqa: ARG001 (signal handler signature)
 
 
 def simulate_row(row: Row, cap_s: float | None = None) -> Outcome:
-    """Simulate ``row`` through ``whatif`` (memory reported, not enforced: the checker's
-    static bound over-counts activations under tensor parallelism) and compare it with
-    the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread only)."""
+    """Simulate ``row`` through ``whatif`` with its memory check on (the published run
+    fits, by the checker's bound) and compare it with the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread only)."""
     t0 = time.perf_counter()
     use_alarm = bool(cap_s) and hasattr(signal, "setitimer")
     if use_alarm:
@@ -182,7 +182,7 @@ def simulate_row(row: Row, cap_s: float | None = None) -> Outcome:
     try:
         w = whatif(row.workload, row.topology, dp=row.dp, tp=row.tp, pp=row.pp, microbatch_size=row.microbatch,
                    global_batch=row.global_batch, precision="bf16", seq_len=row.seq_len, recompute=row.recompute,
-                   sequence_parallel=row.sequence_parallel, check_memory=False, breakdown=False)
+                   sequence_parallel=row.sequence_parallel, check_memory=True, breakdown=False)
     except RowTimeout:
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
                        skipped=f"over the {cap_s:.0f} s wall-time cap")
@@ -196,7 +196,7 @@ def simulate_row(row: Row, cap_s: float | None = None) -> Outcome:
     sim = it if row.metric == "iteration_s" else paper_flops(row) / (row.gpus * it) / 1e12
     cap = float(w.problem.device_mem_bytes.min())
     return Outcome(row.key, row.published, sim, sim / row.published - 1, time.perf_counter() - t0, it,
-                   w.peak_memory_bytes / 2**30, w.peak_memory_bytes <= cap)
+                   w.peak_memory_bytes / 2**30, w.bound_memory_bytes / 2**30, w.peak_memory_bytes <= cap)
 
 
 def summary(outcomes: list[Outcome]) -> tuple[float, float]:
@@ -214,6 +214,12 @@ def _fmt(x: float | None, metric: str) -> str:
     if x is None:
         return "-"
     return f"{x:.2f} s" if metric == "iteration_s" else f"{x:.1f} TF/s"
+
+
+def _mem(o: Outcome) -> str:
+    if o.peak_memory_gib is None or o.bound_memory_gib is None:
+        return "-"
+    return f"{o.peak_memory_gib:.1f} / {o.bound_memory_gib:.1f} ({o.bound_memory_gib / o.peak_memory_gib - 1:+.1%})"
 
 
 def markdown(outcomes: list[Outcome]) -> str:
@@ -261,13 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(outcomes))
     else:
         print(f"{'row':4} {'source':34} {'configuration':88} {'published':>13} {'simulated':>13} {'error':>7} "
-              f"{'wall':>7}")
+              f"{'memory: sim / checker GiB':>26} {'wall':>7}")
         for o in outcomes:
             r = BY_KEY[o.key]
             err = f"{o.error:+.1%}" if o.error is not None else "skip"
             print(f"{r.key:4} {r.source.split(',')[0] + ' ' + r.table.split(' (')[0]:34} "
                   f"{r.workload + ': ' + r.describe():88} {_fmt(r.published, r.metric):>13} "
-                  f"{_fmt(o.simulated, r.metric):>13} {err:>7} {o.wall_s:6.1f}s")
+                  f"{_fmt(o.simulated, r.metric):>13} {err:>7} {_mem(o):>26} {o.wall_s:6.1f}s")
             if o.skipped:
                 print(f"     not run: {o.skipped}")
         print(f"MAE {mae:.1%}, worst {worst:.1%} over {sum(o.error is not None for o in outcomes)} of "

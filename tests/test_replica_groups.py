@@ -305,11 +305,21 @@ CHANGED = {
 }
 
 
+# peak memory re-measured under the one memory model (costs.memory: operators keep the
+# inputs their backward needs, not their outputs; within 0.6 % of the figures above)
+MEMORY = {'hybrid-dp8-ring-0': 2178748416.0, 'hybrid-dp8-ring-1': 2178748416.0,
+          'hybrid-dp8-hierarchical-0': 2178748416.0, 'hybrid-dp8-hierarchical-1': 2178748416.0,
+          'hybrid-pp2-dp4': 1488863232.0, 'hybrid-pp2-dp2-m5': 1488863232.0, 'hybrid-gpipe': 1148645376.0,
+          'dgx-tp2-dp2-pp2': 810227712.0, 'dgx-dp4-pp2-ov': 1572876288.0}
+
+
 def test_plans_without_replica_groups_simulate_as_before():
     for name, pb, plan in _regression_cases():
         r = simulate(pb, plan)
         got = [r.makespan_s, r.period_s, r.iteration_s, float(r.peak_memory_bytes.max()), float(r.device_busy_s.sum())]
-        assert got == pytest.approx(CHANGED.get(name, BEFORE[name]), rel=1e-12), name
+        want = list(CHANGED.get(name, BEFORE[name]))
+        want[3] = MEMORY.get(name, want[3])
+        assert got == pytest.approx(want, rel=1e-12), name
         # the same plan with explicit round-robin shares where they divide evenly is the same plan
         if all(s.replicas and plan.microbatches % s.replicas == 0 for s in plan.stages) and plan.schedule != "stream":
             eq = dataclasses.replace(plan, stages=tuple(dataclasses.replace(

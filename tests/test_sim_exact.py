@@ -291,7 +291,7 @@ def test_standard_1f1b_window_bounds_the_period_with_communication():
     # round trip F0 + c + F1 + B1 + c + B0 = 5 s: period 5 / 2 = 2.5 s, above the busiest
     # server's 2 s (plan_cost). Ideal mode deepens the window and reaches 2 s.
     from distplan.costs.evaluate import plan_cost
-    g = chain([1.0, 1.0], [1.0, 1.0], elems=[250_000_000], mode="training")
+    g = chain([1.0, 1.0], [1.0, 1.0], elems=[250_000_000], mode="training", kind="softmax")
     plan = pipeline_plan(2, 64, "1f1b")
     r, pb = run(g, topo_line(2), plan)
     assert close(r.period_s, 2.5) and r.steady

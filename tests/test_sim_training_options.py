@@ -53,33 +53,37 @@ def test_recompute_reruns_exactly_the_chosen_forwards(mode, again, extra_gflop):
     assert plan_cost(p, plan).period_s == pytest.approx((45 + extra_gflop) * MS, rel=1e-12)
 
 
-def test_recompute_holds_less():
-    """Two stages, 4 microbatches: 1F1B's first stage stashes 2 microbatches of every
-    op; recomputed ops (l0.x) are held once: 1,000 fp16 elements = 2 kB less."""
-    g = _two_layers()
-    topo = Topology("pair", {"k": KIND}, (Device("d0", "k"), Device("d1", "k")),
-                    (Link("d0", "d1", 1e9), Link("d1", "d0", 1e9)))
-    p = distplan.problem(g, topo, precisions="fp16", microbatches=4)
-    plans = {m: Plan((0, 0, 0, 1, 1), ("fp16",) * 5, (Stage((0,), recompute=m), Stage((1,), recompute=m)), 4, "1f1b")
-             for m in ("none", "full")}
-    none, full = plan_memory_bytes(p, plans["none"]), plan_memory_bytes(p, plans["full"])
-    assert none[0] - full[0] == pytest.approx(2000.0)
-    a, b = distplan.simulate(p, plans["none"]), distplan.simulate(p, plans["full"])
-    assert b.peak_own_memory_bytes[0] < a.peak_own_memory_bytes[0]
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recompute_holds_less(mode):
+    """GPT layers on 2 stages, 4 microbatches: recomputation keeps less for the backward
+    (selective: the attention core's 5as^2b per layer; full: all but each layer's input),
+    in the checker and in the simulation, and the simulation stays under the checker."""
+    p = distplan.problem("gpt3-125m", "a100x8", mode="training", precisions="bf16", microbatches=4,
+                         seq_len=256, batch_size=1)
+    half = p.n_ops // 2
+    stages = lambda m: (Stage((0,), recompute=m), Stage((1,), recompute=m))   # noqa: E731
+    plans = {m: Plan(tuple(0 if v < half else 1 for v in range(p.n_ops)), ("bf16",) * p.n_ops, stages(m), 4, "1f1b")
+             for m in ("none", mode)}
+    none, less = plan_memory_bytes(p, plans["none"]), plan_memory_bytes(p, plans[mode])
+    assert (less[:2] < none[:2]).all()
+    a, b = distplan.simulate(p, plans["none"]), distplan.simulate(p, plans[mode])
+    assert (b.peak_own_memory_bytes[:2] < a.peak_own_memory_bytes[:2]).all()
+    assert (b.peak_own_memory_bytes[:2] <= less[:2]).all() and (a.peak_own_memory_bytes[:2] <= none[:2]).all()
 
 
 @settings(max_examples=40, deadline=None)
 @given(problem_and_plan(mode="training", schedule="1f1b", microbatches=st.integers(1, 6)),
        st.sampled_from(["selective", "full"]))
-def test_recompute_never_holds_more_nor_runs_faster(case, mode):
-    """More recomputation: the checker's bound and the simulated own peak never grow,
-    the run never gets shorter (the zoo's op names and kinds drawn at random)."""
+def test_recompute_never_runs_faster(case, mode):
+    """More recomputation never makes the run shorter (the zoo's op names and kinds drawn
+    at random). Memory may grow on such graphs: recomputing an op whose own backward keeps
+    nothing (an add, a softmax) keeps its inputs instead, and the layer made again adds to
+    the checkpoints; on real layers it holds less (test_recompute_holds_less)."""
     p, plan = case
     again = dataclasses.replace(plan, stages=tuple(dataclasses.replace(s, recompute=mode) for s in plan.stages))
-    assert (plan_memory_bytes(p, again) <= plan_memory_bytes(p, plan) + 1e-6).all()
     a, b = distplan.api.pipeline.sim_run(p, plan), distplan.api.pipeline.sim_run(p, again)
-    assert (b.peak_own_memory_bytes <= a.peak_own_memory_bytes + 1e-6).all()
     assert b.makespan_s >= a.makespan_s * (1 - 1e-12)
+    assert (b.peak_own_memory_bytes <= plan_memory_bytes(p, again) * (1 + 1e-9) + 1e-6).all()
 
 
 def _replicas(n: int, zero: int = 0, overlap: bool = False, nodes: tuple[int, ...] | None = None,

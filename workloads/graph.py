@@ -92,6 +92,9 @@ class Graph:
     #: what the importer warned about (unknown operators, estimated sizes), one line each
     import_warnings: tuple[str, ...] = field(default=(), repr=False, compare=False, hash=False)
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False, hash=False)
+    #: trained with dropout (hidden and attention, as GPT-3/BERT/Megatron): only memory
+    #: changes, by the masks and dropped-out scores kept for the backward (costs.memory)
+    dropout: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -165,7 +168,8 @@ class Graph:
                 touched_elems=(op.touched_elems - w) * s + w,
                 send_elems=None if op.send_elems is None else op.send_elems * s))
         tensors = tuple(dataclasses.replace(t, elems=round(t.elems * s)) for t in self.tensors)
-        return Graph(self.name, tuple(ops), tensors, self.mode, batch_size, self.seq_len, self.import_warnings)
+        return Graph(self.name, tuple(ops), tensors, self.mode, batch_size, self.seq_len, self.import_warnings,
+                     dropout=self.dropout)
 
 
 def _check_number(value: float, what: str) -> None:

@@ -23,13 +23,13 @@ _OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems"
             "tied_to", "tied_elems", "tp_role"}
 _OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "tp_role": None}   # written only when not the default
 _T_KEYS = {"src", "dst", "elems"}
-_TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "ops", "tensors"}
+_TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors"}
 
 
 def graph_to_dict(g: Graph) -> dict[str, Any]:
     return {
         "format": FORMAT, "version": VERSION, "name": g.name, "mode": g.mode,
-        "batch_size": g.batch_size, "seq_len": g.seq_len,
+        "batch_size": g.batch_size, "seq_len": g.seq_len, **({"dropout": True} if g.dropout else {}),
         "ops": [{k: getattr(op, k) for k in ("name", "kind", "fwd_flops", "bwd_flops", "param_elems",
                                               "out_elems", "touched_elems", *_OPTIONAL)
                  if k not in _OPTIONAL or getattr(op, k) != _OPTIONAL[k]}
@@ -85,8 +85,14 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         ops.append(Operator(**od))
     return Graph(
         name=d["name"], ops=tuple(ops), tensors=tuple(tensors), mode=d.get("mode", "inference"),
-        batch_size=d.get("batch_size", 1), seq_len=d.get("seq_len"),
+        batch_size=d.get("batch_size", 1), seq_len=d.get("seq_len"), dropout=_flag(d.get("dropout", False), source),
     )
+
+
+def _flag(x: Any, source: str) -> bool:
+    if not isinstance(x, bool):
+        raise DistplanError(f"{source}: 'dropout' must be true or false, got {brief(x)}")
+    return x
 
 
 def save_graph(g: Graph, path: str | Path) -> None:

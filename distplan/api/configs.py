@@ -24,6 +24,7 @@ from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.costs.megatron import check_degrees, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
 from distplan.costs.check import plan_violations
+from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Topology
@@ -61,6 +62,7 @@ class WhatIf:
     exposed_comm_share: float
     bubble_share: float
     global_batch: int
+    bound_memory_bytes: float = math.nan   # the checker's bound (costs.evaluate.plan_memory_bytes)
 
     def table(self) -> str:
         p, s = self.problem, self.plan
@@ -75,7 +77,8 @@ class WhatIf:
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
             f"{self.hardware_tflops_per_device:.4g})",
-            f"memory           {self.peak_memory_bytes / 2**30:.2f} GiB peak per device (capacity {cap / 2**30:.1f} GiB)"
+            f"memory           {self.peak_memory_bytes / 2**30:.2f} GiB peak per device (checker's bound "
+            f"{self.bound_memory_bytes / 2**30:.2f} GiB, capacity {cap / 2**30:.1f} GiB)"
             + ("  OVER CAPACITY" if self.peak_memory_bytes > cap else ""),
             f"time             compute {self.compute_share:.1%}, exposed communication {self.exposed_comm_share:.1%}, "
             f"bubble and optimizer {self.bubble_share:.1%}",
@@ -90,7 +93,8 @@ class WhatIf:
                 "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
                 "model_tflops_per_device": self.model_tflops_per_device,
                 "hardware_tflops_per_device": self.hardware_tflops_per_device,
-                "peak_memory_bytes": self.peak_memory_bytes, "compute_share": self.compute_share,
+                "peak_memory_bytes": self.peak_memory_bytes, "bound_memory_bytes": self.bound_memory_bytes,
+                "compute_share": self.compute_share,
                 "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
                 "optimizer_s": self.sim.optimizer_s}
 
@@ -102,9 +106,9 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring).
 
-    ``check_memory=False`` skips the checker's static memory bound (an upper bound that
-    counts every activation of a stage at once, unsharded); the simulated peak is still
-    reported in ``peak_memory_bytes``. ``breakdown=False`` skips the second simulation
+    ``check_memory=False`` skips the checker's memory bound (costs.evaluate.plan_memory_bytes,
+    the one memory model: within a few % above the simulated peak); both are reported
+    (``bound_memory_bytes``, ``peak_memory_bytes``). ``breakdown=False`` skips the second simulation
     with free links: the shares are then NaN (exposed communication is not split from
     the bubble) and the call takes half the time."""
     check_degrees(dp, tp, pp)
@@ -126,6 +130,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         raise DistplanError(f"this configuration expands to {tasks:,} operator tasks after merging identical "
                             f"replicas and ranks, more than the simulator takes here ({MAX_TASKS:,}); use a "
                             "smaller global batch, dp or tp")
+    bound = float(np.max(plan_memory_bytes(p, plan)[sorted({d for s in plan.stages for d in s.devices})]))
     bad = plan_violations(p if check_memory else _unbounded_memory(p), plan)
     if bad:
         raise DistplanError("the configuration does not fit: " + "; ".join(bad[:3]))
@@ -144,4 +149,4 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     again = recomputed(p, plan)
     hw = flops + M * math.fsum(op.fwd_flops for v, op in enumerate(p.graph.ops) if again[v])
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
-                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch)
+                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound)

@@ -18,6 +18,6 @@ class GraphBuilder:
             self._tensors.append(Tensor(src=src, dst=op.name, elems=int(elems)))
         return op.name
 
-    def build(self, name: str, mode: str, batch_size: int, seq_len: int | None) -> Graph:
+    def build(self, name: str, mode: str, batch_size: int, seq_len: int | None, dropout: bool = False) -> Graph:
         return Graph(name=name, ops=tuple(self._ops), tensors=tuple(self._tensors), mode=mode,
-                     batch_size=batch_size, seq_len=seq_len)
+                     batch_size=batch_size, seq_len=seq_len, dropout=dropout)

@@ -23,20 +23,21 @@ LLAMA_VOCAB = 32000
 def bert(name: str, hidden: int, layers: int, heads: int, description: str) -> TransformerConfig:
     return TransformerConfig(name=name, hidden=hidden, layers=layers, heads=heads, ffn=4 * hidden,
                              vocab=30522, max_positions=512, type_vocab=2, default_seq_len=128,
-                             post_norm=True, pooler_head=True, description=description)
+                             post_norm=True, pooler_head=True, description=description, dropout=True)
 
 
 def gpt2(name: str, hidden: int, layers: int, heads: int, description: str) -> TransformerConfig:
     return TransformerConfig(name=name, hidden=hidden, layers=layers, heads=heads, ffn=4 * hidden,
                              vocab=GPT2_VOCAB, max_positions=1024, default_seq_len=1024,
-                             description=description)
+                             description=description, dropout=True)
 
 
 def gpt3(name: str, hidden: int, layers: int, heads: int, description: str = "") -> TransformerConfig:
     _check_heads(name, hidden, heads)
     return TransformerConfig(name=name, hidden=hidden, layers=layers, heads=heads, ffn=4 * hidden,
                              vocab=GPT2_VOCAB, max_positions=2048, default_seq_len=2048,
-                             description=description or f"GPT-3-shaped decoder, h={hidden} L={layers} A={heads}")
+                             description=description or f"GPT-3-shaped decoder, h={hidden} L={layers} A={heads}",
+                             dropout=True)
 
 
 def llama_ffn(hidden: int) -> int:

@@ -8,8 +8,9 @@ plus ``embed`` (lookups summed, BERT's embedding LayerNorm folded in), a final n
 pre-norm models, and ``head`` (the LM head over every position, or BERT's pooler).
 Residual connections are real edges. ``qkv`` is one fused projection; with grouped-query
 attention (``kv_heads < heads``) K and V are ``kv_heads * head_dim`` wide. SwiGLU fuses the
-gate and up projections into ``ffn1`` (output ``2 * ffn``). RoPE and dropout are not
-modelled (their cost is a few FLOPs per element of Q/K or of an activation).
+gate and up projections into ``ffn1`` (output ``2 * ffn``). RoPE and dropout cost no time
+here (a few FLOPs per element of Q/K or of an activation); dropout's masks count in memory
+(``Graph.dropout``, costs.memory).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class TransformerConfig:
     pooler_head: bool = False    # BERT: head = pooler (dense + tanh on the first token)
     description: str = ""
     default_batch_size: int = 1
+    dropout: bool = False        # trained with dropout (GPT-2/3, BERT: 0.1; Llama: none): memory only
 
     @property
     def head_dim(self) -> int:
@@ -150,4 +152,4 @@ def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mod
         if cfg.tied_head:   # reads the embedding's word table: held again when on another stage
             head = dataclasses.replace(head, tied_to="embed", tied_elems=cfg.vocab * h)
         g.add(head, (x, T * h))
-    return with_roles(g.build(cfg.name, mode, batch_size, seq_len), cfg.pooler_head)
+    return with_roles(g.build(cfg.name, mode, batch_size, seq_len, cfg.dropout), cfg.pooler_head)
