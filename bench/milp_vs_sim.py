@@ -91,8 +91,14 @@ def plan_rows(case: str, workload: Any, topology: str, mode: str, time_limit_s: 
         if x.sim is None:
             rows.append(Row(case, topo_name, mode, x.rank, "-", math.nan, math.nan, "not simulated (time limit)"))
         elif cluster:
-            rows.append(Row(case, topo_name, mode, x.rank, "iteration", pred["model_iteration_s"], x.sim.iteration_s,
-                            str(pred.get("cluster_point", ""))))
+            pl = x.plan
+            row = Row(case, topo_name, mode, x.rank, "iteration", pred["model_iteration_s"], x.sim.iteration_s,
+                      f"{pred.get('cluster_point', '')}; {pl.dp_allreduce} reduction"
+                      + (", overlapped" if pl.overlap_grad_reduce else ""))
+            if abs(row.gap) > 0.005 and pl.overlap_grad_reduce and any(st.tensor_parallel > 1 for st in pl.stages):
+                row.note += (" -- not modelled: the overlapped buckets' transfers contend with the backward's "
+                             "tensor-parallel all-reduces on the same links (README, analytic iteration)")
+            rows.append(row)
         else:
             rows.append(Row(case, topo_name, mode, x.rank, "period", x.milp_period_s, x.sim.period_s,
                             f"{x.plan.n_stages} stages x {x.plan.stages[0].replicas} lanes"))
