@@ -116,10 +116,23 @@ def static_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     return mem
 
 
+def pipeline_rule(stage) -> bool:
+    """Is a training stage charged by the pipeline space's linear rule? Stages without
+    tensor parallelism or recomputation (the pipeline space's, which its MILP, DP and
+    heuristic linearise): ``n`` in-flight microbatches of every op's output and dropout
+    extras (``Problem.act_bytes``). The simulator never holds more of a stage's own
+    buffers (each microbatch's kept and unread parts are at most its outputs), so it
+    bounds the simulated own peak; received copies and gradients come on top, as they
+    always did here. Megatron-style stages (tensor parallelism, sequence parallelism,
+    recomputation) get the saved-input model, which bounds the whole simulated peak."""
+    return stage.tensor_parallel == 1 and stage.recompute == "none"
+
+
 def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
-    """Activation bytes per device in training: per stage and replica, ``n`` in-flight
-    microbatches (costs.memory.inflight_microbatches over the replica's own microbatch
-    count) of the stage's stash plus its transient peak (costs.memory.StageMemory.peak_bytes)."""
+    """Activation bytes per device in training: per stage and replica, the pipeline
+    space's linear rule (``pipeline_rule``), or ``n`` in-flight microbatches (costs.memory.
+    inflight_microbatches over the replica's own microbatch count) of the stage's stash
+    plus its transient peak (costs.memory.StageMemory.peak_bytes)."""
     mem = np.zeros(problem.n_devices)
     again = recomputed(problem, plan)
     K = plan.n_stages
@@ -127,8 +140,16 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
         seen: set[int] = set()
+        linear = pipeline_rule(st)
         for i in range(st.replicas):
             precs = plan.replica_precisions(k, i)
+            if linear:   # the pipeline space's rule, which its MILP, DP and heuristic charge
+                n = inflight_microbatches(plan.schedule, k, K, plan.microbatches)
+                per = n * math.fsum(problem.act_bytes[v, problem.q_index(precs[v])] for v in plan.ops_in_stage(k))
+                for d in set(st.replica_group(i)) - seen:
+                    mem[d] += per
+                    seen.add(d)
+                continue
             if (k, precs) not in memo:
                 memo[k, precs] = training_stage_memory(problem, plan, k, [problem.q_index(p) for p in precs], again)
             sm = memo[k, precs]

@@ -61,6 +61,10 @@ from distplan.costs.tensor_parallel import tp_output_share
 from distplan.workloads.graph import graph_send_elems, send_elems  # noqa: F401  (re-exported)
 
 OPTIMIZER_BYTES_PER_PARAM = 12
+#: what an op keeps for its backward (training, below): nothing, or its output
+NO_SAVE_KINDS = frozenset({"add", "reshape"})
+OUTPUT_SAVE_KINDS = frozenset({"softmax"})
+MASK_BYTES_PER_ELEM = 1.0   # a dropout mask (torch.bool / uint8)
 
 
 def static_bytes(param_elems: int, prec: str, training: bool) -> float:
@@ -72,6 +76,17 @@ def static_bytes(param_elems: int, prec: str, training: bool) -> float:
 
 def activation_bytes(out_elems: int, prec: str) -> float:
     return float(out_elems) * precision(prec).bytes_per_elem
+
+
+def dropout_extra_bytes(op, prec: str) -> float:
+    """Bytes a training op keeps beside its output under dropout (module docstring,
+    ``saved_elems``): a softmax its 1-byte mask and the dropped-out scores, a
+    row-parallel output its 1-byte mask."""
+    if op.kind in OUTPUT_SAVE_KINDS:
+        return float(op.out_elems) * (precision(prec).bytes_per_elem + MASK_BYTES_PER_ELEM)
+    if op.tp_role == "row":
+        return float(op.out_elems) * MASK_BYTES_PER_ELEM
+    return 0.0
 
 
 def activation_factors(schedule: str, stage: int, n_stages: int, microbatches: int) -> tuple[int, int]:
@@ -242,9 +257,6 @@ def contiguous_stream_bytes(edges: np.ndarray, act: np.ndarray, send: np.ndarray
 # Korthikanti's sbh(34 + 5as/h) (no parallelism), sbh(10 + 24/t + 5as/(ht)) (tp),
 # sbh(34 + 5as/h)/t (tp + sp), 34sbh/t (tp + sp + selective) and 2sbh (full) per layer.
 
-NO_SAVE_KINDS = frozenset({"add", "reshape"})
-OUTPUT_SAVE_KINDS = frozenset({"softmax"})
-MASK_BYTES_PER_ELEM = 1.0   # a dropout mask (torch.bool / uint8)
 
 
 def saved_elems(graph, again: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

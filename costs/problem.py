@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from distplan.costs.compute import op_time_s
-from distplan.costs.memory import activation_bytes, graph_send_elems, static_bytes
+from distplan.costs.memory import activation_bytes, dropout_extra_bytes, graph_send_elems, static_bytes
 from distplan.costs.sensitivity import sensitivity
 from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISION_NAMES, parse_precisions, precision
@@ -78,7 +78,7 @@ class Problem:
     bwd_time_s: np.ndarray        # (V, Q, C) zeros in inference
     supported: np.ndarray         # (Q, C) bool
     static_bytes: np.ndarray      # (V, Q)
-    act_bytes: np.ndarray         # (V, Q) per microbatch
+    act_bytes: np.ndarray         # (V, Q) per microbatch: the output, in training with dropout's extras
     send_bytes: np.ndarray        # (V, Q) per microbatch, the part of act_bytes other ops read
     tied_owner: np.ndarray        # (V,) op whose parameters v also reads (Operator.tied_to), -1: none
     tied_bytes: np.ndarray        # (V, Q) static bytes of those parameters on v's devices when apart
@@ -164,6 +164,10 @@ class Problem:
             object.__setattr__(self, "_in_edges", cache)
         return cache[v]
 
+    def out_bytes(self, v: int, q: int) -> float:
+        """Bytes of op v's output at precision index q (what a collective moves)."""
+        return float(self.graph.ops[v].out_elems) * float(self.bytes_per_elem[q])
+
     def sending_edges(self) -> np.ndarray:
         """(E', 2) the tensors (u, v) that carry bytes: the ones that make u hold its sent
         bytes for a later stage (costs.memory.activation_factors)."""
@@ -246,7 +250,7 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
                 if training:
                     bwd[v, q, c] = op_time_s(op.bwd_flops, 2 * op.touched_elems, k, p) if allowed[v, q] else math.inf
             stat[v, q] = static_bytes(op.param_elems, p, training)
-            act[v, q] = activation_bytes(op.out_elems, p)
+            act[v, q] = activation_bytes(op.out_elems, p) + (dropout_extra_bytes(op, p) if training and graph.dropout else 0.0)
             sens[v, q] = sensitivity(op.kind, p, precs[0], before[v], after[v], V, training)
     edges = np.array([(u, v) for u, v, _ in graph.edges()], dtype=np.int64).reshape(-1, 2)
     elems = np.array([x for _, _, x in graph.edges()], dtype=float)

@@ -249,7 +249,7 @@ class _Builder:
                 for e, first, last, cast in received[j]:   # the received copy is freed when this ends
                     prog.inputs[(p, e, j)] = (first, last, cast if cast is not None else f)
             if tv > 1 and tp_forward_allreduce(op):
-                out_at[v] = ring_nodes(self, list(G), list(Fn[v]), float(pb.act_bytes[v, qs[v]]), p, 0, v)
+                out_at[v] = ring_nodes(self, list(G), list(Fn[v]), float(pb.out_bytes(v, qs[v])), p, 0, v)
             else:
                 out_at[v] = list(Fn[v])
         own: dict[tuple[int, int], int] = {}
@@ -258,7 +258,7 @@ class _Builder:
             G = where[k]
             sp = plan.stages[k].sequence_parallel
             share = tp_output_share(pb.graph.ops[v], len(G), sp) if len(G) > 1 else 1.0
-            nb = float(pb.act_bytes[v, qs[v]]) * share
+            nb = float(pb.out_bytes(v, qs[v])) * share
             if pb.training:   # the part kept for the backward (costs.memory.saved_elems), the rest
                 saved, mine, extra, mask = self.saved
                 kept_e = mine[v] + sum(saved[e] for e in self.out_edges[v] if plan.op_stage[self.edges[e][1]] == k)
