@@ -1,0 +1,179 @@
+"""The README's and the docs' examples run, and the figures they state are what the code prints.
+
+Markers in the Markdown (HTML comments, invisible on the rendered page):
+
+- every ```python block runs as a script (in a scratch folder, this checkout on the path);
+  ``<!-- snippet: skip (why) -->`` on the line before a block only compiles it (it needs
+  the reader's own files), ``<!-- snippet: slow -->`` runs it with ``-m slow``;
+- ``<!-- expect: A | B -->`` right after a block: its output contains A and B;
+- ``<!-- check: COMMAND | A | B -->`` (``check-slow:`` for a slow one): COMMAND runs with
+  bash in a scratch folder that has ``solve.py``, ``examples/`` and ``topologies/``, and its
+  output contains A and B. Put it just above the ```bash block that shows the command.
+
+docs/concepts/fidelity.md's table must equal ``studies.fidelity.markdown`` of the stored
+figures, which tests/test_fidelity.py keeps equal to what the simulator gives.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+TIMEOUT_S = 600
+
+_DIRECTIVE = re.compile(r"^<!--\s*snippet:\s*(skip|slow)\b.*-->\s*$")
+_EXPECT = re.compile(r"^<!--\s*expect:\s*(.*?)\s*-->\s*$")
+_CHECK = re.compile(r"^<!--\s*(check|check-slow):\s*(.*?)\s*-->\s*$")
+
+
+@dataclass
+class Snippet:
+    where: str
+    code: str
+    mode: str = "run"            # run | slow | skip
+    expect: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Check:
+    where: str
+    command: str
+    expect: list[str]
+    slow: bool
+
+
+def _split(text: str) -> list[str]:
+    return [s.strip() for s in text.split("|") if s.strip()]
+
+
+def parse(path: Path) -> tuple[list[Snippet], list[Check]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rel = path.relative_to(ROOT).as_posix()
+    snippets: list[Snippet] = []
+    checks: list[Check] = []
+    pending = "run"
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if m := _DIRECTIVE.match(line.strip()):
+            pending = m.group(1)
+        elif m := _CHECK.match(line.strip()):
+            command, *expect = _split(m.group(2))
+            checks.append(Check(f"{rel}:{i + 1}", command, expect, m.group(1) == "check-slow"))
+        elif line.startswith("```"):
+            lang = line[3:].strip().split()[0] if line[3:].strip() else ""
+            start = i
+            i += 1
+            body = []
+            while i < len(lines) and not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            if lang == "python":
+                s = Snippet(f"{rel}:{start + 1}", "\n".join(body) + "\n", pending)
+                j = i + 1
+                while j < len(lines) and not lines[j].strip():
+                    j += 1
+                if j < len(lines) and (m := _EXPECT.match(lines[j].strip())):
+                    s.expect = _split(m.group(1))
+                snippets.append(s)
+            pending = "run"
+        i += 1
+    return snippets, checks
+
+
+SNIPPETS: list[Snippet] = []
+CHECKS: list[Check] = []
+for _doc in DOCS:
+    _s, _c = parse(_doc)
+    SNIPPETS += _s
+    CHECKS += _c
+
+
+def _param(x, slow: bool):
+    return pytest.param(x, id=x.where, marks=[pytest.mark.slow] if slow else [])
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def _scratch(tmp_path: Path) -> Path:
+    for name in ("solve.py", "examples", "topologies"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def _assert_output(where: str, proc: subprocess.CompletedProcess, expect: list[str]) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{where}: exit {proc.returncode}\n{out[-4000:]}"
+    missing = [e for e in expect if e not in out]
+    assert not missing, f"{where}: the output lacks {missing} (the doc states them)\n{out[-4000:]}"
+
+
+def test_the_docs_have_snippets_and_checks():
+    assert sum(s.mode == "run" for s in SNIPPETS) >= 8, [s.where for s in SNIPPETS]
+    assert any(s.where.startswith("README.md") for s in SNIPPETS)
+    assert CHECKS
+
+
+@pytest.mark.parametrize("snippet", [_param(s, s.mode == "slow") for s in SNIPPETS if s.mode != "skip"])
+def test_python_snippet_runs(snippet: Snippet, tmp_path):
+    script = _scratch(tmp_path) / "snippet.py"
+    script.write_text(snippet.code, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    _assert_output(snippet.where, proc, snippet.expect)
+
+
+@pytest.mark.parametrize("snippet", [pytest.param(s, id=s.where) for s in SNIPPETS if s.mode == "skip"])
+def test_skipped_snippet_compiles(snippet: Snippet):
+    compile(snippet.code, snippet.where, "exec")
+
+
+@pytest.mark.parametrize("check", [_param(c, c.slow) for c in CHECKS])
+def test_documented_command_prints_its_figures(check: Check, tmp_path):
+    proc = subprocess.run(["bash", "-c", check.command], cwd=_scratch(tmp_path), env=_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    _assert_output(check.where, proc, check.expect)
+
+
+def test_checked_commands_are_the_ones_shown():
+    """A check's command is the one in the ```bash block just below it (line breaks and
+    trailing comments aside), so the doc cannot show one command and check another."""
+    for doc in DOCS:
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if not (m := _CHECK.match(line.strip())):
+                continue
+            command = _split(m.group(2))[0]
+            assert i + 1 < len(lines) and lines[i + 1].startswith("```bash"), \
+                f"{doc.name}:{i + 1}: a check must sit just above the ```bash block it checks"
+            block, j = [], i + 2
+            while not lines[j].startswith("```"):
+                block.append(lines[j])
+                j += 1
+            shown = " ".join(" ".join(block).replace("\\", " ").split())
+            assert " ".join(command.split()) in shown, f"{doc.name}:{i + 1}: checks {command!r}, shows {shown!r}"
+
+
+def test_fidelity_table_is_the_generated_one():
+    from distplan.studies import fidelity
+
+    outcomes = [fidelity.Outcome(r.key, r.published, r.stored, r.stored / r.published - 1, 0.0)
+                for r in fidelity.ROWS]
+    table = fidelity.markdown(outcomes)
+    page = (ROOT / "docs" / "concepts" / "fidelity.md").read_text(encoding="utf-8")
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert "\n".join(rows) in page, "docs/concepts/fidelity.md's table differs from studies.fidelity.markdown " \
+                                    "of the stored figures: paste `python -m distplan.studies.fidelity --markdown`"
+    mae_line = table.splitlines()[-1].rstrip(".")
+    assert mae_line in page, f"docs/concepts/fidelity.md should state {mae_line!r}"
