@@ -49,6 +49,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -426,13 +427,36 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
             clock.skip(pt, need[i], clock.left())
             continue
         try:
-            t = (estimate_iteration(problem, plan, deadline_s=clock.deadline if timed else math.inf).iteration_s
-                 if problem.training else estimate_latency(problem, plan))
-        except TimeUp:
+            with _dropping(clock.stop if timed else None):   # the first option of a search with no plan runs
+                t = (estimate_iteration(problem, plan, deadline_s=clock.deadline if timed else math.inf).iteration_s
+                     if problem.training else estimate_latency(problem, plan))
+        except (TimeUp, _Dropped):
             clock.skip(pt, need[i], 0.0)
             continue
         out.append(ClusterPlan(pt, plan, t, bound_s, problem))
     return out
+
+
+class _Dropped(Exception):
+    """A signal stopped an estimate whose result the search can do without."""
+
+
+@contextmanager
+def _dropping(stop):
+    """Within the block a first SIGINT/SIGTERM, once a plan exists (``stop`` armed),
+    raises ``_Dropped`` at once (distplan.core.interrupt: ``Stop.raising``): the estimate
+    in progress (seconds at scale) is dropped and the search returns its best plans. A
+    second signal still aborts (KeyboardInterrupt)."""
+    if stop is None or not getattr(stop, "armed", False) or stop.requested:
+        yield
+        return
+    try:
+        with stop.raising():
+            yield
+    except KeyboardInterrupt:
+        if stop.aborted or not stop.requested:
+            raise
+        raise _Dropped from None
 
 
 def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], allreduce: str,
@@ -575,6 +599,8 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             best += _evaluate(space.pb, space, pt, split, pb, clock, must=not best)
         if not best:
             continue
+        if stop is not None:
+            stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps the best so far
         best.sort(key=lambda c: c.iteration_s)
         del best[top_k:]
         incumbent = best[0].iteration_s
@@ -595,7 +621,8 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     unvisited = len(heap) if cut else 0   # left by the clock, bounded by their first bound
     pruned = len(pts) - solved - unvisited
     say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound"
-        + (f", {unvisited:,} not visited (time)" if unvisited else "") + "; "
+        + (f", {unvisited:,} not visited ({'interrupted' if clock.left() <= 0 and stop is not None and stop.requested else 'time'})"
+           if unvisited else "") + "; "
         f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap:.2%}")
     return ClusterResult(best, bound, gap, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
                          best[0].point.precision or best[0].plan.op_precision[0])

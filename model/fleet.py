@@ -360,9 +360,13 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     cut: list[str] = []
     cap = np.asarray(problem.device_mem_bytes)
     for i, (pt, qs, unit_s) in enumerate(points):
-        if (deadline is not None and time.perf_counter() > deadline) or (stop is not None and stop.requested):
-            cut.append(f"fleet space: {len(points) - i} of {len(points)} points not visited (time)")
+        stopped = stop is not None and stop.requested
+        if (deadline is not None and time.perf_counter() > deadline) or stopped:
+            cut.append(f"fleet space: {len(points) - i} of {len(points)} points not visited "
+                       f"({'interrupted' if stopped else 'time'})")
             break
+        if found and stop is not None:
+            stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps the best so far
         size = D // pt.pp
         blocks = [list(pt.order[k * size:(k + 1) * size]) for k in range(pt.pp)]
         splits = _all_splits(len(units), pt.pp)

@@ -72,7 +72,8 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
     results = []
     for key, pb in sorted(variants.items(), key=lambda kv: kv[0] != 0):
         if clock.expired():
-            clock.cut_short.append(f"fleet space: microbatch size {pb.graph.batch_size} not searched (time)")
+            clock.cut_short.append(f"fleet space: microbatch size {pb.graph.batch_size} not searched "
+                                   f"({'interrupted' if clock.stop.requested else 'time'})")
             continue
         say(f"fleet space: microbatch size {pb.graph.batch_size} x {pb.microbatches} microbatches")
         try:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 import time
 from dataclasses import dataclass
 
 from distplan.baselines.scoring import sim_rate
 from distplan.core.atomic import save_figure
 from distplan.core.errors import DistplanError
+from distplan.core.interrupt import Interrupted, stop_on_interrupt
 from distplan.core.plan import Plan
 from distplan.costs.evaluate import plan_sensitivity
 from distplan.costs.problem import Problem
@@ -34,14 +36,31 @@ class ParetoPoint:
     from_budget: float         # the budget of the solve that found the plan
 
 
+class Frontier(list):
+    """The frontier's points (a list of ParetoPoint); ``interrupted``: the signal that
+    stopped it ("Ctrl-C", "SIGTERM") or "" when every budget was solved; ``unsolved``:
+    the budgets a signal left unsolved (their points may still hold a plan of a lower
+    budget's solve)."""
+
+    interrupted: str = ""
+    unsolved: int = 0
+
+
 def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
            progress=None) -> list[ParetoPoint]:
     """``n`` >= 2 frontier points (module docstring); ``options.time_limit_s`` bounds the
-    whole frontier (each solve gets an equal share of what is left)."""
-    from distplan.api.pipeline import solve
-
+    whole frontier (each solve gets an equal share of what is left). A Ctrl-C or
+    SIGTERM once the fastest plan is simulated stops the frontier there: the budgets
+    not solved yet take the plans found so far (``Frontier.interrupted`` says so)."""
     if n < 2:
         raise DistplanError(f"--pareto needs at least 2 points, got {n}")
+    with stop_on_interrupt() as stop:
+        return _pareto(problem, n, options, progress, stop)
+
+
+def _pareto(problem: Problem, n: int, options: SolveOptions | None, progress, stop) -> Frontier:
+    from distplan.api.pipeline import solve
+
     options = options or SolveOptions()
     say = progress or (lambda _m: None)
     end = time.perf_counter() + options.time_limit_s
@@ -52,23 +71,34 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
         return solve(problem, opts)
 
     top = run(None, n)
+    if top.interrupted and not top.best.simulated:   # a signal stopped the fastest plan's simulation
+        raise Interrupted(stop.signum if stop.signum is not None else signal.SIGINT)
     if not top.best.simulated:
         raise DistplanError("--pareto compares simulated plans and the time limit left the fastest plan "
                             f"unsimulated ({'; '.join(top.cut_short)}); give a longer --time-limit")
     s_max = plan_sensitivity(top.problem, top.best.plan)
     say(f"pareto: fastest plan {sim_rate(top.problem, top.best.sim):,.1f}/s at sensitivity {s_max:.6g}")
     found = [(s_max, sim_rate(top.problem, top.best.sim), top.best.plan, top.problem, math.inf)]
-    points: list[ParetoPoint] = []
+    points = Frontier()
+    if top.interrupted:
+        points.interrupted = top.interrupted_by or "Ctrl-C"
+    stop.arm()   # the fastest plan is simulated: a signal now ends the frontier with what it has
     budgets = [s_max * i / (n - 1) for i in range(n)]
     for i, b in enumerate(budgets):
         if i == n - 1:
             rep = top
+        elif stop.requested:
+            points.interrupted = stop.name
+            points.unsolved += 1
+            rep = None
         else:
             try:
                 rep = run(b, n - i)
             except DistplanError as e:
                 say(f"pareto: budget {b:.6g}: {e}")
                 rep = None
+            if rep is not None and rep.interrupted:
+                points.interrupted = rep.interrupted_by or stop.name
         if rep is not None:
             for r in (x for x in rep.plans if x.simulated):
                 found.append((plan_sensitivity(rep.problem, r.plan), sim_rate(rep.problem, r.sim), r.plan,
@@ -127,4 +157,4 @@ def plot_pareto(points: list[ParetoPoint], path, title: str) -> None:
         plt.close(fig)
 
 
-__all__ = ["ParetoPoint", "pareto", "pareto_table", "plot_pareto"]
+__all__ = ["Frontier", "ParetoPoint", "pareto", "pareto_table", "plot_pareto"]

@@ -225,6 +225,7 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
     merge, at scale, can take minutes to simulate."""
     rows, dropped, waiting = [], [], []
     cost: dict[int, float] = {}
+    interrupted_at = None   # the plan whose simulation a signal stopped
     for plan in plans:
         left = deadline - time.perf_counter()
         if rows and (left <= 0 or (stop is not None and stop.requested)):
@@ -235,16 +236,30 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         if not fits:
             waiting.append(plan)   # would outlast the time limit
             continue
-        row = _simulate_one(problem, plan, trace, sensitivity_budget)
+        try:
+            if stop is None:
+                row = _simulate_one(problem, plan, trace, sensitivity_budget)
+            else:
+                with stop.raising():   # a signal now drops this simulation, never the plans
+                    row = _simulate_one(problem, plan, trace, sensitivity_budget)
+        except KeyboardInterrupt:
+            if stop is None or not stop.requested:
+                raise
+            interrupted_at = plan
+            break
         if isinstance(row, str):
             dropped.append((plan, row))
         else:
             rows.append(row)
     why = None
+    if not rows and interrupted_at is not None:   # a signal stopped the first simulation: the model's figures
+        why = f"simulation interrupted ({stop.name}) before a plan was simulated"
+        waiting = [p for p in plans if not any(p is d for d, _ in dropped)]
+        cost = {id(p): 0.0 for p in waiting}
     if not rows and waiting:   # none fits: the model's figures, said as such
         left = deadline - time.perf_counter()
         quickest = min(cost[id(p)] for p in waiting)
-        why = (f"simulation skipped: forecast {quickest:.1f} s > {max(left - margin_s, 0.0):.1f} s usable "
+        why = why or (f"simulation skipped: forecast {quickest:.1f} s > {max(left - margin_s, 0.0):.1f} s usable "
                f"({max(left, 0.0):.1f} s left less a {margin_s:.1f} s margin)")
         for plan in waiting:
             _check(problem, plan)
@@ -319,6 +334,7 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
             problem = solved.problem
         if not plans:
             raise DistplanError(f"the solver returned no plan (status {solved.status})")
+        stop.arm()   # plans exist: a signal from now on keeps them (simulated or not)
         ranked, dropped, unranked, unsimulated = _rank(problem, plans, trace, options.sensitivity_budget, deadline,
                                                        stop, simulation_margin_s(options.time_limit_s))
     if not ranked:
@@ -332,7 +348,9 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
     if unsimulated is not None:
         many = len(ranked) > 1
         cut.append(f"ranking: {unsimulated}; the {len(ranked)} plan{'s' if many else ''} above "
-                   f"carr{'y' if many else 'ies'} the model's figures only (time limit)")
+                   f"carr{'y' if many else 'ies'} the model's figures only "
+                   f"({'interrupted' if stop.requested else 'time limit'})")
     return SolveReport(problem=problem, solver=solved, plans=ranked, coarse_ops=coarse_ops,
                        options=dataclasses.replace(options, progress=None), dropped=dropped,
-                       cut_short=tuple(cut), interrupted=stop.requested)
+                       cut_short=tuple(cut), interrupted=stop.requested,
+                       interrupted_by=stop.name if stop.requested else "")

@@ -130,6 +130,7 @@ class SolveReport:
     dropped: tuple[tuple[Plan, str], ...] = ()
     cut_short: tuple[str, ...] = ()
     interrupted: bool = False
+    interrupted_by: str = ""   # the signal that interrupted ("Ctrl-C" or "SIGTERM")
 
     @property
     def best(self) -> RankedPlan:
@@ -192,15 +193,14 @@ class SolveReport:
         lines.append(f"solver: {s.status}, objective {s.objective_s:.6g} s, proven bound "
                      f"{s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s solve + {s.build_seconds:.1f} s build, {size}")
         if self.interrupted:
-            lines.append("note: interrupted (Ctrl-C): the plans above are the best found so far, with the "
-                         "bound proven so far")
+            lines.append(self._interrupted_note())
         elif s.status != "optimal":
             lines.append(f"note: the solver stopped at '{s.status}' before proving its gap target; "
                          "the plans above are the best found, with the gap shown")
         for what in self.cut_short:
             lines.append(f"note: cut short: {what}")
         if not self.best.simulated:
-            lines.append("note: not simulated: '-' marks the simulated figures the time limit left out; "
+            lines.append("note: not simulated: '-' marks the simulated figures the time limit (or an interruption) left out; "
                          "the MILP period is the model's")
         if self.coarse_ops is not None:
             lines.append(f"note: solved on a {self.coarse_ops}-op coarsening of the {p.n_ops}-op graph; the bound "
@@ -214,6 +214,10 @@ class SolveReport:
         for what in g.import_warnings:
             lines.append(f"warning: {what}")
         return "\n".join(lines)
+
+    def _interrupted_note(self) -> str:
+        return (f"note: interrupted ({self.interrupted_by or 'Ctrl-C'}): the plans above are the best found so "
+                "far, with the bound proven so far")
 
     def _cluster_table(self) -> str:
         """The table of a cluster-space solve (model.cluster): configuration, the analytic
@@ -253,13 +257,15 @@ class SolveReport:
                      if s.path_name == CLUSTER_SPACE else
                      "note: the bound is the fleet's ideal (all work spread over every device by speed, no bubble, "
                      f"no communication; README: the fleet plan space); plans are ranked by the {ranked_by}")
+        if self.interrupted:
+            lines.append(self._interrupted_note())
         for what in self.cut_short:
             lines.append(f"note: cut short: {what}")
         if not self.best.simulated:
             model = float(self.best.plan.predicted.get("model_iteration_s", float("nan")))
             unit = (f"{p.microbatches * g.batch_size / model:.5g} samples per step" if p.training
                     else f"{model:.5g} s per request")
-            lines.append("note: not simulated: '-' marks the simulated figures the time limit left out; under the "
+            lines.append("note: not simulated: '-' marks the simulated figures the time limit (or an interruption) left out; under the "
                          f"analytic model rank 1 runs {unit} (not checked against the device memory by the "
                          "simulator)")
         for _, why in self.dropped:

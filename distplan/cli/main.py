@@ -12,17 +12,18 @@ import time
 from distplan import api
 from distplan.core.atomic import dumps_json
 from distplan.core.errors import DistplanError
-from distplan.core.interrupt import current_stop, stop_on_interrupt
+from distplan.core.interrupt import current_stop, exit_status, signal_name, stop_on_interrupt
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
                                ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
 from distplan.model.highs import abandoned_alive
 
 #: written to stderr when a first Ctrl-C asks the run to stop with what it has
-INTERRUPT_NOTICE = "Ctrl-C: stopping with the best plan found so far (press Ctrl-C again to abort)"
+INTERRUPT_NOTICE = "Ctrl-C: stopping with the best plan found so far (a second Ctrl-C aborts)"
 #: the files ``--report FOLDER`` writes (distplan.api.plots.write_report)
 REPORT_FILES = ("placement.png", "trace.json", "timeline.png")
-#: exit status after a Ctrl-C (128 + SIGINT), also when the best plan so far was kept
+#: exit status after a Ctrl-C (128 + SIGINT), also when the best plan so far was kept; 143
+#: (128 + SIGTERM) after a SIGTERM (distplan.core.interrupt.exit_status)
 EXIT_INTERRUPTED = 130
 
 DESCRIPTION = ("Plan placement, pipeline stages and precision of a network on many devices: "
@@ -146,7 +147,10 @@ def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
                     sensitivity_budget=opts.sensitivity_budget, progress=progress, candidates=args.candidates)
     print(dumps_json(c.to_json(), "the comparison", indent=1, default=float) if args.json else c.table())
     stop = current_stop()
-    return EXIT_INTERRUPTED if stop is not None and stop.requested else 0
+    if stop is not None and stop.requested:
+        print(f"interrupted ({stop.name}): the comparison above has what each method found so far", file=sys.stderr)
+        return stop.exit_status
+    return 0
 
 
 def run_pareto(problem: api.Problem, args: argparse.Namespace) -> int:
@@ -167,6 +171,12 @@ def run_pareto(problem: api.Problem, args: argparse.Namespace) -> int:
     plot_pareto(pts, out / "pareto.png", f"{problem.graph.name} ({problem.graph.mode}) on {problem.topology.name}")
     if not args.json:
         print(f"wrote {out / 'pareto.png'}")
+    if getattr(pts, "interrupted", ""):
+        left = f"; {pts.unsolved} budget{'s' if pts.unsolved != 1 else ''} not solved" if pts.unsolved else ""
+        print(f"interrupted ({pts.interrupted}): the frontier above has the plans found so far{left}",
+              file=sys.stderr)
+        stop = current_stop()
+        return stop.exit_status if stop is not None else EXIT_INTERRUPTED
     return 0
 
 
@@ -202,8 +212,11 @@ def run_solve(problem: api.Problem, args: argparse.Namespace, started: float | N
         if outs:
             print("wrote " + ", ".join(outs))
     if report.interrupted:
-        print("interrupted: kept the best plan found so far", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        stop = current_stop()
+        kept = f"wrote the best plan found so far to {args.plan_out}" if args.plan_out else \
+            "the table above has the best plans found so far"
+        print(f"interrupted ({report.interrupted_by or 'Ctrl-C'}): {kept}", file=sys.stderr)
+        return stop.exit_status if stop is not None else EXIT_INTERRUPTED
     return 0
 
 
@@ -212,7 +225,11 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     from the process's start)."""
     started = process_started_at() if argv is None else time.perf_counter()
     ensure_std_streams()
-    rc = _main(argv, prog, started)
+    with stop_on_interrupt(notice=INTERRUPT_NOTICE):   # SIGINT/SIGTERM from the start (loading included)
+        try:
+            rc = _main(argv, prog, started)
+        except KeyboardInterrupt as e:   # past _main's own handler (a second signal while it reported)
+            rc = exit_status(e, current_stop())
     failed = flush_stdout()
     if failed:
         print(f"error: {failed}", file=sys.stderr)
@@ -301,9 +318,11 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
     except DistplanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        stop = current_stop()
+        name = signal_name(stop.signum if stop is not None and stop.signum is not None else getattr(e, "signum", None))
+        print(f"interrupted ({name}): no plan to keep yet, nothing written", file=sys.stderr)
+        return exit_status(e, stop)
     except BrokenPipeError:  # e.g. `python solve.py --list | head`
         sys.stderr.close()
         return 0

@@ -16,6 +16,7 @@ from distplan.cli.args import (Parser, check_distinct, check_output_file, ensure
                                refuse_flags)
 from distplan.core.atomic import dumps_json, json_safe
 from distplan.core.errors import DistplanError
+from distplan.core.interrupt import exit_status, signal_name, stop_on_interrupt
 from distplan.core.plan import plan_from_dict, read_plan_json
 from distplan.api.pipeline import simulated_overflow
 from distplan.costs.check import check_plan
@@ -33,10 +34,18 @@ REPLAY_FLAGS = ("--ideal", "--link-model")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The replay command line; its exit status (0, or 2 after one ``error:`` line)."""
+    """The replay command line; its exit status (0, or 2 after one ``error:`` line; 130
+    after a Ctrl-C, 143 after a SIGTERM: the replay in progress is dropped, with a line
+    saying so, and nothing is written)."""
     ensure_std_streams()
     try:
-        rc = _main(argv)
+        with stop_on_interrupt():   # SIGTERM too; nothing is armed: a signal stops the replay at once
+            rc = _main(argv)
+    except KeyboardInterrupt as e:
+        flush_stdout()
+        print(f"interrupted ({signal_name(getattr(e, 'signum', None))}): the simulation was not finished; "
+              "nothing written", file=sys.stderr)
+        return exit_status(e)
     except OSError as e:   # the summary to a full disk (`> /dev/full`); files say their own errors
         flush_stdout()
         print(f"error: {io_error(e)}", file=sys.stderr)
