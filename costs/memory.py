@@ -424,11 +424,13 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
             last_local[pos[u]] = max(last_local[pos[u]], pos[w])
             grads[pos[u]] += b
             grads[pos[w] + 1] -= b
-        elif sw == k and su < k:     # received (kept, or until read), its gradient sent back
-            boundary += 2 * b
+        elif sw == k and su < k:     # received (kept for the backward, or until read), its gradient sent back
+            boundary += b
             if saved[e] > 0:
                 stash += b
                 recv_kept[pos[w]] += b
+            else:
+                boundary += b
         elif su == k and sw > k:     # sent, its gradient received
             sends.add(u)
             boundary += b
