@@ -491,9 +491,16 @@ class _JointRun:
         bwd = []
         for marked in ((False, True) if plan.overlap_grad_reduce else (False,)):
             segs = []
-            tail = []   # casts of crossing gradients: after the stage's whole backward
+            tail = []   # casts of crossing gradients: where the simulator creates them, with their producer
+
+            def flush(above: int) -> None:   # the casts whose producer comes after op ``above``
+                for e in sorted((e for e in tail if self.edges[e][0] > above), key=lambda e: (-self.edges[e][0], e)):
+                    item([], cast_s(e), [(e, "b")])
+                    tail.remove(e)
+
             for idx in reversed(range(len(ops))):
                 v = ops[idx]
+                flush(v)
                 for e in self.out_edges[v]:     # casts of gradients from this stage's ops
                     w = self.edges[e][1]
                     if stage_of[w] == k and cast_s(e) >= 0:
@@ -509,8 +516,7 @@ class _JointRun:
                 sends.sort(key=lambda x: (-self.edges[x[0]][0], x[0]))   # by producer, last first
                 marks = [v] if marked and pb.graph.ops[v].param_elems > 0 else []
                 item(gates, float(b_op[idx]), sends, marks)
-            for e in sorted(tail, key=lambda e: (-self.edges[e][0], e)):   # the simulator's creation order
-                item([], cast_s(e), [(e, "b")])
+            flush(-1)
             bwd.append([tuple(s) for s in segs])
         out = (fwd, bwd[0], bwd[-1])
         self.blocks[key] = out
