@@ -195,6 +195,31 @@ def _depth_counts(graph: Graph) -> tuple[list[int], list[int]]:
     return [a.bit_count() for a in anc], [d.bit_count() for d in desc]
 
 
+def _time_s(op, phase: str, kind_name: str, kind, prec: str) -> float:
+    """Seconds of op's ``phase`` ('fwd'/'bwd') at ``prec`` on ``kind``: the measured time
+    (``Operator.measured_s``: a profile's entry, or the op's own fwd_s/bwd_s) where the
+    kind runs the precision, else the roofline (inf where it does not)."""
+    if op.measured and kind.supports(prec):
+        t = op.measured_s(kind_name, prec, phase)
+        if t is not None:
+            return float(t)
+    if phase == "fwd":
+        return op_time_s(op.fwd_flops, op.touched_elems, kind, prec)
+    return op_time_s(op.bwd_flops, 2 * op.touched_elems, kind, prec)
+
+
+def _check_measured(op, kind_names, kinds, precs) -> None:
+    """A time measured for a kind at a precision the problem allows but the kind does not
+    run is a mistake (the wrong kind, or the wrong topology): say so."""
+    for kind, prec, *_ in op.times:
+        if kind in kind_names and prec in precs:
+            k = kinds[kind_names.index(kind)]
+            if not k.supports(prec):
+                raise DistplanError(f"op {op.name!r}: a time is given for kind {kind!r} at {prec}, which that kind "
+                                    f"does not run (it runs {', '.join(sorted(k.peak_flops_per_s))}); drop the "
+                                    "entry or fix the kind")
+
+
 def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | None = None) -> Problem:
     """Compute every cost number for ``graph`` on ``topology`` under ``options``."""
     options = options or ProblemOptions()
@@ -244,11 +269,13 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     sens = np.empty((V, Q))
     before, after = _depth_counts(graph)
     for v, op in enumerate(graph.ops):
+        if op.measured:
+            _check_measured(op, kind_names, kinds, precs)
         for q, p in enumerate(precs):
             for c, k in enumerate(kinds):
-                fwd[v, q, c] = op_time_s(op.fwd_flops, op.touched_elems, k, p) if allowed[v, q] else math.inf
+                fwd[v, q, c] = _time_s(op, "fwd", kind_names[c], k, p) if allowed[v, q] else math.inf
                 if training:
-                    bwd[v, q, c] = op_time_s(op.bwd_flops, 2 * op.touched_elems, k, p) if allowed[v, q] else math.inf
+                    bwd[v, q, c] = _time_s(op, "bwd", kind_names[c], k, p) if allowed[v, q] else math.inf
             stat[v, q] = static_bytes(op.param_elems, p, training)
             act[v, q] = activation_bytes(op.out_elems, p) + (dropout_extra_bytes(op, p) if training and graph.dropout else 0.0)
             sens[v, q] = sensitivity(op.kind, p, precs[0], before[v], after[v], V, training)

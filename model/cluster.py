@@ -477,12 +477,15 @@ def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], a
 def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
     """The problem at each microbatch size of ``sizes`` that divides its global batch
     (microbatches x batch size), with the microbatch count that keeps that global batch;
-    the problem's own size always included (key 0)."""
+    the problem's own size always included (key 0). A graph with measured times
+    (``Graph.measured``) holds them for its own batch size only: only that size."""
     from distplan.costs.problem import ProblemOptions, build_problem
 
     b0 = problem.graph.batch_size
     gb = problem.microbatches * b0
     out = {0: problem}
+    if problem.graph.measured:
+        return out
     for b in sorted(set(sizes)):
         if b != b0 and b >= 1 and gb % b == 0:
             out[b] = build_problem(problem.graph.with_batch_size(b), problem.topology, ProblemOptions(

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from distplan.core.errors import DistplanError
+from distplan.core.precision import PRECISION_NAMES
 from distplan.core.units import brief
 
 #: Operator kinds the zoo and importers produce; anything else is allowed but costed as "other".
@@ -55,6 +56,12 @@ class Operator:
     different stages.
     ``tp_role``: how the op splits over a tensor-parallel group (``TP_ROLES``; None:
     the generic rule).
+    ``fwd_s``/``bwd_s``: measured seconds per microbatch of the forward/backward on every
+    device kind and precision (None: the roofline of costs.compute); ``times``: measured
+    seconds per device kind, as ``(kind, precision, fwd_s, bwd_s)`` rows (precision ""
+    for every precision, a None time for "not measured"), from a ``distplan-profile``
+    (workloads/profile.py). A row for the kind and precision wins over the kind's ""
+    row, which wins over ``fwd_s``/``bwd_s``, which win over the roofline.
     """
 
     name: str
@@ -68,6 +75,25 @@ class Operator:
     tied_to: str | None = None
     tied_elems: int = 0
     tp_role: str | None = None
+    fwd_s: float | None = None
+    bwd_s: float | None = None
+    times: tuple[tuple[str, str, float | None, float | None], ...] = ()
+
+    def measured_s(self, kind: str, prec: str, phase: str) -> float | None:
+        """The measured seconds of ``phase`` ('fwd' or 'bwd') on device kind ``kind`` at
+        ``prec``, or None (the roofline applies): the (kind, prec) row, else the kind's
+        every-precision row, else ``fwd_s``/``bwd_s``."""
+        i = 2 if phase == "fwd" else 3
+        for p in (prec, ""):
+            for row in self.times:
+                if row[0] == kind and row[1] == p and row[i] is not None:
+                    return row[i]
+        return self.fwd_s if phase == "fwd" else self.bwd_s
+
+    @property
+    def measured(self) -> bool:
+        """Does the op carry any measured time?"""
+        return self.fwd_s is not None or self.bwd_s is not None or bool(self.times)
 
 
 @dataclass(frozen=True)
@@ -145,6 +171,11 @@ class Graph:
     def param_elems(self) -> int:
         return sum(op.param_elems for op in self.ops)
 
+    @property
+    def measured(self) -> bool:
+        """Does any operator carry a measured time (``Operator.fwd_s``, ``times``)?"""
+        return any(op.measured for op in self.ops)
+
     def with_mode(self, mode: str) -> "Graph":
         """The same graph run for ``mode`` ('inference' or 'training')."""
         return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len, self.import_warnings)
@@ -158,6 +189,9 @@ class Graph:
         own memory traffic."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise DistplanError(f"batch size must be a positive whole number, got {brief(batch_size)}")
+        if batch_size != self.batch_size and self.measured:
+            raise DistplanError(f"graph {self.name!r} carries measured times, which hold for its batch size "
+                                f"{self.batch_size} only; measure the model at batch {batch_size} instead")
         s = batch_size / self.batch_size
         ops = []
         for op in self.ops:
@@ -179,6 +213,31 @@ def _check_number(value: float, what: str) -> None:
         raise DistplanError(f"{what} is {brief(value)}, beyond any real graph (at most 2**63 - 1)")
     if math.isnan(value) or math.isinf(value) or value < 0:
         raise DistplanError(f"{what} must be finite and >= 0, got {brief(value)}")
+
+
+def _check_times(op: Operator) -> None:
+    """``op.times``: (kind, precision, fwd_s, bwd_s) rows, one per kind and precision."""
+    if not isinstance(op.times, tuple):
+        raise DistplanError(f"operator {op.name!r}: times must be a tuple of (kind, precision, fwd_s, bwd_s)")
+    seen: set[tuple[str, str]] = set()
+    for row in op.times:
+        if not (isinstance(row, tuple) and len(row) == 4 and isinstance(row[0], str) and row[0]
+                and isinstance(row[1], str)):
+            raise DistplanError(f"operator {op.name!r}: times row {brief(row)} is not (kind, precision, fwd_s, bwd_s)")
+        kind, prec = row[0], row[1]
+        if prec and prec not in PRECISION_NAMES:
+            raise DistplanError(f"operator {op.name!r}, kind {kind!r}: precision {prec!r} unknown; use one of "
+                                f"{', '.join(PRECISION_NAMES)}")
+        if (kind, prec) in seen:
+            raise DistplanError(f"operator {op.name!r}: two times rows for kind {kind!r}"
+                                + (f" at {prec}" if prec else " (every precision)"))
+        seen.add((kind, prec))
+        where = f"operator {op.name!r}, kind {kind!r}" + (f", {prec}" if prec else "")
+        if row[2] is None and row[3] is None:
+            raise DistplanError(f"{where}: a times row needs fwd_s or bwd_s")
+        for i, key in ((2, "fwd_s"), (3, "bwd_s")):
+            if row[i] is not None:
+                _check_number(row[i], f"{where}: {key}")
 
 
 def _validate(g: Graph) -> None:
@@ -204,6 +263,10 @@ def _validate(g: Graph) -> None:
         if op.tp_role is not None and op.tp_role not in TP_ROLES:
             raise DistplanError(f"operator {op.name!r}: tp_role {brief(op.tp_role)} unknown; use one of "
                                 f"{', '.join(TP_ROLES)} or leave it out")
+        for attr in ("fwd_s", "bwd_s"):
+            if getattr(op, attr) is not None:
+                _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+        _check_times(op)
         if op.send_elems is not None:
             _check_number(op.send_elems, f"operator {op.name!r} send_elems")
             if op.send_elems > op.out_elems:

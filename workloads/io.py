@@ -3,7 +3,8 @@
     {"format": "distplan-graph", "version": 1, "name": "...", "mode": "inference",
      "batch_size": 1, "seq_len": 128,
      "ops": [{"name": "...", "kind": "matmul", "fwd_flops": 1.0, "bwd_flops": 2.0,
-              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems", "tp_role")
+              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems", "tp_role",
+                                                                          measured "fwd_s", "bwd_s" and per-kind "times")
      "tensors": [{"src": "...", "dst": "...", "elems": 0}]}
 """
 from __future__ import annotations
@@ -16,12 +17,13 @@ from distplan.core.atomic import write_json_atomic
 from distplan.core.jsonfile import read_json_file
 from distplan.core.units import brief
 from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.profile import entry_to_dict, parse_entry
 
 FORMAT = "distplan-graph"
 VERSION = 1
 _OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems", "send_elems",
-            "tied_to", "tied_elems", "tp_role"}
-_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "tp_role": None}   # written only when not the default
+            "tied_to", "tied_elems", "tp_role", "fwd_s", "bwd_s", "times"}
+_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "tp_role": None, "fwd_s": None, "bwd_s": None}   # written only when not the default
 _T_KEYS = {"src", "dst", "elems"}
 _TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors"}
 
@@ -33,9 +35,23 @@ def graph_to_dict(g: Graph) -> dict[str, Any]:
         "ops": [{k: getattr(op, k) for k in ("name", "kind", "fwd_flops", "bwd_flops", "param_elems",
                                               "out_elems", "touched_elems", *_OPTIONAL)
                  if k not in _OPTIONAL or getattr(op, k) != _OPTIONAL[k]}
+                | ({"times": _times_doc(op)} if op.times else {})
                 for op in g.ops],
         "tensors": [{"src": t.src, "dst": t.dst, "elems": t.elems} for t in g.tensors],
     }
+
+
+def _times_doc(op: Operator) -> dict[str, Any]:
+    """An op's ``times`` rows as the JSON object a profile entry is (workloads/profile.py)."""
+    per: dict[str, dict[str, tuple[float | None, float | None]]] = {}
+    for k, q, f, b in op.times:
+        per.setdefault(k, {})[q] = (f, b)
+    return entry_to_dict(per)
+
+
+def _times_rows(entry: Any, where: str) -> tuple:
+    per = parse_entry(entry, where)
+    return tuple((k, q, f, b) for k in sorted(per) for q, (f, b) in sorted(per[k].items()))
 
 
 def _strict(d: Any, allowed: set[str], required: set[str], where: str) -> None:
@@ -82,6 +98,8 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
             raise DistplanError(f"{source}: operator {name!r} writes out_elems {brief(od['out_elems'])} but a tensor "
                                 f"it sends has {brief(widest[name])} elements; a tensor is (part of) its producer's "
                                 "output: raise out_elems or shrink the tensor")
+        if "times" in od:
+            od["times"] = _times_rows(od["times"], f"{source}: ops[{i}] ({name!r}) times")
         ops.append(Operator(**od))
     return Graph(
         name=d["name"], ops=tuple(ops), tensors=tuple(tensors), mode=d.get("mode", "inference"),

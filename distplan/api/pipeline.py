@@ -119,6 +119,7 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
     coarse = effective_coarse_memory(build_problem(c.coarse, problem.topology, ProblemOptions(
         precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
         low_bit_ops=problem.low_bit_ops)), problem, c)
+    coarse = effective_coarse_times(coarse, problem, c)
     if options.progress:
         options.progress(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back "
                          "and simulated on the original graph (the proven gap holds for the coarse problem)")
@@ -150,6 +151,29 @@ def effective_coarse_memory(coarse: Problem, fine: Problem, c) -> Problem:
                 want, plain = fa[m, fb[m, q]].sum(), fa[m, q].sum()
                 if plain > 0 and want != plain:
                     ca[k, q] *= want / plain
+        ca.setflags(write=False)
+        arrays[name] = ca
+    return dataclasses.replace(coarse, **arrays)
+
+
+def effective_coarse_times(coarse: Problem, fine: Problem, c) -> Problem:
+    """With measured times on the fine graph (``Graph.measured``): each coarse op's
+    forward and backward seconds are the sums of its members' at the precisions they
+    will run (``Problem.fallback_q``), so the coarse problem reads the measurements the
+    coarsening dropped. Unchanged (the coarse roofline) without measurements."""
+    if not fine.graph.measured:
+        return coarse
+    Q, C = len(fine.precisions), len(fine.kind_names)
+    arrays = {}
+    for name in ("fwd_time_s", "bwd_time_s"):
+        fa, ca = getattr(fine, name), np.array(getattr(coarse, name), dtype=float)
+        for k in range(coarse.n_ops):
+            m = list(c.members(k))
+            for q in range(Q):
+                for kc in range(C):
+                    fb = [fine.fallback_q(v, q, kc) for v in m]
+                    ca[k, q, kc] = (math.inf if not coarse.supported[q, kc] or any(p is None for p in fb)
+                                    else math.fsum(fa[v, p, kc] for v, p in zip(m, fb)))
         ca.setflags(write=False)
         arrays[name] = ca
     return dataclasses.replace(coarse, **arrays)

@@ -11,13 +11,15 @@ from distplan.core.validate import check_choice, check_int, check_ints, check_st
 from distplan.costs.problem import LOW_BIT_OPS, Problem, ProblemOptions, build_problem
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
+from distplan.workloads.profile import Profile, apply_profile, as_profile, check_kinds
 
 
 def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm4x4", *,
             batch_size: int | None = None, seq_len: int | None = None, mode: str | None = None,
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             precisions: Sequence[str] | str | None = None, microbatches: int = 16,
-            schedule: str | None = None, low_bit_ops: str = "matmul") -> Problem:
+            schedule: str | None = None, low_bit_ops: str = "matmul",
+            profile: "str | Path | dict | Profile | None" = None) -> Problem:
     """Build the Problem both the planner and the simulator read.
 
     ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
@@ -30,6 +32,11 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     ``low_bit_ops``: which operators may compute at int8/fp8: "matmul" (the default: matrix
     products only, as int8 inference engines run them; norms, softmax, activations and
     residual adds stay in 16 bits) or "all".
+    ``profile``: measured per-op times (a ``distplan-profile`` file's path, its document
+    as a dict, or a Profile; workloads/profile.py): each entry replaces the roofline time
+    of that op on that device kind (and precision, where given); the rest keep the
+    roofline. An op it names that the graph lacks, or a profile naming none of the
+    topology's kinds, is an error.
 
     Every argument is checked first (core.validate; :func:`check_problem_arguments`).
     """
@@ -51,6 +58,10 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
         topo = resolve_topology(topology)
     else:
         raise DistplanError(f"topology must be a name, a file path or a Topology, got {type(topology).__name__}")
+    if profile is not None:
+        prof = as_profile(profile)
+        graph = apply_profile(graph, prof)
+        check_kinds(prof, sorted({d.kind for d in topo.devices}), topo.name)
     if precisions is None:
         precs = default_precisions(graph.mode == "training", topo)
     else:

@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     w.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
     w.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1xD2",
                    help="static shape of a symbolic ONNX input, e.g. input_ids=1x128 (repeat per input)")
+    w.add_argument("--profile", default=None, metavar="FILE",
+                   help="measured per-op times (a distplan-profile JSON, e.g. from python -m distplan.profile): "
+                        "they replace the roofline for the ops, device kinds and precisions it gives")
     w.add_argument("--mode", choices=("inference", "training"), default="inference")
     w.add_argument("--precisions", default=None,
                    help="precisions the planner may choose from (default: fp16,int8 for inference; bf16,fp16 "
@@ -266,6 +269,9 @@ def check_flags(args: argparse.Namespace) -> None:
     elif args.objective != "sensitivity":
         refuse_flags(args, ("--iteration-target",),
                      "without --objective sensitivity: it is the iteration that objective's plans must meet")
+    if args.profile is not None:
+        refuse_flags(args, ("--microbatch-sizes",), "with --profile: measured times hold for the batch size they "
+                     "were measured at, so only that microbatch size is searched")
     if args.space == "pipeline":
         refuse_flags(args, ("--microbatch-sizes",), "with --space pipeline: the cluster and fleet spaces search them")
     if args.compare or args.pareto is not None:
@@ -289,7 +295,7 @@ def check_outputs(args: argparse.Namespace) -> None:
         for _, path in outs[2:]:
             if pathlib.Path(args.report).is_dir():
                 check_output_file(path, "--report")
-    check_distinct([("--workload", args.workload), ("--topology", args.topology)], outs)
+    check_distinct([("--workload", args.workload), ("--topology", args.topology), ("--profile", args.profile)], outs)
 
 
 def _main(argv: list[str] | None, prog: str, started: float) -> int:
@@ -307,7 +313,7 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
         problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
                               mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
                               microbatches=args.microbatches, schedule=args.schedule,
-                              low_bit_ops=args.low_bit_ops)
+                              low_bit_ops=args.low_bit_ops, profile=args.profile)
         if args.describe:
             from distplan.api.describe import describe
 
