@@ -94,6 +94,10 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
                        f"<= {plan.op_stage[v]}")
     if plan.schedule == "explicit":
         out += _order_violations(problem, plan)
+    if plan.schedule == "interleaved":
+        out += interleaved_violations(problem, plan)
+        if out:
+            return out
     mem = plan_memory_bytes(problem, plan) if memory_bound else []
     for d, used in enumerate(mem):
         cap = problem.device_mem_bytes[d]
@@ -170,6 +174,36 @@ def _order_violations(problem: Problem, plan: Plan) -> list[str]:
     if len(have) != len(set(have)) or set(have) != want:
         out.append(f"device_order lists {len(set(have))} distinct tasks but the plan has {len(want)} "
                    f"({len(want - set(have))} missing, {len(set(have) - want)} unexpected)")
+    return out
+
+
+def interleaved_violations(problem: Problem, plan: Plan) -> list[str]:
+    """Megatron's interleaved schedule (``core.schedules.interleaved_order``): training;
+    the stages are pp x vp chunks, chunk c on the devices of chunk c mod pp with pp >= 2
+    (``Plan.pipeline_ranks``), no device in two ranks; every chunk the same replicas,
+    round-robin (no shares), and each replica's microbatches a multiple of pp."""
+    out: list[str] = []
+    if not problem.training:
+        return ["schedule 'interleaved' is for training"]
+    pp, vp = plan.pipeline_ranks, plan.virtual_stages
+    if pp < 2 or vp < 1:
+        return [f"schedule 'interleaved' needs the stages to repeat the devices of pp >= 2 pipeline ranks "
+                f"(chunk c on the devices of chunk c mod pp); these {plan.n_stages} stages give pp {pp}"]
+    seen: dict[int, int] = {}
+    for k in range(pp):
+        for d in plan.stages[k].devices:
+            if seen.setdefault(d, k) != k:
+                out.append(f"schedule 'interleaved': device {problem.topology.devices[d].name} is on pipeline ranks "
+                           f"{seen[d]} and {k}")
+    rs = {st.replicas for st in plan.stages}
+    if len(rs) != 1 or any(not st.even() for st in plan.stages):
+        out.append("schedule 'interleaved' needs every chunk to have the same replicas, microbatches round-robin "
+                   "(no uneven shares)")
+        return out
+    r = rs.pop()
+    if plan.microbatches % r or (plan.microbatches // r) % pp:
+        out.append(f"schedule 'interleaved': {plan.microbatches} microbatches over {r} replica(s) is not a "
+                   f"multiple of pp {pp} per replica (Megatron's rule)")
     return out
 
 

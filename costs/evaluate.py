@@ -144,7 +144,9 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
         for i in range(st.replicas):
             precs = plan.replica_precisions(k, i)
             if linear:   # the pipeline space's rule, which its MILP, DP and heuristic charge
-                n = inflight_microbatches(plan.schedule, k, K, plan.microbatches)
+                n = inflight_microbatches(plan.schedule, k, K, plan.microbatches // st.replicas
+                                          if plan.schedule == "interleaved" else plan.microbatches,
+                                          plan.virtual_stages)
                 per = n * math.fsum(problem.act_bytes[v, problem.q_index(precs[v])] for v in plan.ops_in_stage(k))
                 for d in set(st.replica_group(i)) - seen:
                     mem[d] += per
@@ -153,8 +155,8 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
             if (k, precs) not in memo:
                 memo[k, precs] = training_stage_memory(problem, plan, k, [problem.q_index(p) for p in precs], again)
             sm = memo[k, precs]
-            n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]))
-            per = sm.peak_bytes(n, 1 if plan.schedule == "1f1b" else n)
+            n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]), plan.virtual_stages)
+            per = sm.peak_bytes(n, 1 if plan.schedule in ("1f1b", "interleaved") else n)
             for d in set(st.replica_group(i)) - seen:
                 mem[d] += per
                 seen.add(d)

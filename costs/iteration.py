@@ -66,6 +66,7 @@ import numpy as np
 
 from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan
+from distplan.core.schedules import interleaved_order
 from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduction_parts, hierarchical_groups,
                                         path_links, reduction_size, reduction_transfers, ring_allreduce_s, ring_lanes,
                                         route_s)
@@ -215,9 +216,9 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     buckets raises ``TimeUp`` (``estimate_transfers`` says how many it will time)."""
     if not problem.training:
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
-    if plan.schedule != "1f1b":
-        raise DistplanError(f"the analytic iteration models the 1f1b schedule, not {plan.schedule!r}")
-    if replica_groups(problem, plan):
+    if plan.schedule not in ("1f1b", "interleaved"):
+        raise DistplanError(f"the analytic iteration models the 1f1b and interleaved schedules, not {plan.schedule!r}")
+    if plan.schedule == "interleaved" or replica_groups(problem, plan):
         return _estimate_groups(problem, plan)
     K = plan.n_stages
     FB = [_stage_times(problem, plan, k) for k in range(K)]
@@ -321,6 +322,8 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
     B = np.array([per[k][rs0[k]][1] for k in range(K)])
     period = max(max(row) for row in T)
     run = _JointRun(problem, plan).run()
+    if run is None and plan.schedule == "interleaved":
+        raise DistplanError("the interleaved order did not run through")   # never: Megatron's order is live
     if run is None:   # the order did not run through (never on the simulator's schedules)
         return _estimate_lanes(problem, plan, per, F, B, c, period)
     pipeline, ends_at, reduced = run
@@ -590,17 +593,26 @@ class _JointRun:
             for m in range(M):
                 last_m[k][rep[k][m]] = m
         order: dict[int, list[tuple]] = {}
-        for k, st in enumerate(plan.stages):
-            for m in range(M):
-                dev = st.replica_group(rep[k][m])[0]
-                order.setdefault(dev, []).append((m, m % C, 0, k, m))
-                order.setdefault(dev, []).append((m + off[k], m % C, 1, -k, m))
+        if plan.schedule == "interleaved":   # Megatron's order (core.schedules), per rank and replica
+            pp, vp, r = plan.pipeline_ranks, plan.virtual_stages, plan.stages[0].replicas
+            for rank in range(pp):
+                for i in range(r):
+                    dev = plan.stages[rank].replica_group(i)[0]
+                    order[dev] = [(None, (l * r + i) % C, ph, j * pp + rank, l * r + i)
+                                  for ph, j, l in interleaved_order(pp, vp, rank, M // r)]
+        else:
+            for k, st in enumerate(plan.stages):
+                for m in range(M):
+                    dev = st.replica_group(rep[k][m])[0]
+                    order.setdefault(dev, []).append((m, m % C, 0, k, m))
+                    order.setdefault(dev, []).append((m + off[k], m % C, 1, -k, m))
+            for tasks in order.values():
+                tasks.sort()
+                tasks[:] = [(x, p, ph, sk if ph == 0 else -sk, m) for x, p, ph, sk, m in tasks]
         seqs: dict[int, list[tuple]] = {}
         for dev, tasks in order.items():
-            tasks.sort()
             seq = []
-            for _, p, ph, sk, m in tasks:
-                k = sk if ph == 0 else -sk
+            for _, p, ph, k, m in tasks:
                 i = rep[k][m]
                 fwd, bwd, bwd_last = self._block(k, i, qs_of[p])
                 final = ph == 1 and last_m[k][i] == m

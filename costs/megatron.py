@@ -2,7 +2,9 @@
 the next dp x tp devices, as dp replicas of tp consecutive devices (tensor parallelism
 innermost, so a group of up to 8 sits inside one 8-GPU node), and the zoo's layers split
 into pp stages of equal layer counts (ops before the first layer go with it, ops after
-the last with it).
+the last with it). With ``vp`` > 1 (Megatron's interleaved schedule, virtual pipeline
+stages): pp x vp chunks of equal layer counts, chunk c on the devices of stage c mod pp
+(rank 0 holds layers of chunks 0, pp, 2pp, ...), schedule ``interleaved``.
 """
 from __future__ import annotations
 
@@ -33,26 +35,45 @@ def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def check_degrees(dp: int, tp: int, pp: int) -> None:
-    """dp, tp and pp are positive whole numbers (before anything divides by them)."""
-    for name, x in (("dp", dp), ("tp", tp), ("pp", pp)):
+def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
+    """dp, tp, pp and vp are positive whole numbers (before anything divides by them)."""
+    for name, x in (("dp", dp), ("tp", tp), ("pp", pp), ("vp", vp)):
         if not isinstance(x, int) or x < 1:
             raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
 
 
 def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
                   recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
-                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False) -> Plan:
+                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False, vp: int = 1) -> Plan:
     """The Megatron-style plan of ``problem`` (module docstring), with the training
-    options of ``core.plan.Stage`` / ``Plan`` on every stage."""
-    check_degrees(dp, tp, pp)
+    options of ``core.plan.Stage`` / ``Plan`` on every stage; ``vp`` > 1: pp x vp
+    interleaved chunks (needs pp >= 2 and a training problem; the checker asks for
+    microbatches per replica a multiple of pp)."""
+    check_degrees(dp, tp, pp, vp)
+    if vp > 1:
+        if pp < 2:
+            raise DistplanError(f"--vp {vp} needs pipeline parallelism (--pp >= 2), got --pp {pp}")
+        if not problem.training:
+            raise DistplanError("--vp (the interleaved schedule) is for training")
+        if schedule not in (None, "1f1b", "interleaved"):
+            raise DistplanError(f"--vp {vp} is Megatron's interleaved 1F1B; it does not combine with schedule "
+                                f"{schedule!r}")
     need = dp * tp * pp
     if need > problem.n_devices:
         raise DistplanError(f"dp {dp} x tp {tp} x pp {pp} = {need} devices, but {problem.topology.name!r} has "
                             f"{problem.n_devices}")
     if precision not in problem.precisions:
         raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
-    stages = tuple(Stage(tuple(range(k * dp * tp, (k + 1) * dp * tp)), tp, recompute, sequence_parallel, zero)
-                   for k in range(pp))
-    return Plan(stage_of_ops(problem, pp), (precision,) * problem.n_ops, stages, problem.microbatches,
+    stages = tuple(Stage(tuple(range((c % pp) * dp * tp, (c % pp + 1) * dp * tp)), tp, recompute, sequence_parallel,
+                         zero) for c in range(pp * vp))
+    if vp > 1:
+        try:
+            op_stage = stage_of_ops(problem, pp * vp)
+        except DistplanError:
+            raise DistplanError(f"--pp {pp} x --vp {vp} = {pp * vp} chunks is more than the layers of "
+                                f"{problem.graph.name!r}") from None
+        schedule = "interleaved"
+    else:
+        op_stage = stage_of_ops(problem, pp)
+    return Plan(op_stage, (precision,) * problem.n_ops, stages, problem.microbatches,
                 schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.core.precision import precision
-from distplan.core.schedules import PLAN_SCHEDULES
+from distplan.core.schedules import PLAN_SCHEDULES, interleaved_inflight
 from distplan.costs.tensor_parallel import tp_output_share
 from distplan.workloads.graph import graph_send_elems, send_elems  # noqa: F401  (re-exported)
 
@@ -98,15 +98,21 @@ def activation_factors(schedule: str, stage: int, n_stages: int, microbatches: i
     return n, 0
 
 
-def inflight_microbatches(schedule: str, stage: int, n_stages: int, microbatches: int) -> int:
+def inflight_microbatches(schedule: str, stage: int, n_stages: int, microbatches: int, virtual: int = 1) -> int:
     """Microbatches whose activations a stage may hold at once (an upper bound).
 
-    stream (inference): 2 (double buffering); gpipe: all M; 1f1b: min(M, S - stage).
+    stream (inference): 2 (double buffering); gpipe: all M; 1f1b: min(M, S - stage);
+    interleaved (``virtual`` chunks per rank, S / virtual ranks; ``stage`` the chunk, M
+    the replica's microbatches): the most the chunk holds over Megatron's order
+    (``core.schedules.interleaved_inflight``, exact for the order the device runs).
     """
     if schedule == "stream":
         return min(2, microbatches)
     if schedule == "1f1b":
         return min(microbatches, n_stages - stage)
+    if schedule == "interleaved":
+        pp = n_stages // virtual
+        return interleaved_inflight(pp, virtual, stage % pp, microbatches)[stage // pp]
     if schedule in PLAN_SCHEDULES:  # gpipe, explicit
         return microbatches
     raise ValueError(f"unknown schedule {schedule!r}")

@@ -20,7 +20,10 @@ forward and backward phases). Offsets:
   forward, one backward, holding at most K-k microbatches.
 
 ``gpipe`` sorts every forward before any backward (block = phase); ``explicit`` devices
-follow ``plan.device_order`` instead. ``stream`` bounds each output's buffers
+follow ``plan.device_order`` instead; ``interleaved`` devices (Megatron's virtual
+pipeline stages) run their chunks' forward and backward blocks in
+``core.schedules.interleaved_order`` (each block's nodes in creation order; links are
+then never static: arrival order, also in ideal mode). ``stream`` bounds each output's buffers
 (backpressure) and, in realistic runs, each stage's queue of received tensors (flow
 control: a tensor leaves for a stage once the stage has freed the previous copy,
 ``stream_flow_control``).
@@ -31,6 +34,7 @@ import numpy as np
 
 from distplan.core.errors import InternalError
 from distplan.core.plan import Plan
+from distplan.core.schedules import interleaved_order
 from distplan.sim.taskgraph import K_B, K_CAST_B, K_CAST_F, K_F, Program
 
 
@@ -38,12 +42,14 @@ def repeats(schedule: str) -> bool:
     """Whether the static order repeats round after round for any number of microbatches
     (so a longer run reaches the steady state): not for 'gpipe' (every forward first) nor
     'explicit' (the plan's own order covers its microbatches only)."""
-    return schedule != "gpipe" and schedule != "explicit"
+    return schedule not in ("gpipe", "explicit", "interleaved")
 
 
 def assign_schedule(prog: Program, plan: Plan, ideal: bool) -> None:
     """Fill ``prog.offset`` (rounds) and, for ``stream``, ``prog.backpressure``."""
-    if prog.training and prog.schedule == "1f1b" and not ideal:
+    if plan.schedule == "interleaved":   # the order is interleaved_positions', not rounds
+        prog.offset = [0] * prog.T
+    elif prog.training and prog.schedule == "1f1b" and not ideal:
         prog.offset = window_1f1b(prog, plan)
     else:
         o = deep_rounds(prog)
@@ -287,6 +293,19 @@ def server_sequences(prog: Program, plan: Plan, t_arr: np.ndarray, micro: np.nda
     if plan.schedule == "explicit":
         _explicit_device_seqs(prog, plan, seqs, T)
         static_mask = valid & (s_arr >= D) if prog.static_links else np.zeros_like(valid)
+    elif plan.schedule == "interleaved":
+        idx = np.nonzero(valid & (s_arr < D))[0]
+        tt = t_arr[idx]
+        key = interleaved_positions(prog, plan, tt, micro[idx])
+        order = np.lexsort((tt, key, s_arr[idx]))
+        idx = idx[order]
+        ss = s_arr[idx]
+        counts = np.bincount(ss, minlength=ns)
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        ids = idx.tolist()
+        for s in np.nonzero(counts)[0].tolist():
+            seqs[s] = ids[bounds[s]:bounds[s + 1]]
+        return seqs
     else:
         static_mask = valid & ((s_arr < D) | prog.static_links)
     if static_mask.any():
@@ -304,6 +323,24 @@ def server_sequences(prog: Program, plan: Plan, t_arr: np.ndarray, micro: np.nda
         for s in np.nonzero(counts)[0].tolist():
             seqs[s] = ids[bounds[s]:bounds[s + 1]]
     return seqs
+
+
+def interleaved_positions(prog: Program, plan: Plan, types: np.ndarray, micro: np.ndarray) -> np.ndarray:
+    """Each device node's place in its device's ``interleaved_order``: node type t of
+    microbatch m belongs to chunk c = the stage of its op (pipeline rank c mod pp,
+    virtual chunk c // pp), phase ``prog.phase[t]`` (casts go with their op's block),
+    and the replica's (m // r)-th microbatch (round-robin, every chunk r replicas)."""
+    pp, vp = plan.pipeline_ranks, plan.virtual_stages
+    r = plan.stages[0].replicas
+    n = plan.microbatches // r
+    pos = np.zeros((pp, 2, vp, n), dtype=np.int64)
+    for rank in range(pp):
+        for i, (ph, j, l) in enumerate(interleaved_order(pp, vp, rank, n)):
+            pos[rank, ph, j, l] = i
+    chunk = np.asarray(plan.op_stage, dtype=np.int64)[np.asarray(prog.op, dtype=np.int64)]
+    phase = np.asarray(prog.phase, dtype=np.int64)
+    c = chunk[types]
+    return pos[c % pp, phase[types], c // pp, np.minimum(micro // r, n - 1)]
 
 
 def _explicit_device_seqs(prog: Program, plan: Plan, seqs: list[list[int]], T: int) -> None:

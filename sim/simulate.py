@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from distplan.costs.check import interleaved_violations
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
-from distplan.core.schedules import INFERENCE_SCHEDULES, TRAINING_SCHEDULES
+from distplan.core.schedules import INFERENCE_SCHEDULES, TRAINING_PLAN_SCHEDULES, TRAINING_SCHEDULES
 from distplan.core.plan import Plan
 from distplan.sim.execute import expand, run
 from distplan.sim.memory import peak_memory
@@ -23,7 +24,8 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) ->
     """Replay ``plan`` exactly on ``problem``'s hardware (see ``sim`` package docs)."""
     opts = options or SimOptions()
     _validate(problem, plan)
-    static_links = opts.ideal and opts.link_model == "fifo"
+    # interleaved: devices follow Megatron's order, links serve in arrival order (sim.schedule)
+    static_links = opts.ideal and opts.link_model == "fifo" and plan.schedule != "interleaved"
     sym = find_symmetry(problem, plan, opts.ideal, opts.trace) if opts.symmetry else None
     _check_size(problem, plan, sym)
     prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links, sym=sym)
@@ -38,11 +40,15 @@ def _validate(problem: Problem, plan: Plan) -> None:
     if plan.schedule in INFERENCE_SCHEDULES and problem.training:
         raise DistplanError(f"schedule {plan.schedule!r} is for inference; use {_either(TRAINING_SCHEDULES)} "
                             "for a training graph")
-    if plan.schedule in TRAINING_SCHEDULES and not problem.training:
+    if plan.schedule in TRAINING_PLAN_SCHEDULES and not problem.training:
         raise DistplanError(f"schedule {plan.schedule!r} needs a training graph; use "
                             f"{_either(INFERENCE_SCHEDULES)} for inference")
     if plan.schedule == "explicit" and plan.device_order is None:
         raise DistplanError("schedule 'explicit' needs a device_order")
+    if plan.schedule == "interleaved":
+        bad = interleaved_violations(problem, plan) if plan.stages else []
+        if bad:
+            raise DistplanError("; ".join(bad[:3]))
     if plan.microbatches < 1:
         raise DistplanError(f"microbatches must be >= 1, got {plan.microbatches}")
     if not plan.stages:
@@ -185,7 +191,7 @@ def _period(plan: Plan, prog, done: np.ndarray, makespan: float, link_model: str
     if plan.schedule == "gpipe" or not np.all(np.isfinite(done)):
         return max(makespan / M, floor), False
     off = prog.offset
-    tail = replicas * (max(off) - min(off)) if off and plan.schedule != "explicit" else M // 4
+    tail = replicas * (max(off) - min(off)) if off and plan.schedule not in ("explicit", "interleaved") else M // 4
     if any(s.shares is not None and len(set(s.shares)) > 1 for s in plan.stages):
         # uneven shares repeat per cycle: a period must hold over one at least
         return steady_period(done, tail, floor, max(MAX_CYCLICITY, plan.cycle), plan.cycle)

@@ -21,7 +21,8 @@ of a few) when a node holds several of them: dp 32 x tp 4 on 8-GPU nodes puts re
 (2n+1 -> 2n+2) hops, so a shift by one maps NVLink routes onto InfiniBand ones but a
 shift by two is a symmetry: one node's two replicas are simulated, r / 2 copies merged.
 
-Conditions checked (otherwise the plan is simulated in full): training, 1F1B, not ideal
+Conditions checked (otherwise the plan is simulated in full): training, 1F1B or
+interleaved 1F1B (whose chunks share their pipeline rank's devices), not ideal
 mode, no trace, every stage the same replica count ``r`` dividing the microbatch count
 and the same tensor-parallel degree, one device kind, replicas alike (replica groups:
 equal ``shares`` if any, the same precision overrides on every replica if any; the
@@ -80,7 +81,8 @@ class Symmetry:
 
 def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Symmetry | None:
     """The largest exact reduction of ``plan`` (module docstring), or None."""
-    if not problem.training or plan.schedule != "1f1b" or ideal or trace or plan.device_order is not None:
+    if not problem.training or plan.schedule not in ("1f1b", "interleaved") or ideal or trace \
+            or plan.device_order is not None:
         return None
     if not plan.stages:
         return None
@@ -93,7 +95,7 @@ def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Sym
         return None
     if not all(s.uniform for s in plan.stages):
         return None   # replicas differ in share or precision: they do not run alike
-    devs = [d for s in plan.stages for d in s.devices]
+    devs = [d for s in plan.stages[:plan.pipeline_ranks] for d in s.devices]   # interleaved: chunks repeat ranks
     if len(set(devs)) != len(devs) or len({int(problem.device_kind[d]) for d in devs}) != 1:
         return None
     groups = reduction_groups(problem, plan) if r > 1 else None

@@ -7,7 +7,9 @@ transformer-layer counts (the embedding with the first, the head with the last; 
 graph without ``l<i>.`` layer names is split by operator count), and devices in
 Megatron's order, tensor-parallel ranks innermost, then data-parallel replicas, then
 pipeline stages (stage k takes devices ``k*dp*tp ..``, replica r of it the ``tp``
-devices from ``r*tp``). ``whatif`` simulates one optimizer step of it.
+devices from ``r*tp``). ``vp`` > 1: Megatron's interleaved 1F1B, pp x vp chunks of equal
+layer counts, chunk c on stage c mod pp's devices. ``whatif`` simulates one optimizer
+step of it.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from distplan.costs.recompute import recomputed
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.costs.megatron import check_degrees, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
-from distplan.costs.check import plan_violations
+from distplan.costs.check import interleaved_violations, plan_violations
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
@@ -68,9 +70,10 @@ class WhatIf:
         p, s = self.problem, self.plan
         st = s.stages[0]
         cap = float(np.min(p.device_mem_bytes))
+        pp, vp = s.pipeline_ranks, s.virtual_stages
         return "\n".join([
             f"{p.graph.name} ({p.graph.mode}) on {p.topology.name}: dp {st.replicas} x tp {st.tensor_parallel} x "
-            f"pp {s.n_stages} = {st.replicas * st.tensor_parallel * s.n_stages} devices, microbatch "
+            f"pp {pp}{f' (vp {vp})' if vp > 1 else ''} = {st.replicas * st.tensor_parallel * pp} devices, microbatch "
             f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches} microbatches), "
             f"{s.op_precision[0]}, {s.schedule}",
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
@@ -87,7 +90,8 @@ class WhatIf:
     def to_json(self) -> dict:
         st = self.plan.stages[0]
         return {"workload": self.problem.graph.name, "topology": self.problem.topology.name,
-                "dp": st.replicas, "tp": st.tensor_parallel, "pp": self.plan.n_stages,
+                "dp": st.replicas, "tp": st.tensor_parallel, "pp": self.plan.pipeline_ranks,
+                "vp": self.plan.virtual_stages,
                 "microbatch_size": self.problem.graph.batch_size, "global_batch": self.global_batch,
                 "microbatches": self.plan.microbatches, "iteration_s": self.iteration_s,
                 "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
@@ -103,15 +107,18 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            global_batch: int | None = None, precision: str = "bf16", mode: str = "training",
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
-           overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True) -> WhatIf:
-    """Simulate one step of ``workload`` under dp x tp x pp (module docstring).
+           overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
+           vp: int = 1) -> WhatIf:
+    """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
+    Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
+    multiple of pp).
 
     ``check_memory=False`` skips the checker's memory bound (costs.evaluate.plan_memory_bytes,
     the one memory model: within a few % above the simulated peak); both are reported
     (``bound_memory_bytes``, ``peak_memory_bytes``). ``breakdown=False`` skips the second simulation
     with free links: the shares are then NaN (exposed communication is not split from
     the bubble) and the call takes half the time."""
-    check_degrees(dp, tp, pp)
+    check_degrees(dp, tp, pp, vp)
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8
@@ -122,7 +129,11 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     p = make_problem(workload, topology, batch_size=microbatch_size, seq_len=seq_len, mode=mode,
                      precisions=(precision,), microbatches=M, schedule=schedule)
     plan = megatron_plan(p, dp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
-                         overlap_grad_reduce)
+                         overlap_grad_reduce, vp)
+    if plan.schedule == "interleaved":
+        bad = interleaved_violations(p, plan)
+        if bad:
+            raise DistplanError("the configuration does not fit: " + "; ".join(bad[:3]))
     sym = find_symmetry(p, plan, ideal=False, trace=False)
     copies = sym.factor if sym is not None else 1   # identical replicas/ranks simulated once
     tasks = p.n_ops * tp * M * (2 if p.training else 1) // copies
@@ -141,7 +152,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M   # model FLOPs: no recomputation
     if breakdown:
         free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=(precision,), microbatches=M,
-                                     schedule=plan.schedule), plan)
+                                     schedule=p.schedule), plan)
         comm = max(0.0, it - free.iteration_s)
         shares = (busy / it, comm / it, max(0.0, 1.0 - busy / it - comm / it))
     else:

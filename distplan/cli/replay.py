@@ -26,8 +26,8 @@ from distplan.sim.trace import write_chrome_trace
 
 
 #: the flags of a named configuration (no plan file), refused beside a plan file
-WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--microbatch-size", "--global-batch", "--precision", "--mode", "--seq-len",
-                "--schedule", "--recompute", "--sequence-parallel", "--zero", "--dp-allreduce",
+WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
+                "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--dp-allreduce",
                 "--overlap-grad-reduce", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
@@ -71,6 +71,8 @@ def _main(argv: list[str] | None) -> int:
     c.add_argument("--dp", type=int, default=None, help="data-parallel replicas")
     c.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per replica")
     c.add_argument("--pp", type=int, default=1, help="pipeline stages (equal layer counts)")
+    c.add_argument("--vp", type=int, default=1,
+                   help="model chunks per pipeline stage: Megatron's interleaved 1F1B (virtual stages) when > 1")
     c.add_argument("--microbatch-size", type=int, default=1, help="samples per microbatch")
     c.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step (default 8 x dp)")
     c.add_argument("--precision", default="bf16", help="one precision for every op")
@@ -137,7 +139,7 @@ def _whatif(args) -> int:
         if args.dp is None or not args.workload or not args.topology:
             raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
                                 "simulate a named configuration")
-        for flag, v in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp),
+        for flag, v in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp), ("--vp", args.vp),
                         ("--microbatch-size", args.microbatch_size), ("--global-batch", args.global_batch)):
             if v is not None and v < 1:
                 raise DistplanError(f"{flag} must be >= 1, got {v}")
@@ -145,7 +147,7 @@ def _whatif(args) -> int:
         check_distinct([("--workload", args.workload), ("--topology", args.topology)], [("--trace", args.trace)])
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
-                   args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce)
+                   args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)

@@ -215,6 +215,10 @@ class Plan:
     are reduced as soon as its last backward is done, overlapping the rest of the
     backward (Megatron's bucketed overlap, one bucket per operator), instead of after
     the stage's last task.
+    Schedule ``interleaved`` (Megatron's virtual pipeline stages, ``core.schedules``):
+    ``stages`` are the ``pp x vp`` model chunks in model order, chunk c on the devices of
+    chunk ``c mod pp`` (``pipeline_ranks`` pp, ``virtual_stages`` vp); a plan file
+    states it by its schedule name and its chunks' devices, nothing else.
     ``predicted`` carries the planner's own figures (e.g. ``milp_period_s``); it is a
     read-only mapping (a Plan is frozen): :meth:`with_predicted` returns a new Plan.
     """
@@ -246,6 +250,29 @@ class Plan:
 
     def ops_in_stage(self, k: int) -> list[int]:
         return [v for v, s in enumerate(self.op_stage) if s == k]
+
+    @property
+    def pipeline_ranks(self) -> int:
+        """Pipeline ranks (device groups) the stages cycle over: the smallest p dividing
+        the stage count with stage c on the devices (and tensor-parallel degree) of stage
+        ``c mod p`` under the ``interleaved`` schedule (``core.schedules``), the stage
+        count otherwise."""
+        K = self.n_stages
+        if self.schedule != "interleaved":
+            return K
+        for p in range(1, K + 1):
+            if K % p == 0 and all(self.stages[c].devices == self.stages[c % p].devices and
+                                  self.stages[c].tensor_parallel == self.stages[c % p].tensor_parallel
+                                  for c in range(p, K)):
+                return p
+        return K
+
+    @property
+    def virtual_stages(self) -> int:
+        """Model chunks per pipeline rank (Megatron's virtual pipeline size ``vp``): 1
+        unless the schedule is ``interleaved``; stage (chunk) c runs on rank ``c mod
+        pipeline_ranks`` as its virtual chunk ``c // pipeline_ranks``."""
+        return self.n_stages // self.pipeline_ranks if self.stages else 1
 
     @property
     def cycle(self) -> int:
