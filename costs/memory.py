@@ -312,23 +312,35 @@ class StageMemory:
     over its own forward and backward (what it has kept so far, or still keeps, plus its
     outputs before their local readers ran, its gradients, and what recomputation makes
     again); ``forward``/``backward`` the most its forward or backward adds beyond the
-    stash; ``boundary`` what crosses the stage's boundaries (tensors and gradients sent,
-    received or relayed), which may wait on a busy link while a microbatch is in flight."""
+    stash; ``boundary`` received copies nobody keeps and relayed tensors, which may wait
+    while a microbatch is in flight; ``sending`` the tensors sent on and the gradients
+    sent back or received for them, which pile up only behind a slow link (``keeps_up``
+    False: the link needs longer per microbatch than the stage's compute, or overlapped
+    reductions share it), else at most two microbatches' worth."""
 
     stash: float
     single: float
     forward: float
     backward: float
     boundary: float
+    sending: float = 0.0
+    keeps_up: bool = False
 
     def peak_bytes(self, inflight: int, overlapping: int) -> float:
         """Bytes the stage holds at most with ``inflight`` microbatches in flight. Under
         1F1B (``overlapping`` 1) a device runs one microbatch's tasks in order, the others
         stashed; under GPipe's rounds a device may run ahead while a collective is
         pending, so up to ``overlapping`` microbatches' work is under way at once."""
+        sends = min(inflight, 2) if self.keeps_up else inflight
         if overlapping <= 1:
-            return (inflight - 1) * self.stash + self.single + inflight * self.boundary
-        return inflight * (self.stash + self.boundary) + overlapping * max(self.forward, self.backward)
+            return (inflight - 1) * self.stash + self.single + inflight * self.boundary + sends * self.sending
+        return inflight * (self.stash + self.boundary + self.sending) + overlapping * max(self.forward, self.backward)
+
+
+def _hop_s(problem, a: int, b: int, nbytes: float) -> float:
+    """Seconds ``nbytes`` take over the first route a -> b (per link bytes/bw + latency)."""
+    return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l])
+               for l in problem.topology.route(a, b))
 
 
 def _share(problem, v: int, tp: int, sp: bool) -> float:
@@ -421,8 +433,11 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
                          for v in order])   # freed by the op's own backward
     recv_kept = np.zeros(n)                  # received copies, freed by their reader's backward
     grads = np.zeros(n + 1)                  # gradient buffers alive from the reader's backward to the producer's
-    boundary = 0.0
+    boundary = 0.0       # received copies nobody keeps and relays: per microbatch in flight
+    sending = 0.0        # tensors sent on and gradients sent back or received for them
+    out_s = back_s = 0.0   # their link time per microbatch, forward and back
     sends = set()
+    here = st.replica_group(0)[0]
     for e, (u, w) in enumerate(edges):
         su, sw = stage[u], stage[w]
         b = elems[e] * bpe[q[u]] / tp
@@ -431,7 +446,8 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
             grads[pos[u]] += b
             grads[pos[w] + 1] -= b
         elif sw == k and su < k:     # received (kept for the backward, or until read), its gradient sent back
-            boundary += b
+            sending += b
+            back_s += _hop_s(problem, here, plan.stages[k - 1].replica_group(0)[0], b)
             if saved[e] > 0:
                 stash += b
                 recv_kept[pos[w]] += b
@@ -439,11 +455,22 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
                 boundary += b
         elif su == k and sw > k:     # sent, its gradient received
             sends.add(u)
-            boundary += b
+            sending += b
         elif su < k < sw:            # relayed through this stage, both ways in training
             boundary += 2 * b
     rest = np.array([max(0.0, out_b[v] - kept_out[v]) for v in order])
-    boundary += float(sum(rest[pos[u]] for u in sends))
+    sending += float(sum(rest[pos[u]] for u in sends))
+    if k + 1 < plan.n_stages:
+        nxt = plan.stages[k + 1].replica_group(0)[0]
+        out_s = sum(_hop_s(problem, here, nxt, elems[e] * bpe[q[u]] / tp)
+                    for e, (u, w) in enumerate(edges) if stage[u] == k and stage[w] > k)
+    kind = int(problem.device_kind[here])
+    f_s = sum(float(problem.fwd_time_s[v, q[v], kind]) for v in order) / tp
+    b_s = sum(float(problem.bwd_time_s[v, q[v], kind]) for v in order) / tp
+    # a send waits on its link only behind this stage's earlier sends when the link
+    # carries a microbatch's tensors faster than the stage computes one (no reduction
+    # overlapped with the pipeline shares it): then at most two are alive at once
+    keeps_up = not plan.overlap_grad_reduce and out_s <= f_s and back_s <= b_s
     i = np.arange(n)
     alive = (i[None, :] < i[:, None]) & (last_local[None, :] >= i[:, None])     # [t, u]: u's rest alive while t runs
     live = rest + alive.astype(float) @ rest
@@ -458,4 +485,4 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     bwd_profile = kept_to + grads + ws
     single = float(max(fwd_profile.max(initial=0.0), bwd_profile.max(initial=0.0), stash))
     fwd, bwd = float(live.max(initial=0.0)), float((grads + ws).max(initial=0.0))
-    return StageMemory(stash, single, fwd, bwd, boundary)
+    return StageMemory(stash, single, fwd, bwd, boundary, sending, keeps_up)
