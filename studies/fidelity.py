@@ -66,6 +66,9 @@ class Row:
     kind: str = "a100"
     seq_len: int = SEQ_LEN
     vocab: int = PAPER_VOCAB
+    #: model chunks per pipeline stage (Megatron's interleaved 1F1B when > 1): set only
+    #: where the row's paper states the published run used it
+    vp: int = 1
 
     @property
     def gpus(self) -> int:
@@ -83,7 +86,9 @@ class Row:
 
     def describe(self) -> str:
         sp = " +SP" if self.sequence_parallel else ""
-        return (f"h{self.hidden} L{self.layers} a{self.heads}, tp{self.tp} pp{self.pp} dp{self.dp} = {self.gpus} GPUs, "
+        vp = f" vp{self.vp}" if self.vp > 1 else ""
+        return (f"h{self.hidden} L{self.layers} a{self.heads}, tp{self.tp} pp{self.pp}{vp} dp{self.dp} = "
+                f"{self.gpus} GPUs, "
                 f"mb {self.microbatch} gb {self.global_batch}, recompute {self.recompute}{sp}")
 
 
@@ -97,7 +102,8 @@ def paper_flops(row: Row) -> float:
 _N = dict(source=NARAYANAN, url=NARAYANAN_URL, recompute="full", sequence_parallel=False,
           metric="paper_tflops", microbatch=1)
 _K = dict(source=KORTHIKANTI, url=KORTHIKANTI_URL, dp=1, metric="iteration_s")
-_INTERLEAVED = "published run used the interleaved 1F1B schedule (3 chunks per stage), which the simulator lacks"
+_INTERLEAVED = ("published run used the interleaved 1F1B schedule (3 chunks per stage); the row keeps vp 1 (plain "
+                "1F1B) until that is checked against the paper's text (--vp 3 runs the interleaved sensitivity)")
 _MB = "microbatch size not published for Table 1; 1 assumed (as Table 2's PTD-P rows)"
 
 ROWS: tuple[Row, ...] = (
@@ -171,9 +177,10 @@ def _alarm(signum, frame):   # noqa: ARG001 (signal handler signature)
     raise RowTimeout
 
 
-def simulate_row(row: Row, cap_s: float | None = None) -> Outcome:
+def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) -> Outcome:
     """Simulate ``row`` through ``whatif`` with its memory check on (the published run
-    fits, by the checker's bound) and compare it with the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread only)."""
+    fits, by the checker's bound) and compare it with the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread only).
+    ``vp`` overrides the row's own chunks per stage (a sensitivity run, not the table)."""
     t0 = time.perf_counter()
     use_alarm = bool(cap_s) and hasattr(signal, "setitimer")
     if use_alarm:
@@ -182,7 +189,8 @@ def simulate_row(row: Row, cap_s: float | None = None) -> Outcome:
     try:
         w = whatif(row.workload, row.topology, dp=row.dp, tp=row.tp, pp=row.pp, microbatch_size=row.microbatch,
                    global_batch=row.global_batch, precision="bf16", seq_len=row.seq_len, recompute=row.recompute,
-                   sequence_parallel=row.sequence_parallel, check_memory=True, breakdown=False)
+                   sequence_parallel=row.sequence_parallel, check_memory=True, breakdown=False,
+                   vp=row.vp if vp is None else vp)
     except RowTimeout:
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
                        skipped=f"over the {cap_s:.0f} s wall-time cap")
@@ -244,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap-s", type=float, default=DEFAULT_CAP_S, help="wall-time cap per row, seconds (0: none)")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument("--markdown", action="store_true", help="print the README table")
+    ap.add_argument("--vp", type=int, default=None,
+                    help="simulate every row with this many chunks per stage (interleaved 1F1B where > 1 and the "
+                         "row has pp >= 2; a sensitivity run: the rows state their own)")
     args = ap.parse_args(argv)
     keys = [k.strip() for k in args.rows.split(",") if k.strip()]
     unknown = [k for k in keys if k not in BY_KEY]
@@ -254,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, k in enumerate(keys, 1):
         r = BY_KEY[k]
         print(f"[{i}/{len(keys)}] {k} {r.workload} on {r.topology} ...", file=sys.stderr, flush=True)
-        o = simulate_row(r, args.cap_s or None)
+        o = simulate_row(r, args.cap_s or None, None if args.vp is None or r.pp < 2 else args.vp)
         outcomes.append(o)
         res = f"skipped ({o.skipped})" if o.error is None else \
             f"{_fmt(o.simulated, r.metric)} vs {_fmt(r.published, r.metric)} ({o.error:+.1%})"
