@@ -26,6 +26,9 @@ only what ends after that backward is exposed). The optimizer step
 replicas): link contention between transfers, and bubbles from uneven communication
 inside the 1F1B window.
 
+The interleaved schedule (Megatron's virtual stages, ``core.schedules.interleaved_order``)
+always takes the joint run below, every device running its chunks in that order.
+
 Mixed fleets (a problem with several device kinds) and replica groups
 (``Stage.shares``, ``Stage.replica_precision``): F_{k,i} and B_{k,i} are per replica (its
 devices' kind, its precisions), replica i of stage k runs n_{k,i} microbatches (its
