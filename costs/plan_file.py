@@ -50,12 +50,27 @@ def plan_document(plan: Plan, problem: Problem) -> dict[str, Any]:
     d["version"] = VERSION
     d["predicted"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
                       for k, v in d["predicted"].items()}   # strict JSON: no nan or infinity
+    topo = json.loads(dump_json(topology_to_dict(problem.topology)))
     d["problem"].update(
         microbatches=problem.microbatches, schedule=problem.schedule,
-        graph_sha256=graph_sha256(problem.graph), topology_sha256=topology_sha256(problem.topology),
-        graph=graph_to_dict(problem.graph),
-        topology=json.loads(dump_json(topology_to_dict(problem.topology))))
+        graph_sha256=graph_sha256(problem.graph), topology_sha256=embedded_topology_sha256(problem.topology, topo),
+        graph=graph_to_dict(problem.graph), topology=topo)
     return d
+
+
+def embedded_topology_sha256(topology: Topology, doc: dict) -> str:
+    """The hash a plan file records for its embedded topology ``doc``: the topology's own
+    (``topology_sha256``), unless the document does not hold it exactly, then the hash
+    of the topology the document holds (what a replay rebuilds and checks). A value in
+    a human unit (latency_us) is written with up to 17 digits and the JSON float read
+    back keeps only its shortest text, so an API-built topology whose latencies are
+    arbitrary floats could come back an ulp apart: its plan file was refused by its
+    own replay as 'edited' (issue 26's contract test, random topologies). Topology files
+    and presets hold their values exactly: their hash is unchanged."""
+    own = topology_sha256(topology)
+    back = topology_from_dict(_decimals(doc), default_name=topology.name)
+    held = topology_sha256(back)
+    return own if held == own else held
 
 
 def save_plan(plan: Plan, problem: Problem, path: str | Path) -> None:
