@@ -185,3 +185,72 @@ def test_solve_py_reads_a_profile_and_refuses_microbatch_sizes_with_it(tmp_path)
     bad = subprocess.run([sys.executable, solve, "--workload", "g.json", "--profile", "p.json", "--mode", "training",
                           "--microbatch-sizes", "1,2"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--microbatch-sizes does not apply with --profile" in bad.stderr
+
+
+# --- from torch's profiler ---------------------------------------------------------
+
+
+def cpu_topology():
+    from distplan.topologies.topology import DeviceKind
+
+    cpu = DeviceKind("cpu", {"fp32": 1e12}, 64e9, 100e9, efficiency=0.5, launch_overhead_s=1e-6)
+    return hosts_on_network("2cpu", [(cpu, 2)], 16e9, 1e-6, 12.5e9, 2.5e-6)
+
+
+def test_profile_command_times_a_resnet_like_cnn_and_the_trace_gives_the_same_ops(tmp_path):
+    """``python -m distplan.profile resnet-tiny``: every conv and the head of the imported
+    graph is timed; the Chrome trace of the run maps onto the same ops; the profile plans."""
+    pytest.importorskip("torch", reason="the profiler import needs PyTorch: pip install -e '.[torch]'")
+    import subprocess
+    import sys
+
+    from distplan.cli.profile import tiny_resnet
+    from distplan.workloads.torch_import import import_module_with_paths
+    from distplan.workloads.torch_profile import module_times_s, profile_from_torch
+
+    run = subprocess.run([sys.executable, "-m", "distplan.profile", "resnet-tiny", "--device", "cpu", "--runs", "3",
+                          "--warmup", "1", "--trace", "trace.json"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "wrote profile.json and graph.json" in run.stdout
+    g, prof = load_graph(tmp_path / "graph.json"), load_profile(tmp_path / "profile.json")
+    names = {op.name for op in g.ops}
+    assert set(prof.times) <= names and prof.kinds == ("cpu",)
+    heavy = {op.name for op in g.ops if op.kind in ("conv", "head", "matmul")}
+    assert len(heavy) == 6 and heavy <= set(prof.times)        # 5 convs + the fc head
+    assert all(t > 0 for per in prof.times.values() for (t, _) in per["cpu"].values())
+    _, paths = import_module_with_paths(*tiny_resnet())
+    from_trace = profile_from_torch(paths, str(tmp_path / "trace.json"), "cpu", "fp32")
+    assert set(from_trace.times) == set(prof.times)
+    totals, runs = module_times_s(str(tmp_path / "trace.json"))
+    assert runs == 3 and {"stem.0", "layer1.0.conv1", "layer1.1.conv2", "fc"} <= set(totals)
+    p = distplan.problem(apply_profile(g, prof), cpu_topology(), precisions="fp32")
+    for name, per in prof.times.items():
+        assert p.fwd_time_s[g.index(name), 0, 0] == per["cpu"]["fp32"][0]
+
+
+def test_profiler_key_averages_map_onto_a_small_bert_by_module_path():
+    pytest.importorskip("torch", reason="the profiler import needs PyTorch: pip install -e '.[torch]'")
+    pytest.importorskip("transformers", reason="the BERT case needs transformers: pip install -e '.[transformers]'")
+    import torch
+
+    from distplan.cli.profile import tiny_bert
+    from distplan.workloads.torch_import import import_module_with_paths
+    from distplan.workloads.torch_profile import annotate_modules, profile_from_torch
+
+    model, inputs = tiny_bert()
+    g, paths = import_module_with_paths(model, inputs)
+    via = {path for nodes in paths.values() for _, path, _ in nodes}
+    assert {"embeddings.word_embeddings", "encoder.layer.0.attention.self.query",
+            "encoder.layer.1.output.dense", "pooler.dense"} <= via
+    with torch.no_grad(), annotate_modules(model), torch.profiler.profile() as run:
+        for _ in range(2):
+            model(**inputs)
+    prof = profile_from_torch(paths, run.key_averages(), "cpu", "fp32")
+    linears = {op for op, nodes in paths.items() if any(n.startswith("linear") for n, _, _ in nodes)}
+    assert len(linears) == 2 * 6 + 1                           # q, k, v, out, ffn up, ffn down per layer; pooler
+    assert linears <= set(prof.times) <= {op.name for op in g.ops}
+    q = next(op for op, nodes in paths.items() if any(p == "encoder.layer.0.attention.self.query"
+                                                      for _, p, _ in nodes))
+    assert prof.times[q]["cpu"]["fp32"][0] > 0
+    apply_profile(g, prof)                                      # every name is the graph's

@@ -67,11 +67,13 @@ def _is_move(op: Operator) -> bool:
     return op.kind == "reshape" and op.fwd_flops == 0 and not is_view(op)
 
 
-def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
+def fuse_graph(graph: Graph, scalings: Collection[str] = (), members: dict[str, list[str]] | None = None) -> Graph:
     """The graph with views, bias epilogues, layout moves, constant scalings and
     element-wise chains fused (see the module docstring); the same graph when nothing
     fuses. ``scalings``: names of operators that multiply their one activation input by
-    a constant scalar (the importer knows; the Graph does not say)."""
+    a constant scalar (the importer knows; the Graph does not say). ``members``, when
+    given, is filled with each fused operator's name -> the names of the operators of
+    ``graph`` it holds (step 0's copies are named ``<op>~<reader>``)."""
     given = {op.name for op in graph.ops}
     graph = clone_input_only(graph)
     copies = {v for v, op in enumerate(graph.ops) if op.name not in given}
@@ -155,6 +157,10 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = ()) -> Graph:
             continue
         if (fusible(a) and fusible(b)) or (lookup(a) and lookup(b)):
             join(a, b)
+    if members is not None:
+        live = c.live_order()
+        members.update({ops[_anchor(ops, c.members[k], copies)].name: [ops[v].name for v in sorted(c.members[k])]
+                        for k in live})
     if c.size == len(ops):
         return graph
     return _build(graph, c, absorbed, copies)

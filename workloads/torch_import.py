@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -140,6 +141,45 @@ def import_module(module: Any, example_inputs: Any, mode: str = "inference", nam
     keyword arguments) with ``torch.export`` (``tracer='export'``), ``torch.fx``
     (``'fx'``), or export falling back to fx (``'auto'``), and build its Graph (fused
     into kernels unless ``fuse=False``)."""
+    return _import(module, example_inputs, mode, name, fuse, tracer, None)
+
+
+def import_module_with_paths(module: Any, example_inputs: Any, mode: str = "inference", name: str | None = None,
+                             fuse: bool = True, tracer: str = "auto",
+                             ) -> tuple[Graph, dict[str, list[tuple[str, str, float]]]]:
+    """:func:`import_module`, and for each operator of the Graph the traced nodes it
+    holds, as (node name, module path, weight) in order: the path of the innermost
+    module whose forward ran the node (``encoder.layer.0.attention.self.query``; "" for
+    the root module's own code), and the node's forward FLOPs plus touched elements (0
+    for a view). A profile measured per module (workloads/torch_profile.py) maps onto
+    the Graph's operators through it."""
+    paths: dict[str, tuple[str, float]] = {}
+    members: dict[str, list[str]] = {}
+    g = _import(module, example_inputs, mode, name, fuse, tracer, (paths, members))
+
+    def info(node: str) -> tuple[str, float]:
+        base = node.split("~", 1)[0]           # a rematerialised copy: <op>~<reader>
+        return paths.get(base, paths.get(base.split("#", 1)[0], ("", 0.0)))
+
+    return g, {op.name: [(m, *info(m)) for m in members.get(op.name, [op.name])] for op in g.ops}
+
+
+def _module_path(node: Any) -> str:
+    """The dotted path of the innermost module that ran ``node`` ("" for the root)."""
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    entry = list(stack.values())[-1]
+    p = str(entry[0] if isinstance(entry, tuple) else entry)
+    p = re.sub(r"^L\['self'\]\.?|^L__self__\.?|^self\.?", "", p)   # older exporters' spelling
+    p = re.sub(r"\[(\d+)\]", r".\1", p).replace("['", ".").replace("']", "")
+    return p.strip(".")
+
+
+def _import(module: Any, example_inputs: Any, mode: str, name: str | None, fuse: bool, tracer: str,
+            record: tuple[dict, dict] | None) -> Graph:
     torch = _require_torch()
     check_mode(mode)
     if tracer not in TRACERS:
@@ -160,16 +200,21 @@ def import_module(module: Any, example_inputs: Any, mode: str = "inference", nam
         except Exception as e:  # export raises many types; the fallback or the error names it
             errors.append(f"torch.export: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
         else:
-            return _finish(*_build(gm, torch, first, mode, label, lifted), fuse)
+            built = _build(gm, torch, first, mode, label, lifted, record)
+            if record is not None:   # export traced the TensorOutputs wrapper: the model is its child "m"
+                for k, (p, wt) in record[0].items():
+                    record[0][k] = ("" if p == "m" else p[2:] if p.startswith("m.") else p, wt)
+            return _finish(*built, fuse, record)
         if tracer == "export" or kwargs:
             raise DistplanError(f"could not trace {label!r} ({errors[0]})"
                                 + ("; torch.fx needs positional inputs (a tensor or a tuple)" if kwargs else ""))
     gm = _fx(torch, module, args, label, errors)
-    return _finish(*_build(gm, torch, first, mode, label, {}), fuse)
+    return _finish(*_build(gm, torch, first, mode, label, {}, record), fuse, record)
 
 
-def _finish(g: Graph, scalings: list[str], fuse: bool) -> Graph:
-    return fuse_graph(g, scalings) if fuse else g
+def _finish(g: Graph, scalings: list[str], fuse: bool, record: tuple[dict, dict] | None = None) -> Graph:
+    members = record[1] if record is not None else None
+    return fuse_graph(g, scalings, members) if fuse else g
 
 
 #: operations that scale their input: ``x * c``, ``c * x``, ``x / c``, ``-x``
@@ -280,7 +325,7 @@ class _Walk(Walk):
 
 
 def _build(gm: Any, torch: Any, first: Any, mode: str, label: str,
-           lifted: dict[str, Any]) -> tuple[Graph, list[str]]:
+           lifted: dict[str, Any], record: tuple[dict, dict] | None = None) -> tuple[Graph, list[str]]:
     """The Graph of a traced module and its scalings by a constant (names, for fusion);
     ``lifted``: export's placeholders that hold a parameter, buffer or constant (by
     placeholder name), not a user input."""
@@ -311,6 +356,8 @@ def _build(gm: Any, torch: Any, first: Any, mode: str, label: str,
         op, fam = _cost(node, w, deps, param)
         op = oc.tie_operator(op, tied)
         ops.append(op)
+        if record is not None:
+            record[0][op.name] = (_module_path(node), float(op.fwd_flops + op.touched_elems))
         if _is_scaling(node, w, deps):
             scalings.append(op.name)
         w.family.append(fam)
