@@ -1122,6 +1122,7 @@ REPLAY_VALUES: dict[str, Any] = {
     "--dp": st.sampled_from(["1", "2", "4", "0", "-1", "x", "1.5"]),
     "--tp": st.sampled_from(["1", "2", "3", "0", "-2", ""]),
     "--pp": st.sampled_from(["1", "2", "0", "5", "nan"]),
+    "--vp": st.sampled_from(["1", "2", "0", "3", "x"]),
     "--microbatch-size": st.sampled_from(["1", "2", "0", "-1", "x"]),
     "--global-batch": st.sampled_from(["1", "4", "8", "0", "-8", "3", "x"]),
     "--precision": st.sampled_from(["bf16", "fp16", "fp32", "int8", "fp64", ""]),
