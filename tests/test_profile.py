@@ -254,3 +254,12 @@ def test_profiler_key_averages_map_onto_a_small_bert_by_module_path():
                                                       for _, p, _ in nodes))
     assert prof.times[q]["cpu"]["fp32"][0] > 0
     apply_profile(g, prof)                                      # every name is the graph's
+
+
+def test_a_plan_file_carries_the_measured_times_to_its_replay(tmp_path):
+    from distplan.costs.plan_file import load_plan_file
+
+    p = distplan.problem(chain(4), two_kinds(), precisions="fp16", profile=doc({"op0": {"t4": {"fwd_s": 0.25}}}))
+    distplan.solve(p, distplan.SolveOptions(time_limit_s=10, top_k=1)).write_plan(tmp_path / "plan.json")
+    _, back = load_plan_file(tmp_path / "plan.json")
+    assert np.array_equal(back.fwd_time_s, p.fwd_time_s) and back.fwd_time_s[0, 0, back.kind_names.index("t4")] == 0.25
