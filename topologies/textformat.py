@@ -46,9 +46,45 @@ class Flow(dict):
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+#: the most nodes a YAML document may hold once its aliases are expanded: a topology
+#: of 10,000 devices and their links is ~200,000; an alias bomb (nine aliases of nine
+#: aliases ...) expands to billions and hung the reader and every walk of the document
+MAX_YAML_NODES = 2_000_000
+
+
+def _expanded_nodes(root: yaml.Node, limit: int) -> int:
+    """How many nodes ``root`` holds with every alias expanded (a node reached twice
+    counts twice), counted once per distinct node; stops past ``limit``."""
+    size: dict[int, int] = {}
+    opened: set[int] = set()   # a node whose children are being counted (a recursive alias: counted once)
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size or (not done and id(node) in opened):
+            continue
+        opened.add(id(node))
+        kids = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            size[id(node)] = min(limit + 1, 1 + sum(size.get(id(k), 0) for k in kids))
+            continue
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in size and id(k) not in opened)
+    return size.get(id(root), 0)
+
+
 class _NoDuplicates:
     """Refuse a key written twice in one mapping; keys merged in with ``<<`` may be
-    overridden, as YAML defines."""
+    overridden, as YAML defines. Refuse a document whose aliases expand past
+    ``MAX_YAML_NODES`` nodes before constructing it."""
+
+    def construct_document(self, node):  # noqa: D102
+        n = _expanded_nodes(node, MAX_YAML_NODES)
+        if n > MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"its aliases (*name) expand to more than {MAX_YAML_NODES:,} values; write the "
+                "values out, or use fewer aliases of aliases", node.start_mark)
+        return super().construct_document(node)
 
     def construct_mapping(self, node, deep=False):  # noqa: D102
         if isinstance(node, yaml.MappingNode):

@@ -23,6 +23,11 @@ ROUTINGS = ("xy", "shortest")
 MIN_RATE = 1e-6
 
 
+#: the most tasks a device kind may run at once (DeviceKind.concurrency): the simulator
+#: keeps one slot per task and scans them per task (1e9 allocated 8 GB and hung)
+MAX_CONCURRENCY = 1024
+
+
 @dataclass(frozen=True)
 class DeviceKind:
     """A device model: dense peak FLOP/s per supported precision, memory, efficiency.
@@ -205,8 +210,12 @@ def _validate(t: Topology) -> None:
             if getattr(k, attr) < MIN_RATE:
                 raise DistplanError(f"{where}: device kind {k.name!r}: {attr} is {getattr(k, attr):.3g}; "
                                     f"at least {MIN_RATE:g} {unit}")
-        if not (isinstance(k.concurrency, int) and k.concurrency >= 1):
-            raise DistplanError(f"{where}: device kind {k.name!r}: concurrency must be >= 1")
+        if not (isinstance(k.concurrency, int) and not isinstance(k.concurrency, bool) and k.concurrency >= 1):
+            raise DistplanError(f"{where}: device kind {k.name!r}: concurrency must be an integer >= 1")
+        if k.concurrency > MAX_CONCURRENCY:   # the simulator keeps a slot per concurrent task
+            raise DistplanError(f"{where}: device kind {k.name!r}: concurrency {k.concurrency:,} is more tasks at "
+                                f"once than the simulator models (at most {MAX_CONCURRENCY:,}); a device runs "
+                                "1 (every preset) to a few")
     names: set[str] = set()
     for d in t.devices:
         if d.name in names:

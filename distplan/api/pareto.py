@@ -26,6 +26,10 @@ from distplan.costs.problem import Problem
 from distplan.model import SolveOptions
 
 
+#: the least seconds a frontier point's solve gets (the time limit is shared among them)
+MIN_POINT_S = 1.0
+
+
 @dataclass(frozen=True)
 class ParetoPoint:
     budget: float              # the sensitivity budget of this point
@@ -54,6 +58,11 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
     not solved yet take the plans found so far (``Frontier.interrupted`` says so)."""
     if n < 2:
         raise DistplanError(f"--pareto needs at least 2 points, got {n}")
+    limit = (options or SolveOptions()).time_limit_s
+    if n * MIN_POINT_S > limit:   # each point's solve gets at least MIN_POINT_S: the limit cannot hold them
+        raise DistplanError(f"--pareto {n:,} points need at least {n * MIN_POINT_S:,.0f} s ({MIN_POINT_S:g} s of "
+                            f"solving each) and the time limit is {limit:g} s; ask for at most "
+                            f"{max(2, int(limit // MIN_POINT_S)):,} points or a longer --time-limit")
     with stop_on_interrupt() as stop:
         return _pareto(problem, n, options, progress, stop)
 
@@ -66,7 +75,7 @@ def _pareto(problem: Problem, n: int, options: SolveOptions | None, progress, st
     end = time.perf_counter() + options.time_limit_s
 
     def run(budget: float | None, left_points: int):
-        share = max(1.0, (end - time.perf_counter()) / left_points)
+        share = max(MIN_POINT_S, (end - time.perf_counter()) / left_points)
         opts = dataclasses.replace(options, sensitivity_budget=budget, time_limit_s=share, progress=None)
         return solve(problem, opts)
 

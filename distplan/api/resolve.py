@@ -2,6 +2,7 @@
 name or topology file -> Topology. The zoo and preset registries own the names."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from distplan.core.errors import DistplanError
@@ -16,6 +17,8 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
     if input_shapes and Path(spec).suffix.lower() != ".onnx":
         raise DistplanError(f"input shapes apply to .onnx workloads only, not {spec!r}")
     suffix = Path(spec).suffix.lower()
+    if suffix in (".json", ".onnx"):
+        check_regular_file(spec, "workload")
     if suffix == ".json":
         from distplan.workloads.io import load_graph
 
@@ -39,6 +42,7 @@ def resolve_topology(spec: str) -> Topology:
     if Path(spec).suffix.lower() in (".yaml", ".yml", ".json"):
         from distplan.topologies.io import load_topology
 
+        check_regular_file(spec, "topology")
         return load_topology(spec)
     from distplan.topologies.presets import get_topology
 
@@ -47,6 +51,23 @@ def resolve_topology(spec: str) -> Topology:
     except DistplanError:
         _not_a_name(spec, "topology", "a topology file ends in .yaml, .yml or .json")
         raise
+
+
+def check_regular_file(spec: str, what: str) -> None:
+    """A workload or topology path that exists must be a regular file (or a folder, which
+    its reader names): a FIFO, a character or block device, or a socket is refused by
+    its kind without opening it (a FIFO without a writer blocked the read forever, a
+    device such as /dev/zero read without end)."""
+    import stat
+
+    try:
+        mode = os.stat(spec).st_mode
+    except (OSError, ValueError):
+        return   # missing or unreadable: the reader says so
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else None)
+    if kind is not None:
+        raise DistplanError(f"{what} {spec!r} is {kind}, not a regular file; give the path of a saved {what}")
 
 
 def _not_a_name(spec: str, what: str, hint: str) -> None:

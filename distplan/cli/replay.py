@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from distplan.api.resolve import resolve_topology, resolve_workload
+from distplan.api.resolve import check_regular_file, resolve_topology, resolve_workload
 from distplan.cli.args import (Parser, check_distinct, check_output_file, ensure_std_streams, flush_stdout, io_error,
                                refuse_flags)
 from distplan.core.atomic import dumps_json, json_safe
@@ -114,6 +114,7 @@ def _main(argv: list[str] | None) -> int:
 def replay(args):
     """The plan and the problem it identifies; ``--workload``/``--topology`` must match
     a self-contained (v2) file, and are required for a v1 file."""
+    check_regular_file(args.plan, "plan file")   # a FIFO or device: refused, never waited on
     d = read_plan_json(args.plan)
     blk = d.get("problem") if isinstance(d, dict) else None
     graph = topo = None
