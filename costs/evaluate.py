@@ -137,16 +137,15 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     again = recomputed(problem, plan)
     K = plan.n_stages
     memo: dict[tuple[int, tuple[str, ...]], StageMemory] = {}
+    single = np.zeros(problem.n_devices)   # the one microbatch under way on each device (StageMemory.single)
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
         seen: set[int] = set()
-        linear = pipeline_rule(st)
+        linear = pipeline_rule(st) and plan.schedule != "interleaved"   # the pipeline space plans no interleaving
         for i in range(st.replicas):
             precs = plan.replica_precisions(k, i)
             if linear:   # the pipeline space's rule, which its MILP, DP and heuristic charge
-                n = inflight_microbatches(plan.schedule, k, K, plan.microbatches // st.replicas
-                                          if plan.schedule == "interleaved" else plan.microbatches,
-                                          plan.virtual_stages)
+                n = inflight_microbatches(plan.schedule, k, K, plan.microbatches)
                 per = n * math.fsum(problem.act_bytes[v, problem.q_index(precs[v])] for v in plan.ops_in_stage(k))
                 for d in set(st.replica_group(i)) - seen:
                     mem[d] += per
@@ -156,11 +155,16 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
                 memo[k, precs] = training_stage_memory(problem, plan, k, [problem.q_index(p) for p in precs], again)
             sm = memo[k, precs]
             n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]), plan.virtual_stages)
-            per = sm.peak_bytes(n, 1 if plan.schedule in ("1f1b", "interleaved") else n)
+            one_at_a_time = plan.schedule in ("1f1b", "interleaved")
+            per = sm.peak_bytes(n, 1 if one_at_a_time else n)
             for d in set(st.replica_group(i)) - seen:
-                mem[d] += per
+                if one_at_a_time:   # a device runs one microbatch of one of its stages at a time:
+                    mem[d] += per - sm.single + sm.stash      # every stage's stashes, and the most
+                    single[d] = max(single[d], sm.single - sm.stash)   # one adds beyond its stash
+                else:
+                    mem[d] += per
                 seen.add(d)
-    return mem
+    return mem + single
 
 
 def plan_sensitivity(problem: Problem, plan: Plan) -> float:
