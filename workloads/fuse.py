@@ -138,7 +138,10 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = (), members: dict[str, 
 
     absorb_moves()
     # 4. scalings by a constant: the alpha of the matrix product next to them
+    present = {op.name for op in graph.ops}
     for name in scalings:
+        if name not in present:   # an input-only op rematerialize copied into its readers and dropped
+            continue
         v = graph.index(name)
         if find(v) != v or len(c.pred[v]) > 1 or any(not is_view(ops[m]) for m in c.members[v] if m != v):
             continue
