@@ -297,9 +297,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
 
 
 def _check(problem: Problem, plan: Plan) -> None:
-    cluster = "model_iteration_s" in plan.predicted   # judged by its simulated peak (model.cluster)
-    try:
-        check_plan(problem, plan, memory_bound=not cluster)
+    try:   # every space: the cluster space searches under the checker's memory too (costs.memory)
+        check_plan(problem, plan)
     except InfeasiblePlan as e:
         raise InternalError(f"the planner returned a plan the checker rejects: {e}") from e
 
