@@ -297,14 +297,7 @@ def server_sequences(prog: Program, plan: Plan, t_arr: np.ndarray, micro: np.nda
         idx = np.nonzero(valid & (s_arr < D))[0]
         tt = t_arr[idx]
         key = interleaved_positions(prog, plan, tt, micro[idx])
-        order = np.lexsort((tt, key, s_arr[idx]))
-        idx = idx[order]
-        ss = s_arr[idx]
-        counts = np.bincount(ss, minlength=ns)
-        bounds = np.concatenate(([0], np.cumsum(counts)))
-        ids = idx.tolist()
-        for s in np.nonzero(counts)[0].tolist():
-            seqs[s] = ids[bounds[s]:bounds[s + 1]]
+        _fill_by_server(seqs, idx[np.lexsort((tt, key, s_arr[idx]))], s_arr)
         return seqs
     else:
         static_mask = valid & ((s_arr < D) | prog.static_links)
@@ -314,15 +307,17 @@ def server_sequences(prog: Program, plan: Plan, t_arr: np.ndarray, micro: np.nda
         idx = np.nonzero(static_mask)[0]
         tt = t_arr[idx]
         R = micro[idx] + off[tt]
-        order = np.lexsort((tt, R, block[tt], s_arr[idx]))
-        idx = idx[order]
-        ss = s_arr[idx]
-        counts = np.bincount(ss, minlength=ns)
-        bounds = np.concatenate(([0], np.cumsum(counts)))
-        ids = idx.tolist()
-        for s in np.nonzero(counts)[0].tolist():
-            seqs[s] = ids[bounds[s]:bounds[s + 1]]
+        _fill_by_server(seqs, idx[np.lexsort((tt, R, block[tt], s_arr[idx]))], s_arr)
     return seqs
+
+
+def _fill_by_server(seqs: list[list[int]], idx: np.ndarray, s_arr: np.ndarray) -> None:
+    """Set ``seqs[s]`` to the node ids of ``idx`` (sorted by server first) that server s runs."""
+    counts = np.bincount(s_arr[idx], minlength=len(seqs))
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    ids = idx.tolist()
+    for s in np.nonzero(counts)[0].tolist():
+        seqs[s] = ids[bounds[s]:bounds[s + 1]]
 
 
 def interleaved_positions(prog: Program, plan: Plan, types: np.ndarray, micro: np.ndarray) -> np.ndarray:
