@@ -26,7 +26,7 @@ import numpy as np
 
 from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
 from distplan.costs.memory import (StageMemory, activation_factors, inflight_microbatches, stream_activation_bytes,
-                                   training_stage_memory)
+                                   remat_per_op_bytes, saved_elems, training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
@@ -137,6 +137,8 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     again = recomputed(problem, plan)
     K = plan.n_stages
     memo: dict[tuple[int, tuple[str, ...]], StageMemory] = {}
+    saved = saved_elems(problem.graph, again)   # once per plan, for every stage
+    remat: dict[tuple[int, bool, tuple[str, ...]], np.ndarray] = {}
     single = np.zeros(problem.n_devices)   # the one microbatch under way on each device (StageMemory.single)
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
@@ -152,7 +154,11 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
                     seen.add(d)
                 continue
             if (k, precs) not in memo:
-                memo[k, precs] = training_stage_memory(problem, plan, k, [problem.q_index(p) for p in precs], again)
+                qs = [problem.q_index(p) for p in precs]
+                key = (st.tensor_parallel, st.sequence_parallel, precs)
+                if key not in remat:
+                    remat[key] = remat_per_op_bytes(problem, qs, st.tensor_parallel, st.sequence_parallel, again)
+                memo[k, precs] = training_stage_memory(problem, plan, k, qs, again, saved, remat[key])
             sm = memo[k, precs]
             n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]), plan.virtual_stages)
             one_at_a_time = plan.schedule in ("1f1b", "interleaved")

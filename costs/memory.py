@@ -338,7 +338,8 @@ class StageMemory:
 
 
 def _hop_s(problem, a: int, b: int, nbytes: float) -> float:
-    """Seconds ``nbytes`` take over the first route a -> b (per link bytes/bw + latency)."""
+    """Seconds ``nbytes`` take over the route a -> b: ``costs.collectives.route_s``, which
+    this module cannot import (collectives -> costs.problem -> this module)."""
     return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l])
                for l in problem.topology.route(a, b))
 
@@ -401,12 +402,16 @@ def remat_groups(problem, ops: Sequence[int]) -> dict[object, list[int]]:
     return groups
 
 
-def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.ndarray) -> StageMemory:
+def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.ndarray,
+                          saved: tuple | None = None, remat: np.ndarray | None = None) -> StageMemory:
     """Per-rank stash and transient bytes of training stage ``k`` under ``plan`` at the
     per-op precision indices ``qs`` (one replica's): the rules above, with received copies
     on the reader's stage (1/t of the tensor) and the producer's copy kept only for
-    readers on its own stage. The simulator (``sim.taskgraph``) allocates these buffers."""
-    saved, own, extra, mask = saved_elems(problem.graph, again)
+    readers on its own stage. The simulator (``sim.taskgraph``) allocates these buffers.
+    ``saved`` (``saved_elems``) and ``remat`` (``remat_per_op_bytes`` at the stage's tp,
+    sequence parallelism and ``qs``) are computed here when not given (callers that ask
+    for several stages of one plan pass them)."""
+    saved, own, extra, mask = saved if saved is not None else saved_elems(problem.graph, again)
     st = plan.stages[k]
     tp, sp = st.tensor_parallel, st.sequence_parallel
     bpe = problem.bytes_per_elem
@@ -475,7 +480,8 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     alive = (i[None, :] < i[:, None]) & (last_local[None, :] >= i[:, None])     # [t, u]: u's rest alive while t runs
     live = rest + alive.astype(float) @ rest
     grads = np.cumsum(grads)[:n]
-    remat = remat_per_op_bytes(problem, q, tp, sp, again)
+    if remat is None:
+        remat = remat_per_op_bytes(problem, q, tp, sp, again)
     ws = np.zeros(n)
     for g in remat_groups(problem, order).values():
         lo, hi = pos[min(g)], pos[max(g)]

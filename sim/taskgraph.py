@@ -23,7 +23,8 @@ from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.tensor_parallel import (TP_ALLREDUCE_KINDS, tp_backward_allreduce, tp_divides,
                                             tp_forward_allreduce, tp_output_share)
 from distplan.costs.problem import Problem
-from distplan.costs.memory import MASK_BYTES_PER_ELEM, remat_groups, remat_per_op_bytes, saved_elems
+from distplan.costs.memory import (MASK_BYTES_PER_ELEM, kept_output_elems, remat_groups, remat_per_op_bytes,
+                                   saved_elems)
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
@@ -133,6 +134,10 @@ class _Builder:
         self.again = recomputed(problem, self.full)
         # what each op keeps for its backward (costs.memory: the checker's rule)
         self.saved = saved_elems(problem.graph, self.again) if problem.training else None
+        if self.saved is not None:   # of each op's output, what its stage keeps (its readers there and itself)
+            st = np.asarray(plan.op_stage, dtype=np.int64)
+            local = st[problem.edges[:, 0]] == st[problem.edges[:, 1]] if len(problem.edges) else np.zeros(0, bool)
+            self.kept_elems = kept_output_elems(problem.graph, self.saved[1], self.saved[0], local)
         self._remat: dict[tuple[int, tuple[int, ...]], list[tuple[int, int, float]]] = {}
         self.one_rank = sym is not None and sym.ranks > 1      # simulate rank 0 of each group
         self.one_replica = sym is not None and sym.replicas > 1
@@ -260,9 +265,8 @@ class _Builder:
             share = tp_output_share(pb.graph.ops[v], len(G), sp) if len(G) > 1 else 1.0
             nb = float(pb.out_bytes(v, qs[v])) * share
             if pb.training:   # the part kept for the backward (costs.memory.saved_elems), the rest
-                saved, mine, extra, mask = self.saved
-                kept_e = mine[v] + sum(saved[e] for e in self.out_edges[v] if plan.op_stage[self.edges[e][1]] == k)
-                kept = min(nb, kept_e * bpe[qs[v]] * share)
+                _, _, extra, mask = self.saved
+                kept = self.kept_elems[v] * bpe[qs[v]] * share
                 more = (extra[v] * bpe[qs[v]] + mask[v] * MASK_BYTES_PER_ELEM) * share
                 inner = 0.0
             else:   # stream: what no other op reads (a fused op's inner tensors) dies with the op
