@@ -18,7 +18,7 @@ from distplan.sim import SimOptions, simulate
 from distplan.sim.program import TP_ALLREDUCE_KINDS, build_program
 from distplan.sim.simulate import work_per_microbatch
 from distplan.testing.strategies import problem_and_plan
-from test_sim_exact import close, run, topo_line
+from test_sim_exact import chain, close, run, topo_line
 from distplan.workloads.graph import Graph, Operator
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -201,3 +201,16 @@ def test_bert_base_8way_tp_period_is_physical():
     assert not r.steady
     assert r.throughput_per_s <= pb.graph.batch_size / pb.period_lower_bound_s()
     assert r.period_s >= float(server_loads_s(pb, plan, "fifo").max()) * (1 - 1e-9)
+
+
+def test_replicas_whose_loads_nearly_tie_are_steady_at_the_slower_ones_rate():
+    # one stage, replicas d0 / d1 taking microbatches in turn: d0 runs o0 in int8
+    # (0.50001 s) and o1 in fp16 (1.0 s), d1 the other way round (1.00002 + 0.5 s). Delivery
+    # is in order, so the slower d1 paces every delivery only once its lag passes d0's
+    # lead, after ~150,000 rounds, past the longest run it tries; the rate is d1's from
+    # the start (0.75001 s a microbatch, its load over two), the bound no steady state beats
+    g = chain([1.00002, 1.0], kind="matmul")
+    rp = ((), ((0, "fp16"), (1, "int8")))
+    plan = Plan((0, 0), ("int8", "fp16"), (Stage((0, 1), replica_precision=rp),), 64, "stream")
+    r, _ = run(g, topo_line(2), plan, ideal=True)
+    assert r.steady and close(r.period_s, 1.50002 / 2)
