@@ -12,7 +12,7 @@ from distplan.topologies.presets import DEFAULT_TOPOLOGY, get_topology, list_pre
 from distplan.topologies.topology import Topology
 
 PRESET_SAMPLES = ["mcm4x4", "mcm1x1", "mcm1x5", "mcm3x2", "ring2", "ring7", "dgx-a100",
-                  "dgx-h100", "a100x8", "a100x16", "h100x24", "hybrid-v100-t4"]
+                  "dgx-h100", "a100x8", "a100x16", "h100x24", "h200x16-os2", "b200x8", "hybrid-v100-t4"]
 
 
 def path_nodes(t: Topology, a: int, b: int) -> list[str]:
@@ -132,10 +132,11 @@ def test_dgx_routes_are_two_hops_through_nvswitch(name, bw):
         assert t.route_latency_s(a, b) == pytest.approx(1e-6, rel=1e-12)
 
 
-@pytest.mark.parametrize("gpu,rail_bw,nvl_bw", [("a100", 25e9, 300e9), ("h100", 50e9, 450e9)])
+@pytest.mark.parametrize("gpu,rail_bw,nvl_bw", [("a100", 25e9, 300e9)])
 def test_cluster_inter_node_routes_cross_infiniband(gpu, rail_bw, nvl_bw):
     """One InfiniBand port (rail) per GPU: between nodes a transfer leaves on the sender's
-    port and enters on the receiver's; inside a node NVSwitch wins."""
+    port and enters on the receiver's; inside a node NVSwitch wins. (h100x<N> is a
+    rail-optimised fat tree: tests/test_topo_fat_tree.py.)"""
     t = get_topology(f"{gpu}x24")
     assert t.n_devices == 24 and set(t.switches) == {"n0.nvswitch", "n1.nvswitch",
                                                      "n2.nvswitch", "ib"}

@@ -1,5 +1,5 @@
 """Routes on "shortest" topologies follow the module's rule (fewest hops, then the highest
-bottleneck bandwidth, then node order) exactly as the networkx enumeration of every
+bottleneck bandwidth, then the fewest devices forwarded through, then node order) exactly as the networkx enumeration of every
 shortest path did before the search stopped at the destination's depth (a search over
 the whole graph took 1-5 ms per route on a100x1024, seconds per symmetry check)."""
 from __future__ import annotations
@@ -22,13 +22,15 @@ def reference_route(t: Topology, a: int, b: int) -> tuple[int, ...]:
     best = None
     for path in nx.all_shortest_paths(g, t.devices[a].name, t.devices[b].name):
         links = tuple(g.edges[u, v]["index"] for u, v in zip(path, path[1:]))
-        key = (-min(t.links[i].bw_bytes_per_s for i in links), [order[n] for n in path])
+        relays = sum(1 for n in path[1:-1] if n not in t.switches)
+        key = (-min(t.links[i].bw_bytes_per_s for i in links), relays, [order[n] for n in path])
         if best is None or key < best[0]:
             best = (key, links)
     return best[1]
 
 
-@pytest.mark.parametrize("name", ["ring8", "dgx-a100", "hybrid-v100-t4", "a100x16", "h100x32", "a100x1024"])
+@pytest.mark.parametrize("name", ["ring8", "dgx-a100", "hybrid-v100-t4", "a100x16", "h100x32", "a100x1024",
+                                  "h100x512", "gb200-nvl72x2"])
 def test_preset_routes_follow_the_rule(name):
     t = get_topology(name)
     rng = random.Random(0)

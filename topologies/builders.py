@@ -97,6 +97,47 @@ def rail_cluster(name: str, n_nodes: int, per_node: int, kind: DeviceKind,
                     routing="shortest", description=description)
 
 
+def rail_fat_tree(name: str, n_domains: int, per_domain: int, kind: DeviceKind,
+                  dev_bw_bytes_per_s: float, dev_latency_s: float, rails: int,
+                  rail_bw_bytes_per_s: float, rail_latency_s: float, leaf_down_ports: int,
+                  oversubscription: float = 1.0, description: str = "") -> Topology:
+    """A rail-optimised fat tree: ``n_domains`` scale-up domains (an 8-GPU node, an NVL72
+    rack) of ``per_domain`` devices ``n<i>.gpu<j>`` (``node=i``) on the domain's switch
+    ``n<i>.nvswitch``; every device also has its own network port on rail ``j % rails``.
+
+    The domains are cut into scalable units of ``leaf_down_ports // (per_domain // rails)``
+    domains (at least one); each unit has one leaf switch per rail, ``su<u>.rail<r>``, that
+    the unit's ports of that rail plug into. Every leaf has one trunk to the spine layer,
+    one non-blocking switch ``spine``, of the leaf's full unit of ports x
+    ``rail_bw_bytes_per_s`` / ``oversubscription`` (1: non-blocking; 2: 2:1 above the
+    leaf). Routes: inside a domain its switch (2 hops); same rail, same unit: the leaf (2
+    hops); otherwise leaf, spine, leaf (4 hops; a different rail too, as a rail-optimised
+    fabric connects rails above the leaf). Switches are listed leaves, spine, then domain
+    switches, so a cross-rail route goes up the spine rather than through another GPU.
+    """
+    if per_domain % rails:
+        raise ValueError(f"{per_domain} devices a domain do not split into {rails} rails")
+    per_rail = per_domain // rails
+    unit = max(1, leaf_down_ports // per_rail)
+    n_units = -(-n_domains // unit)
+    trunk = unit * per_rail * rail_bw_bytes_per_s / oversubscription
+    kinds = {kind.name: kind}
+    devices, links = [], []
+    leaves = [f"su{u}.rail{r}" for u in range(n_units) for r in range(rails)]
+    domain_switches = [f"n{i}.nvswitch" for i in range(n_domains)]
+    for i in range(n_domains):
+        sw, u = domain_switches[i], i // unit
+        for j in range(per_domain):
+            d = Device(f"n{i}.gpu{j}", kind.name, node=i)
+            devices.append(d)
+            links += duplex(d.name, sw, dev_bw_bytes_per_s, dev_latency_s)
+            links += duplex(d.name, f"su{u}.rail{j % rails}", rail_bw_bytes_per_s, rail_latency_s)
+    for leaf in leaves:
+        links += duplex(leaf, "spine", trunk, rail_latency_s)
+    return Topology(name, kinds, tuple(devices), tuple(links), tuple(leaves + ["spine"] + domain_switches),
+                    routing="shortest", description=description)
+
+
 def _two_level(name: str, groups: list[tuple[DeviceKind, int]], device_name, group_switch, top: str,
                leaf_bw_bytes_per_s: float, leaf_latency_s: float, top_bw_bytes_per_s: float,
                top_latency_s: float, description: str) -> Topology:

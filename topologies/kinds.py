@@ -28,6 +28,10 @@ precision choice matters. Precisions: int8 at Simba's 4 TOPS; fp8 ASSUMED at the
 8-bit rate; fp16/bf16 ASSUMED at half the 8-bit rate (2 TFLOP/s); fp32 ASSUMED at 1/8 of
 fp16 (0.25 TFLOP/s), a low-rate fallback path. Efficiency ASSUMED 0.75 (Simba reports high
 PE utilisation on its own dataflow; we discount it for operators it is not tuned for).
+H200, B200 and GB200 data sheets quote tensor-core rates with 2:4 sparsity; the kinds
+take half of them (dense), as NVIDIA's H100 sheet gives both. B200 is the HGX/DGX part
+(1,000 W), GB200 the same Blackwell GPU in a GB200 NVL72 rack (1,200 W, higher rates); both
+per GPU from the system's totals.
 GPU memory is the marketed capacity in decimal GB (80 GB = 80e9 bytes), a little below
 the physical GiB, which leaves room for the runtime.
 """
@@ -98,6 +102,45 @@ H100 = DeviceKind(
     source="NVIDIA H100 SXM5 80 GB data sheet (dense); efficiency ASSUMED",
 )
 
+H200 = DeviceKind(
+    name="h200",
+    peak_flops_per_s={"fp32": 67 * TERA, "tf32": 495 * TERA, "bf16": 989 * TERA,
+                      "fp16": 989 * TERA, "fp8": 1979 * TERA, "int8": 1979 * TERA},
+    mem_capacity_bytes=141 * GIGA,
+    mem_bw_bytes_per_s=4800 * GIGA,
+    efficiency=GPU_EFFICIENCY,
+    launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    source="NVIDIA H200 Tensor Core GPU data sheet, H200 SXM: 1,979 TFLOPS bf16/fp16, 3,958 fp8/int8, "
+           "989 tf32 with sparsity (halved: dense), 67 fp32; 141 GB HBM3e, 4.8 TB/s; the H100's GH100 "
+           "compute; efficiency ASSUMED",
+)
+
+B200 = DeviceKind(
+    name="b200",
+    peak_flops_per_s={"fp32": 75 * TERA, "tf32": 1125 * TERA, "bf16": 2250 * TERA,
+                      "fp16": 2250 * TERA, "fp8": 4500 * TERA, "int8": 4500 * TERA},
+    mem_capacity_bytes=180 * GIGA,
+    mem_bw_bytes_per_s=8000 * GIGA,
+    efficiency=GPU_EFFICIENCY,
+    launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    source="NVIDIA DGX B200 / HGX B200 data sheet, per 8 GPUs: 36 PFLOPS bf16/fp16, 72 fp8, 72 POPS "
+           "int8, 18 tf32 with sparsity (halved: dense), 600 TFLOPS fp32; 1,440 GB HBM3e, 64 TB/s; "
+           "divided by 8; efficiency ASSUMED",
+)
+
+GB200 = DeviceKind(
+    name="gb200",
+    peak_flops_per_s={"fp32": 80 * TERA, "tf32": 1250 * TERA, "bf16": 2500 * TERA,
+                      "fp16": 2500 * TERA, "fp8": 5000 * TERA, "int8": 5000 * TERA},
+    mem_capacity_bytes=186 * GIGA,
+    mem_bw_bytes_per_s=8000 * GIGA,
+    efficiency=GPU_EFFICIENCY,
+    launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    source="NVIDIA GB200 NVL72 data sheet, per rack of 72 Blackwell GPUs: 360 PFLOPS bf16/fp16, 720 "
+           "fp8, 720 POPS int8, 180 tf32 with sparsity (halved: dense), 5,760 TFLOPS fp32; 13.4 TB "
+           "HBM3e (186 GB a GPU), 576 TB/s; divided by 72; efficiency ASSUMED",
+)
+
 # --- links: bandwidth per direction, latency per hop ---------------------------------
 #: Simba-class network-on-package link (docs/HARDWARE.md, *unconfirmed*).
 NOP_BW_BYTES_PER_S = 100 * GIGA
@@ -121,4 +164,15 @@ PCIE_LATENCY_S = 1e-6
 NET_100G_BW_BYTES_PER_S = 100e9 / 8
 NET_LATENCY_S = 2.5e-6
 
-KINDS: dict[str, DeviceKind] = {k.name: k for k in (CHIPLET, V100, T4, A100, H100)}
+#: NVLink5 (B200, GB200): 1.8 TB/s total per GPU (HGX/DGX B200: 14.4 TB/s over 8 GPUs;
+#: GB200 NVL72: 130 TB/s over 72), 900 GB/s per direction.
+NVLINK5_BW_BYTES_PER_S = 1800 * GIGA / 2
+#: The scale-out port of every H100/H200/B200/GB200 GPU: one 400 Gb/s ConnectX-7 (NDR
+#: InfiniBand or 400G Ethernet), 50 GB/s per direction (DGX H100/H200/B200: 8 per node).
+RAIL_400G_BW_BYTES_PER_S = 400e9 / 8
+#: Ports a leaf switch gives its GPUs in a non-blocking (1:1) tier: half of a 64-port
+#: 400 Gb/s switch (NVIDIA Quantum-2 QM9700: 64 NDR ports), the other half going up. A DGX
+#: SuperPOD scalable unit is 32 nodes with one such leaf per rail.
+LEAF_DOWN_PORTS = 32
+
+KINDS: dict[str, DeviceKind] = {k.name: k for k in (CHIPLET, V100, T4, A100, H100, H200, B200, GB200)}

@@ -13,10 +13,22 @@ Where each preset's numbers come from (details and assumptions in ``topologies.k
 - ``dgx-a100`` / ``dgx-h100``: 8 GPUs (A100 SXM4 80 GB / H100 SXM5 80 GB data sheets), each
   with a link to and from one NVSwitch node of NVLink total / 2 per direction (NVLink3
   600 GB/s -> 300 GB/s; NVLink4 900 GB/s -> 450 GB/s); ASSUMED 0.5 us per link.
-- ``a100x<N>`` / ``h100x<N>``: N/8 such nodes (N a multiple of 8), devices carry
-  ``node=i``; each node switch linked to an InfiniBand fabric switch with the bandwidth of
-  the node's 8 ports (8 x HDR 25 GB/s = 200 GB/s; 8 x NDR 50 GB/s = 400 GB/s per
-  direction); ASSUMED 1 us per IB hop.
+- ``a100x<N>``: N/8 DGX A100 nodes (N a multiple of 8), devices carry ``node=i``; every GPU
+  has its own HDR InfiniBand port (a rail, 25 GB/s per direction) to one non-blocking
+  fabric switch ``ib``; ASSUMED 1 us per IB hop.
+- ``h100x<N>`` / ``h200x<N>`` / ``b200x<N>`` (N a multiple of 8, up to 131,072), as built
+  (DGX/HGX H100, H200, B200 and the DGX SuperPOD's rail-optimised fabric): 8 GPUs a node on
+  NVSwitch (NVLink4 450 GB/s per direction; NVLink5 900 GB/s on B200), 8 x 400 Gb/s rails
+  a node (one ConnectX-7 per GPU, 50 GB/s per direction); scalable units of 32 nodes with
+  one leaf switch per rail (32 ports down: half of a 64-port Quantum-2 switch), every leaf
+  trunked to a non-blocking spine layer (one switch ``spine``) at the leaf's 32 x 50 GB/s.
+  Suffix ``-os<R>`` oversubscribes above the leaf R:1 (trunks at 1/R of that): e.g.
+  ``h100x4096-os2``. ASSUMED 1 us per network hop; the spine layer is one switch (a
+  three-tier fabric's upper tiers taken as non-blocking).
+- ``gb200-nvl72x<N>``: N GB200 NVL72 racks (72 * N GPUs), each one NVLink switch domain
+  (``n<i>.nvswitch``, NVLink5 900 GB/s per direction per GPU); every GPU one 400 Gb/s rail
+  port (ConnectX-7), ASSUMED on rail ``j mod 4`` (its place in a 4-GPU compute tray), one
+  leaf per rail per rack (18 ports down) trunked to the spine; ``-os<R>`` as above.
 - ``hybrid-v100-t4``: the mixed training/inference fleet of QSync: 4 V100 (fp16/fp32) on
   one host and 4 T4 (int8/fp16/fp32) on another, each GPU on PCIe gen3 x16 (15.75 GB/s
   per direction, ASSUMED 1 us), hosts joined by an ASSUMED 100 Gb/s network (2.5 us/hop).
@@ -32,12 +44,21 @@ from difflib import get_close_matches
 
 from distplan.core.errors import DistplanError
 from distplan.topologies import kinds as K
-from distplan.topologies.builders import hosts_on_network, mesh, ring, rail_cluster, switched_cluster
+from distplan.topologies.builders import hosts_on_network, mesh, rail_cluster, rail_fat_tree, ring, switched_cluster
 from distplan.topologies.topology import Topology
 
 DEFAULT_TOPOLOGY = "mcm4x4"
-#: Largest device count a pattern preset builds (bigger ones are a typo, not a plan).
+#: Largest device count a chiplet pattern preset builds (bigger ones are a typo, not a plan).
 MAX_DEVICES = 1024
+#: Largest GPU count a GPU cluster preset builds: the largest training clusters of 2024-25
+#: hold ~100,000 GPUs; a topology of 131,072 builds in seconds.
+MAX_GPUS = 131_072
+#: GPUs a node of the 8-GPU presets, and rails (network ports) a node.
+GPUS_PER_NODE = 8
+#: GB200 NVL72: GPUs an NVLink domain (a rack), and the rails its GPUs' ports are cabled to
+#: (ASSUMED: one per GPU place in a 4-GPU compute tray).
+NVL72_GPUS = 72
+NVL72_RAILS = 4
 
 
 def _mcm(rows: int, cols: int) -> Topology:
@@ -61,17 +82,56 @@ def _dgx(gpu: str) -> Topology:
 
 
 def _cluster(gpu: str, n: int) -> Topology:
+    """``a100x<N>``: DGX A100 nodes, one HDR port per GPU on one non-blocking switch."""
     if n % 8 != 0 or n < 8:
         raise DistplanError(f"topology '{gpu}x{n}': GPU count must be a positive multiple of 8 "
                             f"(8-GPU nodes); try '{gpu}x{max(8, n // 8 * 8)}'")
-    if gpu == "a100":
-        kind, nvl, port = K.A100, K.NVLINK3_BW_BYTES_PER_S, K.IB_HDR_PORT_BW_BYTES_PER_S
-    else:
-        kind, nvl, port = K.H100, K.NVLINK4_BW_BYTES_PER_S, K.IB_NDR_PORT_BW_BYTES_PER_S
-    ib = "HDR" if gpu == "a100" else "NDR"
+    kind, nvl, port = K.A100, K.NVLINK3_BW_BYTES_PER_S, K.IB_HDR_PORT_BW_BYTES_PER_S
     return rail_cluster(f"{gpu}x{n}", n // 8, 8, kind, nvl, K.NVLINK_LATENCY_S, port, K.IB_LATENCY_S,
                         description=f"{n // 8} DGX {gpu.upper()} node{'s' if n > 8 else ''}, NVSwitch inside, "
-                                    f"one {ib} InfiniBand port ({port / 1e9:g} GB/s) per GPU to the fabric")
+                                    f"one HDR InfiniBand port ({port / 1e9:g} GB/s) per GPU to the fabric")
+
+
+#: 8-GPU node presets on a rail-optimised fat tree: kind and NVLink bandwidth per direction
+_FAT_TREE_GPUS = {"h100": (K.H100, K.NVLINK4_BW_BYTES_PER_S), "h200": (K.H200, K.NVLINK4_BW_BYTES_PER_S),
+                  "b200": (K.B200, K.NVLINK5_BW_BYTES_PER_S)}
+
+
+def _oversubscription(text: str | None, name: str) -> float:
+    if text is None:
+        return 1.0
+    r = float(text)
+    if not (1 <= r <= 64):
+        raise DistplanError(f"topology {name!r}: oversubscription -os{text} must be between 1 (non-blocking) "
+                            "and 64; e.g. '-os2' for 2:1 above the leaf")
+    return r
+
+
+def _os_text(r: float) -> str:
+    return "non-blocking" if r == 1 else f"{r:g}:1 oversubscribed above the leaf"
+
+
+def _fat_tree_cluster(gpu: str, n: int, oversub: float, name: str) -> Topology:
+    """``h100x<N>`` / ``h200x<N>`` / ``b200x<N>``[``-os<R>``] (module docstring)."""
+    if n % GPUS_PER_NODE != 0:
+        raise DistplanError(f"topology {name!r}: GPU count must be a positive multiple of 8 "
+                            f"(8-GPU nodes); try '{gpu}x{max(8, n // 8 * 8)}'")
+    kind, nvl = _FAT_TREE_GPUS[gpu]
+    nodes = n // GPUS_PER_NODE
+    return rail_fat_tree(name, nodes, GPUS_PER_NODE, kind, nvl, K.NVLINK_LATENCY_S, GPUS_PER_NODE,
+                         K.RAIL_400G_BW_BYTES_PER_S, K.IB_LATENCY_S, K.LEAF_DOWN_PORTS, oversub,
+                         description=f"{nodes} {gpu.upper()} node{'s' if nodes > 1 else ''} (8 GPUs on NVSwitch, "
+                                     f"{nvl / 1e9:g} GB/s), 8 x 400 Gb/s rails a node on a rail-optimised fat "
+                                     f"tree, 32-node units, {_os_text(oversub)}")
+
+
+def _nvl72(racks: int, oversub: float, name: str) -> Topology:
+    """``gb200-nvl72x<N>``[``-os<R>``] (module docstring)."""
+    return rail_fat_tree(name, racks, NVL72_GPUS, K.GB200, K.NVLINK5_BW_BYTES_PER_S, K.NVLINK_LATENCY_S,
+                         NVL72_RAILS, K.RAIL_400G_BW_BYTES_PER_S, K.IB_LATENCY_S, K.LEAF_DOWN_PORTS, oversub,
+                         description=f"{racks} GB200 NVL72 rack{'s' if racks > 1 else ''} (72 GPUs on one NVLink "
+                                     f"domain, {K.NVLINK5_BW_BYTES_PER_S / 1e9:g} GB/s), a 400 Gb/s port per GPU "
+                                     f"on 4 rails, {_os_text(oversub)}")
 
 
 def _hybrid() -> Topology:
@@ -104,8 +164,27 @@ def _build_ring(m: re.Match, name: str) -> Topology:
     return _ring(n)
 
 
+def _gpu_count(text: str, name: str, limit: int = MAX_GPUS) -> int:
+    n = int(text)
+    if n < 1 or n > limit:
+        raise DistplanError(f"topology {name!r}: GPU count must be between 1 and {limit:,}, got {n}")
+    return n
+
+
 def _build_cluster(m: re.Match, name: str) -> Topology:
-    return _cluster(m[1], _count(m[2], "GPU count", name))
+    return _cluster(m[1], _gpu_count(m[2], name))
+
+
+def _build_fat_tree(m: re.Match, name: str) -> Topology:
+    return _fat_tree_cluster(m[1], _gpu_count(m[2], name), _oversubscription(m[3], name), name)
+
+
+def _build_nvl72(m: re.Match, name: str) -> Topology:
+    racks = int(m[1])
+    if racks < 1 or racks * NVL72_GPUS > MAX_GPUS:
+        raise DistplanError(f"topology {name!r}: rack count must be between 1 and {MAX_GPUS // NVL72_GPUS:,} "
+                            f"(at most {MAX_GPUS:,} GPUs), got {racks}")
+    return _nvl72(racks, _oversubscription(m[2], name), name)
 
 
 #: (pattern shown to users, regex, builder, one-line description), in list order.
@@ -123,8 +202,16 @@ _PATTERNS: list[tuple[str, re.Pattern, Callable[[re.Match, str], Topology], str]
      "8 H100 80 GB (fp8 too) on one NVSwitch, 450 GB/s per direction per GPU"),
     ("a100x<N>", re.compile(r"(a100)x(\d+)"), _build_cluster,
      "N A100 (multiple of 8) in DGX nodes, one HDR InfiniBand port per GPU, e.g. a100x16"),
-    ("h100x<N>", re.compile(r"(h100)x(\d+)"), _build_cluster,
-     "N H100 (multiple of 8) in DGX nodes, one NDR InfiniBand port per GPU, e.g. h100x32"),
+    ("h100x<N>", re.compile(r"(h100)x(\d+)(?:-os(\d+(?:\.\d+)?))?"), _build_fat_tree,
+     "N H100 80 GB (multiple of 8): 8-GPU NVSwitch nodes, 8 x 400 Gb/s rails a node on a "
+     "rail-optimised fat tree (-os<R>: R:1 above the leaf), e.g. h100x32, h100x16384-os2"),
+    ("h200x<N>", re.compile(r"(h200)x(\d+)(?:-os(\d+(?:\.\d+)?))?"), _build_fat_tree,
+     "N H200 141 GB, built as h100x<N>, e.g. h200x64"),
+    ("b200x<N>", re.compile(r"(b200)x(\d+)(?:-os(\d+(?:\.\d+)?))?"), _build_fat_tree,
+     "N B200 180 GB (NVLink5 900 GB/s per direction), built as h100x<N>, e.g. b200x64"),
+    ("gb200-nvl72x<N>", re.compile(r"gb200-nvl72x(\d+)(?:-os(\d+(?:\.\d+)?))?"), _build_nvl72,
+     "N GB200 NVL72 racks (72 GPUs each on one NVLink domain), a 400 Gb/s rail port per GPU, "
+     "racks joined by a fat tree, e.g. gb200-nvl72x2"),
     ("hybrid-v100-t4", re.compile(r"hybrid-v100-t4"), lambda m, n: _hybrid(),
      "QSync-style mixed fleet: 4 V100 (fp16/fp32) + 4 T4 (int8/fp16/fp32) on two hosts, "
      "PCIe + 100 Gb/s network"),
@@ -157,6 +244,7 @@ def _nearest(key: str) -> str | None:
     for cand in (re.sub(r"[\s_.]+", "-", key), re.sub(r"[\s_.-]+", "", key)):
         if any(regex.fullmatch(cand) for _, regex, _, _ in _PATTERNS):
             return cand
-    names = [shown for shown, *_ in _PATTERNS if "<" not in shown] + ["mcm2x2", "ring8", "a100x16", "h100x16"]
+    names = [shown for shown, *_ in _PATTERNS if "<" not in shown] + ["mcm2x2", "ring8", "a100x16", "h100x16",
+                                                                              "gb200-nvl72x2"]
     found = get_close_matches(key, names, 1, 0.7)
     return found[0] if found else None

@@ -4,7 +4,10 @@ A Topology is a directed multigraph-free network whose nodes are compute devices
 (which run operators) and switches (which only forward). Every link is directed;
 presets add both directions. Routes are dimension-order XY on meshes
 (``routing="xy"``, devices carry ``pos=(row, col)``) and fewest-hops paths, ties broken
-by higher bottleneck bandwidth then by node order, elsewhere (``routing="shortest"``).
+by higher bottleneck bandwidth, then by fewer devices forwarded through (a switch forwards,
+a GPU relays only where no switch route is as short: a rail-optimised fabric's cross-rail
+route goes up the spine, not through another node's GPU), then by node order, elsewhere
+(``routing="shortest"``).
 """
 from __future__ import annotations
 
@@ -286,12 +289,13 @@ def _validate(t: Topology) -> None:
 
 def _fewest_hops_route(t: Topology, src: str, dst: str) -> tuple[int, ...]:
     """The links of the fewest-hops path src -> dst with the highest bottleneck bandwidth,
-    ties by node order (the module docstring's rule): a breadth-first search that stops
-    at the level before dst (a switch's thousand neighbours are never expanded), then
+    then the fewest devices forwarded through, ties by node order (the module docstring's
+    rule): a breadth-first search that stops at the level before dst (a switch's thousand neighbours are never expanded), then
     every shortest path, as ``networkx.all_shortest_paths`` enumerates them (a search over
     the whole graph took ~1-5 ms per route on a100x1024's 1,153 nodes)."""
     out, order, bw = t._out_edges
     s, d = order[src], order[dst]
+    n_dev = len(t.devices)   # nx_graph lists the devices first: a node index below it is a device
     depth = {s: 0}
     preds: dict[int, list[tuple[int, int]]] = {s: []}   # on shortest paths: (previous node, link)
     level = [s]
@@ -319,7 +323,7 @@ def _fewest_hops_route(t: Topology, src: str, dst: str) -> tuple[int, ...]:
     while stack:
         v, nodes, links = stack.pop()
         if v == s:
-            key = (-min(bw[i] for i in links), list(nodes))
+            key = (-min(bw[i] for i in links), sum(1 for x in nodes[1:-1] if x < n_dev), list(nodes))
             if best is None or key < best[0]:
                 best = (key, links)
             continue
