@@ -4,7 +4,7 @@ batch size (sequences, or rows for an MLP, per microbatch) and sequence length.
 Defaults: batch 1 for transformers; batch 1024 rows for the DistIR MLPs (the smallest
 batch of DistIR's grid search — a one-row MLP is a degenerate matrix-vector product);
 sequence length 128 for BERT, 1024 for GPT-2, 2048 for GPT-3 and Llama (4096 for
-llama2-70b); MLPs have none. See ``costs.py`` for how FLOPs, backward FLOPs and touched
+llama2-70b, 8192 for the Llama 3 models); MLPs have none. See ``costs.py`` for how FLOPs, backward FLOPs and touched
 elements are counted, ``catalog.py`` for the model shapes and their sources.
 
 Approximations: a tied LM head (GPT-2, GPT-3) counts its weight once, on ``embed``

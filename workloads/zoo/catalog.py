@@ -6,7 +6,11 @@ Sources: BERT (Devlin et al. 2018; HF bert-base-uncased: vocab 30522, 512 positi
 (Brown et al. 2020, Table 2.1: vocab 50257, 2048 positions, ffn 4h, tied head, dense
 attention everywhere — the paper's alternating locally banded layers are not modelled);
 Llama (Touvron et al. 2023: vocab 32000, RMSNorm, SwiGLU with ffn = 8h/3 rounded up to a
-multiple of 256, no biases, untied head, RoPE so no position table).
+multiple of 256, no biases, untied head, RoPE so no position table); Llama 3 (Llama Team,
+"The Llama 3 Herd of Models", 2024, Table 3: 8B / 70B / 405B with 32 / 80 / 126 layers,
+model dimension 4096 / 8192 / 16384, FFN dimension 14336 / 28672 / 53248, 32 / 64 / 128
+attention heads, 8 key/value heads (grouped-query attention), vocabulary 128,000 (the
+released tokenizer: 128,256 entries), trained at 8,192 tokens; the same Llama block).
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ from distplan.workloads.zoo.transformer import TransformerConfig
 
 GPT2_VOCAB = 50257
 LLAMA_VOCAB = 32000
+#: the Llama 3 tokenizer's entries (128,000 BPE tokens + 256 special tokens)
+LLAMA3_VOCAB = 128_256
+#: key/value heads of every Llama 3 model (grouped-query attention)
+LLAMA3_KV_HEADS = 8
 
 
 def bert(name: str, hidden: int, layers: int, heads: int, description: str) -> TransformerConfig:
@@ -46,13 +54,20 @@ def llama_ffn(hidden: int) -> int:
 
 
 def llama(name: str, hidden: int, layers: int, heads: int, description: str = "",
-          kv_heads: int | None = None, ffn: int | None = None, seq_len: int = 2048) -> TransformerConfig:
+          kv_heads: int | None = None, ffn: int | None = None, seq_len: int = 2048,
+          vocab: int = LLAMA_VOCAB) -> TransformerConfig:
     _check_heads(name, hidden, heads)
     return TransformerConfig(name=name, hidden=hidden, layers=layers, heads=heads,
-                             ffn=ffn or llama_ffn(hidden), vocab=LLAMA_VOCAB, max_positions=0,
+                             ffn=ffn or llama_ffn(hidden), vocab=vocab, max_positions=0,
                              default_seq_len=seq_len, kv_heads=kv_heads, norm="rmsnorm",
                              activation="swiglu", bias=False, tied_head=False,
                              description=description or f"Llama-style decoder, h={hidden} L={layers} A={heads}")
+
+
+def llama3(name: str, hidden: int, layers: int, heads: int, ffn: int, description: str) -> TransformerConfig:
+    """A Llama 3 model: 8 KV heads, the 128,256-entry vocabulary, sequence 8,192."""
+    return llama(name, hidden, layers, heads, description, kv_heads=LLAMA3_KV_HEADS, ffn=ffn, seq_len=8192,
+                 vocab=LLAMA3_VOCAB)
 
 
 def _check_heads(name: str, hidden: int, heads: int) -> None:
@@ -87,6 +102,10 @@ NAMED: dict[str, MLPConfig | TransformerConfig] = {c.name: c for c in (
     llama("llama-65b", 8192, 80, 64, "Llama 65B (65.3 B params), seq 2048"),
     llama("llama2-70b", 8192, 80, 64, "Llama 2 70B (69.0 B params, 8 KV heads), seq 4096",
           kv_heads=8, ffn=28672, seq_len=4096),
+    llama3("llama3-8b", 4096, 32, 32, 14336, "Llama 3 8B (8.03 B params, 8 KV heads, 128K vocab), seq 8192"),
+    llama3("llama3-70b", 8192, 80, 64, 28672, "Llama 3 70B (70.6 B params, 8 KV heads, 128K vocab), seq 8192"),
+    llama3("llama3-405b", 16384, 126, 128, 53248,
+           "Llama 3 405B (405.9 B params, 8 KV heads, 128K vocab), seq 8192"),
 )}
 
 GENERATORS = {
