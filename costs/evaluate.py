@@ -59,7 +59,13 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     and one microbatch of what it receives, costs.memory.stream_activation_bytes)."""
     mem = static_memory_bytes(problem, plan)
     if problem.training:
-        return mem + training_activation_bytes(problem, plan)
+        act = training_activation_bytes(problem, plan)
+        if any(pipeline_rule(st) for st in plan.stages) and plan.schedule != "interleaved":
+            # both rules bound the simulated peak: the tighter one stands, so a plan within
+            # the pipeline space's linear rows always passes and a data-parallel stage is
+            # not charged every output it never keeps
+            act = np.minimum(act, training_activation_bytes(problem, plan, linear=False))
+        return mem + act
     K = plan.n_stages
     leaves = np.zeros(problem.n_ops, dtype=bool)
     for u, v in problem.sending_edges():
@@ -128,9 +134,9 @@ def pipeline_rule(stage) -> bool:
     return stage.tensor_parallel == 1 and stage.recompute == "none"
 
 
-def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
+def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True) -> np.ndarray:
     """Activation bytes per device in training: per stage and replica, the pipeline
-    space's linear rule (``pipeline_rule``), or ``n`` in-flight microbatches (costs.memory.
+    space's linear rule (``pipeline_rule``; only where ``linear``), or ``n`` in-flight microbatches (costs.memory.
     inflight_microbatches over the replica's own microbatch count) of the stage's stash
     plus its transient peak (costs.memory.StageMemory.peak_bytes)."""
     mem = np.zeros(problem.n_devices)
@@ -143,10 +149,10 @@ def training_activation_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
         seen: set[int] = set()
-        linear = pipeline_rule(st) and plan.schedule != "interleaved"   # the pipeline space plans no interleaving
+        lin = linear and pipeline_rule(st) and plan.schedule != "interleaved"   # the pipeline space plans no interleaving
         for i in range(st.replicas):
             precs = plan.replica_precisions(k, i)
-            if linear:   # the pipeline space's rule, which its MILP, DP and heuristic charge
+            if lin:   # the pipeline space's rule, which its MILP, DP and heuristic charge
                 n = inflight_microbatches(plan.schedule, k, K, plan.microbatches)
                 per = n * math.fsum(problem.act_bytes[v, problem.q_index(precs[v])] for v in plan.ops_in_stage(k))
                 for d in set(st.replica_group(i)) - seen:
