@@ -27,8 +27,9 @@ What becomes what:
   ``Transpose(wte)``); a constant-filled one (zero biases, unit norm scales of a fresh
   model, which exporters merge into one initializer) is owned by every operator that
   reads it, unless the exporter recorded kinds and did not call it a parameter (a mask
-  of ones); one added to attention scores is, by its values, a mask (whole numbers
-  where not masked: not a parameter) or a learned position bias folded with its lookup
+  of ones); one added to attention scores (as they are, or soft-capped as Gemma-2's
+  ``tanh(s / cap) * cap``) is, by its values, a mask (whole numbers where not masked:
+  not a parameter) or a learned position bias folded with its lookup
   (its distinct values are the table entries it holds: Swin, T5); one that repeats a
   parameter along its leading axis is that parameter (a folded ``Expand``: ViT's class
   token over the batch); position encodings the exporter computed from buffers and
@@ -170,6 +171,7 @@ class _State(Walk):
     guessed: dict[str, str] = field(default_factory=dict)  # tensor sized by rule of thumb -> the unknown op behind it
     made_by: dict[str, str] = field(default_factory=dict)  # tensor -> "<op type> node '<name>'"
     initializer: dict[str, Any] = field(default_factory=dict)  # parameter -> its TensorProto (values read lazily)
+    scaling: set[int] = field(default_factory=set)  # ops that multiply or divide by a constant scalar
 
 
 def _sorted_nodes(nodes: list[Any], available: set[str]) -> list[Any]:
@@ -252,6 +254,7 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
         ops.append(op)
         if _is_scaling(node, ins, st):
             scalings.append(op_name)
+            st.scaling.add(v)
         st.family.append(family)
         st.op_inputs.append(ins)
         for x in dict.fromkeys(ins):
@@ -297,11 +300,21 @@ def _is_scaling(node: Any, ins: list[str], st: _State) -> bool:
     return all(st.shape.get(ins[i]) is not None and oc.numel(st.shape[ins[i]]) == 1 for i in consts)
 
 
-def _adds_to_scores(x: str, ops: list[Operator], st: _State) -> bool:
+def _adds_to_scores(x: str, ops: list[Operator], st: _State, limit: int = 8) -> bool:
     """``x`` holds attention scores: a score product's output, as it is, viewed or moved
-    (Swin adds its shift mask to a reshaped copy), or with a bias already added."""
-    v = st.producer_through(x, through=MOVES | {"add"})
-    return v is not None and ops[v].kind == "attn_score"
+    (Swin adds its shift mask to a reshaped copy), with a bias already added, or
+    soft-capped (Gemma-2's ``tanh(s / cap) * cap``: a tanh between scalings by a
+    constant), looking back through up to ``limit`` such ops."""
+    for _ in range(limit):
+        v = st.producer.get(x)
+        if v is None:
+            return False
+        if ops[v].kind == "attn_score":
+            return True
+        if not (st.family[v] in MOVES | {"add", "tanh"} or v in st.scaling):
+            return False
+        x = next((y for y in st.op_inputs[v] if y in st.producer), None)
+    return False
 
 
 #: values at least this large in magnitude (or not finite) in a constant added to scores
@@ -585,7 +598,7 @@ def _cost(node: Any, name: str, ins: list[str], param: int, st: _State) -> tuple
             elif t in _SCATTERS and _attr(node, "reduction", b"none") not in (b"none", "none"):
                 fwd = in_elems[-1] if len(in_elems) == 3 else 0
             elif fam == "pool":
-                fwd = out_elems * oc.numel(_attr(node, "kernel_shape", []))
+                fwd = _pool_flops(node, ins, st)
             return oc.family_operator(name, fam, param, in_elems, out_elems, fwd), fam
     except _NoRule:
         pass
@@ -684,6 +697,23 @@ def _matmul_like(node: Any, name: str, ins: list[str], param: int, st: _State,
         fwd = _attention_flops(node, ins, st)
         return mk(name, "attn_score", fwd, param, in_elems, out_elems), "matmul"
     raise _NoRule(t)
+
+
+def _pool_flops(node: Any, ins: list[str], st: _State) -> int:
+    """MaxPool / AveragePool / LpPool: the input elements each window reads, clipped to the
+    input (``op_costs.pool_flops``), from ``kernel_shape``, ``strides``, ``dilations`` and
+    ``pads`` or ``auto_pad``; the output's size from shape inference (``ceil_mode`` included)."""
+    x, y = _shape(ins[0], st), _shape(node.output[0], st)
+    kernel = [int(k) for k in _attr(node, "kernel_shape", [])]
+    n = len(kernel)
+    strides, dilations = _attr(node, "strides", None), _attr(node, "dilations", None)
+    auto = _attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = oc.same_pads_begin(x, y, kernel, strides, dilations, auto == "SAME_UPPER")
+    else:
+        pads = tuple(_attr(node, "pads", None) or (0,) * (2 * n))[:n] if auto != "VALID" else None
+    return oc.pool_flops(x, y, kernel, strides, pads, dilations)
 
 
 def _einsum_flops(node: Any, ins: list[str], st: _State) -> int:

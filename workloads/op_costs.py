@@ -23,6 +23,8 @@ of the same model agree):
   plain RNN; I the layer's input size), their sum ``G H``, two biases ``2 G H``, and the
   cell's point-wise work (``RNN_POINTWISE_PER_HIDDEN`` per hidden unit: LSTM 24, GRU 18,
   tanh RNN 4, ReLU RNN 1, sigmoid and tanh at 4 FLOPs each); backward 2x;
+- pooling (``pool_flops``): one FLOP per input element each window reads, the window
+  clipped to the input (padding reads nothing); global pooling is a reduction;
 - resizing (``resize_flops``): nearest 0, (bi/tri)linear ``2 * 2**d``, cubic ``2 * 4**d``
   FLOPs per output element over d resized axes (a multiply-add per tap);
 - unknown operators: ``UNKNOWN_FLOPS_PER_ELEM`` (4) FLOPs per touched element, 2x backward,
@@ -163,6 +165,44 @@ def rnn_flops(cell: str, steps: int, batch: int, input_size: int, hidden: int, l
             + RNN_POINTWISE_PER_HIDDEN[cell] * hidden
         total += per * steps * batch * directions
     return int(total)
+
+
+def pool_flops(in_shape: Sequence[int], out_shape: Sequence[int], kernel: Sequence[int],
+               strides: Sequence[int] | None = None, pads_begin: Sequence[int] | None = None,
+               dilations: Sequence[int] | None = None) -> int:
+    """FLOPs of a max / average / Lp pooling over the trailing ``len(kernel)`` axes: one per
+    input element each window reads, the window clipped to the input (padding is read as
+    nothing: a ``kernel_size`` larger than the map, EfficientNet's ``AvgPool2d(1280)`` on a
+    7 x 7 map with ``ceil_mode``, reads its 49 elements, not 1,280 x 1,280). Windows are
+    boxes, so the taps of all outputs are the product over axes of each axis's taps."""
+    n = len(kernel)
+    strides = tuple(strides or (1,) * n)
+    pads_begin = tuple(pads_begin or (0,) * n)
+    dilations = tuple(dilations or (1,) * n)
+    size_in, size_out = tuple(in_shape[-n:]), tuple(out_shape[-n:])
+    taps = 1
+    for i, o, k, s, p, d in zip(size_in, size_out, kernel, strides, pads_begin, dilations):
+        axis = 0
+        for j in range(int(o)):
+            start = j * int(s) - int(p)   # the window's first position; tap t reads start + t * d
+            lo = (-start + int(d) - 1) // int(d) if start < 0 else 0   # the first tap inside
+            hi = min(int(k) - 1, (int(i) - 1 - start) // int(d))
+            axis += max(0, hi - lo + 1)
+        taps *= axis
+    return int(numel(out_shape[:-n]) * taps) if n else int(numel(out_shape))
+
+
+def same_pads_begin(in_shape: Sequence[int], out_shape: Sequence[int], kernel: Sequence[int],
+                    strides: Sequence[int] | None, dilations: Sequence[int] | None, upper: bool) -> tuple[int, ...]:
+    """The leading padding of ONNX ``auto_pad`` SAME_UPPER (``upper``) / SAME_LOWER: the total
+    padding ``(O - 1) s + (k - 1) d + 1 - I`` split, the odd one at the end (upper) or start."""
+    n = len(kernel)
+    strides, dilations = tuple(strides or (1,) * n), tuple(dilations or (1,) * n)
+    out = []
+    for i, o, k, s, d in zip(in_shape[-n:], out_shape[-n:], kernel, strides, dilations):
+        total = max(0, (int(o) - 1) * int(s) + (int(k) - 1) * int(d) + 1 - int(i))
+        out.append(total // 2 if upper else total - total // 2)
+    return tuple(out)
 
 
 def resize_flops(out_elems: int, mode: str, resized_axes: int) -> int:

@@ -495,13 +495,35 @@ def _family_op(node: Any, fam: str, name: str, param: int, in_elems: list[int], 
     if fam == "reduce":
         fwd = in_elems[0] if in_elems else out
     elif fam == "pool":
-        k = getattr(mod, "kernel_size", None) if mod is not None else _arg(node, 1, "kernel_size", 1)
-        dims = max(1, len(_shapes(_meta(node))[0]) - 2)
-        ks = k if isinstance(k, (tuple, list)) else (k,) * dims
-        fwd = out * math.prod(int(x) for x in ks)
+        fwd = _pool_flops(node, mod, out)
     else:
         fwd = None
     return oc.family_operator(name, fam, param, in_elems, out, fwd)
+
+
+def _pool_flops(node: Any, mod: Any, out: int) -> int:
+    """max / avg pooling (module or function): the input elements each window reads,
+    clipped to the input (``op_costs.pool_flops``); ``out`` x kernel where the input's
+    shape is not recorded."""
+    y = _shapes(_meta(node))[0]
+    dims = max(1, len(y) - 2)
+
+    def per_axis(v: Any, default: int) -> tuple[int, ...]:
+        v = default if v is None or (isinstance(v, (tuple, list)) and not v) else v
+        return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * dims
+
+    if mod is not None:
+        k, stride, pad, dil = (getattr(mod, a, None) for a in ("kernel_size", "stride", "padding", "dilation"))
+    else:
+        avg = "avg" in _target_name(node)
+        k, stride, pad = _arg(node, 1, "kernel_size", 1), _arg(node, 2, "stride"), _arg(node, 3, "padding", 0)
+        dil = None if avg else _arg(node, 4, "dilation", 1)
+    ks = per_axis(k, 1)
+    x = node.args[0] if node.args else None
+    xs = _shapes(_meta(x)) if hasattr(x, "meta") else []
+    if not xs:
+        return out * math.prod(ks)
+    return oc.pool_flops(xs[0], y, ks, per_axis(stride, 0) if stride else ks, per_axis(pad, 0), per_axis(dil, 1))
 
 
 def _unknown(node: Any, what: str, w: _Walk, name: str, param: int, in_elems: list[int],
