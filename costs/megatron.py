@@ -5,6 +5,12 @@ into pp stages of equal layer counts (ops before the first layer go with it, ops
 the last with it). With ``vp`` > 1 (Megatron's interleaved schedule, virtual pipeline
 stages): pp x vp chunks of equal layer counts, chunk c on the devices of stage c mod pp
 (rank 0 holds layers of chunks 0, pp, 2pp, ...), schedule ``interleaved``.
+
+``order`` names the device order, innermost first, as Megatron-LM's ``RankGenerator``
+does: ``tp-dp-pp`` (Megatron-LM's default, above) or ``tp-pp-dp``, data parallelism
+outermost as Llama 3 was trained ("[TP, CP, PP, DP]", Llama Team 2024, section 3.3.2):
+replica i takes the next pp x tp devices, its stage k the tp from ``(i*pp + k)*tp``, so a
+pipeline stays inside a few nodes and the gradient rings cross the network.
 """
 from __future__ import annotations
 
@@ -35,6 +41,30 @@ def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: fp8 training as Transformer Engine runs it: the linear layers (kind "matmul") in fp8;
+#: embedding, attention's batched products, LM head, norms and softmax stay 16-bit
+FP8_TRAINING_KINDS = frozenset({"matmul"})
+
+
+def fp8_training_precisions(problem: Problem, wide: str) -> tuple[str, ...]:
+    """Per-op precisions of the fp8 training recipe: fp8 on the ops of
+    ``FP8_TRAINING_KINDS`` the problem allows it on, every other op at ``wide``."""
+    q8 = problem.q_index("fp8")
+    return tuple("fp8" if op.kind in FP8_TRAINING_KINDS and problem.op_allowed[v, q8] else wide
+                 for v, op in enumerate(problem.graph.ops))
+
+
+#: device orders of megatron_plan, innermost first: Megatron-LM's default, then Llama 3's
+ORDERS = ("tp-dp-pp", "tp-pp-dp")
+
+
+def stage_devices(dp: int, tp: int, pp: int, k: int, order: str = "tp-dp-pp") -> tuple[int, ...]:
+    """Pipeline stage k's devices, replica-major (replica i's rank j at ``i*tp + j``)."""
+    if order == "tp-dp-pp":
+        return tuple(range(k * dp * tp, (k + 1) * dp * tp))
+    return tuple((i * pp + k) * tp + j for i in range(dp) for j in range(tp))
+
+
 def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
     """dp, tp, pp and vp are positive whole numbers (before anything divides by them)."""
     for name, x in (("dp", dp), ("tp", tp), ("pp", pp), ("vp", vp)):
@@ -44,12 +74,16 @@ def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
 
 def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
                   recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
-                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False, vp: int = 1) -> Plan:
+                  dp_allreduce: str = "ring", overlap_grad_reduce: bool = False, vp: int = 1,
+                  order: str = "tp-dp-pp") -> Plan:
     """The Megatron-style plan of ``problem`` (module docstring), with the training
     options of ``core.plan.Stage`` / ``Plan`` on every stage; ``vp`` > 1: pp x vp
     interleaved chunks (needs pp >= 2 and a training problem; the checker asks for
-    microbatches per replica a multiple of pp)."""
+    microbatches per replica a multiple of pp); ``order``: one of ``ORDERS``."""
     check_degrees(dp, tp, pp, vp)
+    if order not in ORDERS:
+        raise DistplanError(f"--order {order!r} unknown; use {ORDERS[0]} (Megatron-LM's default) or {ORDERS[1]} "
+                            "(data parallelism outermost, as Llama 3)")
     if vp > 1:
         if pp < 2:
             raise DistplanError(f"--vp {vp} needs pipeline parallelism (--pp >= 2), got --pp {pp}")
@@ -64,8 +98,8 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
                             f"{problem.n_devices}")
     if precision not in problem.precisions:
         raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
-    stages = tuple(Stage(tuple(range((c % pp) * dp * tp, (c % pp + 1) * dp * tp)), tp, recompute, sequence_parallel,
-                         zero) for c in range(pp * vp))
+    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order), tp, recompute, sequence_parallel, zero)
+                   for c in range(pp * vp))
     if vp > 1:
         try:
             op_stage = stage_of_ops(problem, pp * vp)

@@ -67,9 +67,22 @@ OUTPUT_SAVE_KINDS = frozenset({"softmax"})
 MASK_BYTES_PER_ELEM = 1.0   # a dropout mask (torch.bool / uint8)
 
 
+#: fp8 training: an fp8 matrix product keeps 16-bit weights (as Transformer Engine
+#: does) with fp8 copies of them and of their transpose cached across microbatches
+FP8_TRAINING_WEIGHT_BYTES = 2
+FP8_TRAINING_COPIES = 2
+
+
 def static_bytes(param_elems: int, prec: str, training: bool) -> float:
+    """Bytes of ``param_elems`` parameters at ``prec``; training adds their gradients
+    (same width) and Adam's fp32 master weights and moments (12 B). fp8 in training
+    keeps 16-bit weights plus two 1-byte copies, and fp8 gradients (reduced at fp8, as
+    FP8-LM does; Transformer Engine keeps them 16-bit): 17 B a parameter, bf16's 16 + 1."""
     b = precision(prec).bytes_per_elem
     if training:
+        if prec == "fp8":
+            return float(param_elems) * (FP8_TRAINING_WEIGHT_BYTES + b + OPTIMIZER_BYTES_PER_PARAM
+                                         + FP8_TRAINING_COPIES * b)
         return float(param_elems) * (2 * b + OPTIMIZER_BYTES_PER_PARAM)
     return float(param_elems) * b
 

@@ -44,6 +44,7 @@ Until a first plan exists, the option forecast cheapest runs regardless.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -62,6 +63,7 @@ from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.memory import held_per_op_bytes, remat_per_op_bytes
 from distplan.costs.compute import optimizer_step_s
 from distplan.costs.iteration import estimate_iteration, estimate_latency, estimate_transfers, op_rank_times
+from distplan.costs.megatron import fp8_training_precisions
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -90,7 +92,7 @@ class ClusterPoint:
     recompute: str
     zero: int
     sequence_parallel: bool
-    precision: str = ""   # inference: the point's one precision (training: the space's)
+    precision: str = ""   # inference: the point's one precision; training: "" (the space's) or "fp8" (training_recipes)
     microbatch_size: int = 0   # samples per microbatch (0: the problem's own)
 
     def label(self) -> str:
@@ -136,6 +138,19 @@ def training_precision(problem: Problem) -> str:
                         f"among the allowed precisions (got {', '.join(problem.precisions)})")
 
 
+def training_recipes(problem: Problem) -> list[str]:
+    """The precision recipes the training space tries: ``""`` (every op at
+    ``training_precision``) and ``"fp8"`` where fp8 is allowed, every device runs it and
+    some linear layer may use it (``costs.megatron.fp8_training_precisions``: fp8 linear
+    layers, the rest at ``training_precision``, as Transformer Engine trains)."""
+    out = [""]
+    if "fp8" in problem.precisions:
+        q = problem.q_index("fp8")
+        if bool(problem.supported[q].all()) and "fp8" in fp8_training_precisions(problem, "bf16"):
+            out.append("fp8")
+    return out
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -179,12 +194,14 @@ class _Work:
 
 
 class _Space:
-    def __init__(self, problem: Problem, precision: str):
+    def __init__(self, problem: Problem, precision: str, wide: str | None = None):
         self.pb = problem
         self.q = problem.q_index(precision)
         self.precision = precision
-        # per op: the point's precision where the op may use it (int8 on matrix products)
-        self.qs = [problem.fallback_q(v, self.q) for v in range(problem.n_ops)]
+        if wide is not None:   # a training recipe: fp8 linear layers, ``wide`` elsewhere
+            self.qs = [problem.q_index(p) for p in fp8_training_precisions(problem, wide)]
+        else:   # per op: the point's precision where the op may use it (int8 on matrix products)
+            self.qs = [problem.fallback_q(v, self.q) for v in range(problem.n_ops)]
         self.op_precision = tuple(problem.precisions[q] for q in self.qs)
         self.units = _units(problem)
         self.static = np.array([sum(float(problem.static_bytes[v, self.qs[v]]) for v in u) for u in self.units])
@@ -511,8 +528,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     if problem.training:
         prec = training_precision(problem)
         variants = batch_variants(problem, microbatch_sizes)
-        spaces = {(b, ""): _Space(pb, prec) for b, pb in variants.items()}
-        pts = [pt for b, pb in variants.items() for pt in space_points(pb, b)]
+        recipes = training_recipes(problem)
+        spaces = {(b, r): _Space(pb, r, prec) if r else _Space(pb, prec) for b, pb in variants.items()
+                  for r in recipes}
+        pts = [dataclasses.replace(pt, precision=r) if r else pt
+               for b, pb in variants.items() for pt in space_points(pb, b) for r in recipes]
     else:   # latency: one microbatch
         qs = inference_precisions(problem)
         if not qs:

@@ -7,9 +7,10 @@ transformer-layer counts (the embedding with the first, the head with the last; 
 graph without ``l<i>.`` layer names is split by operator count), and devices in
 Megatron's order, tensor-parallel ranks innermost, then data-parallel replicas, then
 pipeline stages (stage k takes devices ``k*dp*tp ..``, replica r of it the ``tp``
-devices from ``r*tp``). ``vp`` > 1: Megatron's interleaved 1F1B, pp x vp chunks of equal
-layer counts, chunk c on stage c mod pp's devices. ``whatif`` simulates one optimizer
-step of it.
+devices from ``r*tp``); ``order="tp-pp-dp"`` puts data parallelism outermost instead, as
+Llama 3 was trained (``costs.megatron``). ``vp`` > 1: Megatron's interleaved 1F1B, pp x vp
+chunks of equal layer counts, chunk c on stage c mod pp's devices. ``whatif`` simulates one
+optimizer step of it.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from distplan.sim.symmetry import find_symmetry
 from distplan.costs.recompute import recomputed
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.costs.megatron import check_degrees, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
+from distplan.costs.megatron import check_degrees, fp8_training_precisions, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
 from distplan.costs.check import interleaved_violations, plan_violations
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
@@ -65,6 +66,7 @@ class WhatIf:
     bubble_share: float
     global_batch: int
     bound_memory_bytes: float = math.nan   # the checker's bound (costs.evaluate.plan_memory_bytes)
+    order: str = "tp-dp-pp"                # device order, innermost first (costs.megatron.ORDERS)
 
     def table(self) -> str:
         p, s = self.problem, self.plan
@@ -75,7 +77,7 @@ class WhatIf:
             f"{p.graph.name} ({p.graph.mode}) on {p.topology.name}: dp {st.replicas} x tp {st.tensor_parallel} x "
             f"pp {pp}{f' (vp {vp})' if vp > 1 else ''} = {st.replicas * st.tensor_parallel * pp} devices, microbatch "
             f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches} microbatches), "
-            f"{s.op_precision[0]}, {s.schedule}",
+            f"{s.op_precision[0]}, {s.schedule}" + (f", order {self.order}" if self.order != "tp-dp-pp" else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
@@ -91,7 +93,7 @@ class WhatIf:
         st = self.plan.stages[0]
         return {"workload": self.problem.graph.name, "topology": self.problem.topology.name,
                 "dp": st.replicas, "tp": st.tensor_parallel, "pp": self.plan.pipeline_ranks,
-                "vp": self.plan.virtual_stages,
+                "vp": self.plan.virtual_stages, "order": self.order,
                 "microbatch_size": self.problem.graph.batch_size, "global_batch": self.global_batch,
                 "microbatches": self.plan.microbatches, "iteration_s": self.iteration_s,
                 "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
@@ -108,10 +110,10 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
-           vp: int = 1) -> WhatIf:
+           vp: int = 1, order: str = "tp-dp-pp") -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
-    multiple of pp).
+    multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
 
     ``check_memory=False`` skips the checker's memory bound (costs.evaluate.plan_memory_bytes,
     the one memory model: within a few % above the simulated peak); both are reported
@@ -126,10 +128,14 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         raise DistplanError(f"--global-batch {global_batch} is not a multiple of microbatch size x dp = "
                             f"{microbatch_size * dp}")
     M = global_batch // microbatch_size
+    recipe = precision == "fp8" and mode == "training"   # fp8 linear layers, bf16 elsewhere
+    precs = ("bf16", "fp8") if recipe else (precision,)
     p = make_problem(workload, topology, batch_size=microbatch_size, seq_len=seq_len, mode=mode,
-                     precisions=(precision,), microbatches=M, schedule=schedule)
+                     precisions=precs, microbatches=M, schedule=schedule)
     plan = megatron_plan(p, dp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
-                         overlap_grad_reduce, vp)
+                         overlap_grad_reduce, vp, order)
+    if recipe:
+        plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
     if plan.schedule == "interleaved":
         bad = interleaved_violations(p, plan)
         if bad:
@@ -151,7 +157,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     it = sim.iteration_s
     flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M   # model FLOPs: no recomputation
     if breakdown:
-        free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=(precision,), microbatches=M,
+        free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=precs, microbatches=M,
                                      schedule=p.schedule), plan)
         comm = max(0.0, it - free.iteration_s)
         shares = (busy / it, comm / it, max(0.0, 1.0 - busy / it - comm / it))
@@ -160,4 +166,4 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     again = recomputed(p, plan)
     hw = flops + M * math.fsum(op.fwd_flops for v, op in enumerate(p.graph.ops) if again[v])
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
-                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound)
+                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound, order)

@@ -28,7 +28,7 @@ from distplan.sim.trace import write_chrome_trace
 #: the flags of a named configuration (no plan file), refused beside a plan file
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--dp-allreduce",
-                "--overlap-grad-reduce", "--json")
+                "--overlap-grad-reduce", "--order", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -75,7 +75,8 @@ def _main(argv: list[str] | None) -> int:
                    help="model chunks per pipeline stage: Megatron's interleaved 1F1B (virtual stages) when > 1")
     c.add_argument("--microbatch-size", type=int, default=1, help="samples per microbatch")
     c.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step (default 8 x dp)")
-    c.add_argument("--precision", default="bf16", help="one precision for every op")
+    c.add_argument("--precision", default="bf16", help="one precision for every op; fp8 in training: the Transformer "
+                   "Engine recipe, fp8 linear layers and bf16 elsewhere")
     c.add_argument("--mode", choices=("training", "inference"), default="training")
     c.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
     c.add_argument("--schedule", default=None, help="1f1b (default for training), gpipe, or stream")
@@ -87,6 +88,9 @@ def _main(argv: list[str] | None) -> int:
                    help="gradient reduction over the replicas")
     c.add_argument("--overlap-grad-reduce", action="store_true",
                    help="reduce each op's gradients as soon as its backward is done")
+    c.add_argument("--order", choices=("tp-dp-pp", "tp-pp-dp"), default="tp-dp-pp",
+                   help="device order, innermost first: tp-dp-pp (Megatron-LM's default: stage k on the next "
+                        "dp x tp devices) or tp-pp-dp (data parallelism outermost, as Llama 3 was trained)")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -148,7 +152,8 @@ def _whatif(args) -> int:
         check_distinct([("--workload", args.workload), ("--topology", args.topology)], [("--trace", args.trace)])
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
-                   args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp)
+                   args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
+                   order=args.order)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
