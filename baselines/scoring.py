@@ -26,10 +26,32 @@ def simulated_throughput(problem: Problem, plan: Plan) -> float:
     buffering)."""
     from distplan.sim import SimOptions, simulate
 
-    r = simulate(problem, plan, SimOptions())
-    if (r.peak_own_memory_bytes > problem.device_mem_bytes * (1 + 1e-12)).any():
+    return fitting_rate(problem, simulate(problem, plan, SimOptions()))
+
+
+def fitting_rate(problem: Problem, sim) -> float:
+    """``sim_rate``, or 0 when the simulated peak of a device's own outputs exceeds its
+    capacity."""
+    if (sim.peak_own_memory_bytes > problem.device_mem_bytes * (1 + 1e-12)).any():
         return 0.0
-    return sim_rate(problem, r)
+    return sim_rate(problem, sim)
+
+
+class MemoScorer:
+    """``simulated_throughput`` for a search's many candidates: one ``sim.memo.RunMemo``
+    per problem, so plans whose event runs are equal share one run, and in training no
+    longer run for the steady-state period, which a step's score does not read. Every
+    score equals ``simulated_throughput``'s (tests/test_baseline_memo.py)."""
+
+    def __init__(self) -> None:
+        self.memo = None
+
+    def __call__(self, problem: Problem, plan: Plan) -> float:
+        from distplan.sim.memo import RunMemo
+
+        if self.memo is None or self.memo.problem is not problem:
+            self.memo = RunMemo(problem)
+        return fitting_rate(problem, self.memo.simulate(plan, settle=not problem.training))
 
 
 def sim_rate(problem: Problem, sim) -> float:
@@ -56,4 +78,5 @@ SCORERS: dict[str, Scorer] = {"sim": simulated_throughput, "ideal": ideal_throug
 
 
 def default_scorer() -> Scorer:
-    return simulated_throughput
+    """A fresh ``MemoScorer`` (the simulator's scores, each distinct run made once)."""
+    return MemoScorer()

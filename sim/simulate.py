@@ -103,10 +103,12 @@ def _either(names: tuple[str, ...]) -> str:
     return " or ".join(repr(n) for n in names)
 
 
-def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: Symmetry | None) -> SimResult:
+def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: Symmetry | None,
+             settle: bool = True) -> SimResult:
     """The run's figures; under a symmetry reduction, the full run's (every device and
     link repeats its representative's timeline, microbatch m completes with the copy's
-    microbatch it repeats, ``Symmetry.copy_microbatch``)."""
+    microbatch it repeats, ``Symmetry.copy_microbatch``). ``settle=False``: no longer
+    run for the period (``sim.memo``; period and steady are then this run's)."""
     rr = sym.replicas if sym is not None else 1
     factor = sym.factor if sym is not None else 1
     D, L = prog.D, prog.L
@@ -123,7 +125,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: 
     M = plan.microbatches
     done = _full_run_done(_completions(prog, net, fin), M, sym)
     period, steady = _period(plan, prog, done, makespan, opts.link_model, rr)
-    if not steady and repeats(plan.schedule):
+    if settle and not steady and repeats(plan.schedule):
         period, steady = _period_from_longer_run(plan, prog, opts, period, sym)
     if not period > 0:
         period = makespan / M if makespan > 0 else 0.0
