@@ -1,0 +1,94 @@
+"""An independent oracle for the GPU-cluster training space: every plan of the declared
+space (docs/guides/gpu-training.md, "The declared space") built from the documented
+rules alone, judged by the checker and the analytic iteration, and the best kept.
+
+Nothing here reads the planner (``model.cluster``'s space, points, splits or memory
+shortcuts): the plans are written out as the guide states them.
+
+- dp divides the microbatch count, tp divides the device count (at most ``max_tp``), pp
+  from 1 to the layer count, dp x tp x pp <= devices;
+- Megatron's layout: stage k holds devices k*dp*tp .. (k+1)*dp*tp - 1, dp replicas of
+  tp consecutive devices;
+- layers (``l<i>.`` prefixes; ops before the first layer join it, after the last join
+  it) split into pp contiguous non-empty groups, every split;
+- recomputation none / selective / full; ZeRO-1 on or off (dp > 1); sequence
+  parallelism on or off (tp > 1);
+- gradient reduction (dp > 1): a flat ring, or hierarchical when the replicas span two
+  or more nodes with the same number, more than one, on each; overlapped or not;
+- 1F1B; every op at the one training precision (its fallback where an op may not use it);
+- feasible when the checker (``costs.check.plan_violations``, memory included) passes.
+"""
+from __future__ import annotations
+
+import itertools
+
+from distplan.core.plan import Plan, Stage
+from distplan.costs.check import plan_violations
+from distplan.costs.iteration import estimate_iteration
+from distplan.costs.problem import Problem
+from distplan.workloads.graph import layer_index
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+def layer_groups(problem: Problem) -> list[list[int]]:
+    """Op indices per layer, ops before the first layer in it and after the last in it."""
+    idx = [layer_index(op.name) for op in problem.graph.ops]
+    known = sorted({i for i in idx if i is not None})
+    if not known:
+        return [[v] for v in range(problem.n_ops)]
+    pos = {x: i for i, x in enumerate(known)}
+    groups: list[list[int]] = [[] for _ in known]
+    last = 0
+    for v, x in enumerate(idx):
+        if x is not None:
+            last = pos[x]
+        groups[last].append(v)
+    return groups
+
+
+def _hierarchical(problem: Problem, devs: list[int]) -> bool:
+    per_node: dict[int, int] = {}
+    for d in devs:
+        node = problem.topology.devices[d].node
+        per_node[node] = per_node.get(node, 0) + 1
+    counts = set(per_node.values())
+    return len(per_node) >= 2 and len(counts) == 1 and counts != {1}
+
+
+def declared_plans(problem: Problem, precision: str, max_tp: int = 64):
+    """Every plan of the declared space (module docstring), in no particular order."""
+    N, M = problem.n_devices, problem.microbatches
+    groups = layer_groups(problem)
+    L = len(groups)
+    q = problem.q_index(precision)
+    op_precision = tuple(problem.precisions[problem.fallback_q(v, q)] for v in range(problem.n_ops))
+    for tp in (t for t in range(1, min(N, max_tp) + 1) if N % t == 0):
+        for pp in range(1, min(L, N // tp) + 1):
+            for dp in (d for d in range(1, M + 1) if M % d == 0 and d * tp * pp <= N):
+                n = dp * tp
+                reductions = [("ring", False)]
+                if dp > 1:
+                    reductions.append(("ring", True))
+                    if _hierarchical(problem, [i * tp for i in range(dp)]):
+                        reductions += [("hierarchical", False), ("hierarchical", True)]
+                for cut in itertools.combinations(range(1, L), pp - 1):
+                    edges = (0, *cut, L)
+                    op_stage = [0] * problem.n_ops
+                    for k, (a, b) in enumerate(zip(edges, edges[1:])):
+                        for g in groups[a:b]:
+                            for v in g:
+                                op_stage[v] = k
+                    for rc, zero, sp in itertools.product(RECOMPUTE, (0, 1) if dp > 1 else (0,),
+                                                          (False, True) if tp > 1 else (False,)):
+                        stages = tuple(Stage(tuple(range(k * n, (k + 1) * n)), tp, rc, sp, zero) for k in range(pp))
+                        for how, overlap in reductions:
+                            yield Plan(tuple(op_stage), op_precision, stages, M, "1f1b",
+                                       dp_allreduce=how, overlap_grad_reduce=overlap)
+
+
+def cluster_optimum(problem: Problem, precision: str, top: int = 1) -> list[float]:
+    """The ``top`` least analytic iterations over every feasible plan of the space."""
+    out = [estimate_iteration(problem, plan).iteration_s
+           for plan in declared_plans(problem, precision) if not plan_violations(problem, plan)]
+    return sorted(out)[:top]
