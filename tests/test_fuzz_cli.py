@@ -1133,6 +1133,7 @@ REPLAY_VALUES: dict[str, Any] = {
     "--sequence-parallel": None, "--overlap-grad-reduce": None,
     "--zero": st.sampled_from(["0", "1", "2"]),
     "--dp-allreduce": st.sampled_from(["ring", "hierarchical", "tree"]),
+    "--order": st.sampled_from(["tp-dp-pp", "tp-pp-dp", "pp-dp-tp", ""]),
     "--json": None,
 }
 WHATIF_WORKLOADS = st.sampled_from(["gpt3-64x2x2", "llama-64x2x2", "gpt3-64x1x2", "tiny.json", "mlp-xs", "ghost"])
