@@ -86,6 +86,8 @@ def grid_plan(problem: Problem, dp: int, tp: int, pp: int, microbatches: int, po
     rc, zero, sp = options
     stages = tuple(Stage(tuple(int(d) for d in path[k * g:(k + 1) * g]), tensor_parallel=tp, recompute=rc,
                          sequence_parallel=sp, zero=zero) for k in range(pp))
+    # what a device may run depends on its kind alone: one device of each kind per stage
+    kind_devs = [tuple({int(problem.device_kind[d]): d for d in reversed(st.devices)}.values()) for st in stages]
     prec = []
     for v, k in enumerate(op_stage):
         devs = stages[k].devices
@@ -96,7 +98,7 @@ def grid_plan(problem: Problem, dp: int, tp: int, pp: int, microbatches: int, po
             if q is None:
                 return None
             p = problem.precisions[q]   # the policy's precision where op v may use it (int8: matrix products)
-        if any(p not in allowed_precisions(problem, d, v) for d in devs):
+        if any(p not in allowed_precisions(problem, d, v) for d in kind_devs[k]):
             return None
         prec.append(p)
     return Plan(op_stage=op_stage, op_precision=tuple(prec), stages=stages, microbatches=microbatches,

@@ -14,9 +14,9 @@ def ring_nodes(b, devs: list[int], own: list[int], nbytes: float, p: int, phase:
     """Ring all-reduce of ``nbytes`` over ``devs`` as pattern ``p``'s nodes (a tensor-
     parallel group): 2(n-1) steps, each device sending nbytes/n to its successor once it
     holds its own data (``own[i]`` done) and the previous step's chunk (``own`` holds
-    every rank, or rank 0 alone under a rank reduction: by symmetry rank n-1's chunk
-    reaches rank 0 when rank 0's reaches rank 1). Returns, per device, the node after
-    which it holds the reduced data."""
+    every rank, or the copy's first u ranks under a rank reduction: by symmetry rank
+    n-1's chunk reaches rank 0 when rank u-1's reaches rank u). Returns, per simulated
+    device, the node after which it holds the reduced data."""
     n = len(devs)
     chunk = nbytes / n
 

@@ -53,7 +53,7 @@ def reduction_hops(problem: Problem, plan: Plan, sym: Symmetry | None = None) ->
         buckets = len(ops) if plan.overlap_grad_reduce else min(1, len(ops))
         devs = [st.devices[i * tp] for i in range(r)]
         per = reduction_size(problem.topology, devs, plan.dp_allreduce == "hierarchical", st.zero, held, hops=True)
-        total += buckets * (1 if one_rank else tp) * per
+        total += buckets * (sym.rank_group if one_rank else tp) * per
     return total
 
 

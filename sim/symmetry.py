@@ -3,16 +3,17 @@ ranks simulated once.
 
 A training plan whose stages all have ``r`` replicas of ``t`` ranks runs ``r x t`` copies
 of the same work. When the topology maps those copies onto each other, so that shifting
-every replica by ``s`` (and every rank by one) maps each route the plan uses onto a route
+every replica by ``s`` (and every rank by ``u``) maps each route the plan uses onto a route
 with the same links' bandwidths and latencies, and the shifts permute the links used
 without fixing any (no link is its own image under a non-trivial shift), every copy runs
 the same timeline: the run is symmetric. Then one copy is simulated (replicas 0..s-1,
-rank 0) on one representative link per orbit of links: a link of the full run carries,
+ranks 0..u-1) on one representative link per orbit of links: a link of the full run carries,
 shifted, the copy's traffic on every link of its orbit, and the representative carries
 all of it, so contention between copies on a link is kept. A ring step from the copy's
 last replica goes to the next copy's first, which receives it (by symmetry) when the
-copy's first receives its own predecessor's: it is taken as that arrival. The full
-run's figures are the copy's, repeated over the orbits.
+copy's first receives its own predecessor's: it is taken as that arrival (a
+tensor-parallel ring step from rank u-1 likewise lands on rank 0). The full run's
+figures are the copy's, repeated over the orbits.
 
 ``s`` is the smallest divisor of ``r`` whose shift works: 1 when every replica sits
 alike (one replica per node, or a replica spanning nodes), the replicas of one node (or
@@ -20,6 +21,10 @@ of a few) when a node holds several of them: dp 32 x tp 4 on 8-GPU nodes puts re
 2n and 2n+1 on node n, the gradient ring alternates NVLink (2n -> 2n+1) and InfiniBand
 (2n+1 -> 2n+2) hops, so a shift by one maps NVLink routes onto InfiniBand ones but a
 shift by two is a symmetry: one node's two replicas are simulated, r / 2 copies merged.
+``u`` is 1 (rank 0 alone) when every rank sits alike; where no shift by one works, a
+divisor of ``t`` is tried: tp 16 over two 8-GPU nodes rings NVLink hops and two
+InfiniBand ones (7 -> 8, 15 -> 0), which a shift by eight maps onto each other: one
+node's eight ranks are simulated, two copies merged.
 
 Conditions checked (otherwise the plan is simulated in full): training, 1F1B or
 interleaved 1F1B (whose chunks share their pipeline rank's devices), not ideal
@@ -49,10 +54,11 @@ from distplan.costs.collectives import hierarchical_groups
 @dataclass(frozen=True)
 class Symmetry:
     """How a plan collapses: ``replicas`` data-parallel copies of ``group`` replicas each
-    and ``ranks`` tensor-parallel copies simulated as one; ``reduced`` is the plan run
-    (the devices of replicas 0..group-1, M / replicas microbatches); ``device_rep`` /
-    ``link_rep`` map every device / link to the one whose timeline it repeats (itself
-    when unused)."""
+    and ``ranks`` tensor-parallel copies of ``rank_group`` ranks each simulated as one;
+    ``reduced`` is the plan run (the devices of replicas 0..group-1, M / replicas
+    microbatches; the task graph keeps ranks 0..rank_group-1 of each group);
+    ``device_rep`` / ``link_rep`` map every device / link to the one whose timeline it
+    repeats (itself when unused)."""
 
     replicas: int
     ranks: int
@@ -60,6 +66,7 @@ class Symmetry:
     device_rep: np.ndarray
     link_rep: np.ndarray
     group: int = 1
+    rank_group: int = 1
 
     @property
     def factor(self) -> int:
@@ -102,18 +109,21 @@ def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Sym
     ranks_alike = groups is None or all(len(set(map(_key, per_rank))) == 1 for per_rank in groups)
     step = _node_block(groups) if groups is not None else 1
     tries = []
+    rank_groups = [1] + [u for u in range(2, t) if t % u == 0] + [t] if t > 1 and ranks_alike else [t]
     for s in range(1, r + 1):
         if r % s or (s < r and (step is None or s % step)):
             continue
-        for use_t in ((True, False) if t > 1 and ranks_alike else (False,)):
-            if s < r or use_t:
-                tries.append(((r // s) * (t if use_t else 1), s, use_t))
-    tries.sort(key=lambda x: -x[0])   # stable: the smaller group, then ranks merged too, first
+        for u in rank_groups:
+            if s < r or u < t:
+                tries.append(((r // s) * (t // u), s, u))
+    # the largest merge first; on a tie the smaller replica group, then all ranks merged,
+    # then no rank merged, then rank groups (u > 1, the largest merge of ranks first)
+    tries.sort(key=lambda x: (-x[0], x[2] not in (1, t)))
     pairs = _pairs(problem, plan, r, t, groups)
-    for _, s, use_t in tries:
-        link_rep = _link_representatives(problem, plan, r, t, s, use_t, pairs)
+    for _, s, u in tries:
+        link_rep = _link_representatives(problem, plan, r, t, s, u, pairs)
         if link_rep is not None:
-            return _symmetry(problem, plan, r, s, t if use_t else 1, link_rep)
+            return _symmetry(problem, plan, r, s, t, u, link_rep)
     return None
 
 
@@ -189,17 +199,17 @@ def _pairs(problem: Problem, plan: Plan, r: int, t: int,
     return out
 
 
-def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, s: int, use_t: bool,
+def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, s: int, u: int,
                           pairs: list[tuple[int, int, int, int, int, int]]) -> np.ndarray | None:
     """Link -> representative link when shifting replicas by ``s`` (none when s == r)
-    and ranks by one (``use_t``) act freely on the used links, else None."""
+    and ranks by ``u`` (none when u == t) act freely on the used links, else None."""
     topo = problem.topology
     links = topo.links
     shifts = []
     if s < r:
         shifts.append(lambda k, i, j: (k, (i + s) % r, j))
-    if use_t:
-        shifts.append(lambda k, i, j: (k, i, (j + 1) % t))
+    if u < t:
+        shifts.append(lambda k, i, j: (k, i, (j + u) % t))
     maps: list[dict[int, int]] = []
     for shift in shifts:
         lam: dict[int, int] = {}
@@ -217,7 +227,7 @@ def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, s: int, 
         if len(set(lam.values())) != len(lam) or set(lam.values()) != set(lam):
             return None   # not a permutation of the used links
         maps.append(lam)
-    size = (r // s) * (t if use_t else 1)
+    size = (r // s) * (t // u)
     rep = np.arange(len(links), dtype=np.int64)
     seen: set[int] = set()
     for l0 in maps[0]:
@@ -240,13 +250,13 @@ def _link_representatives(problem: Problem, plan: Plan, r: int, t: int, s: int, 
     return rep
 
 
-def _symmetry(problem: Problem, plan: Plan, r: int, s: int, tt: int, link_rep: np.ndarray) -> Symmetry:
-    rr = r // s
+def _symmetry(problem: Problem, plan: Plan, r: int, s: int, t: int, u: int, link_rep: np.ndarray) -> Symmetry:
+    rr, tt = r // s, t // u
     dev_rep = np.arange(problem.n_devices, dtype=np.int64)
     for k, st in enumerate(plan.stages):
         for i in range(st.replicas):
             for j in range(st.tensor_parallel):
-                dev_rep[_dev(plan, k, i, j)] = _dev(plan, k, i % s, 0 if tt > 1 else j)
+                dev_rep[_dev(plan, k, i, j)] = _dev(plan, k, i % s, j % u)
     precs = list(plan.op_precision)
     for st in plan.stages:   # alike replicas (find_symmetry): the overrides of replica 0
         for v, p in st.overrides(0).items():
@@ -256,7 +266,7 @@ def _symmetry(problem: Problem, plan: Plan, r: int, s: int, tt: int, link_rep: n
                    for st in plan.stages)
     reduced = dataclasses.replace(plan, stages=stages, microbatches=plan.microbatches // rr,
                                   op_precision=tuple(precs) if rr > 1 else plan.op_precision)
-    return Symmetry(rr, tt, reduced, dev_rep, link_rep, s)
+    return Symmetry(rr, tt, reduced, dev_rep, link_rep, s, u)
 
 
 __all__ = ["Symmetry", "find_symmetry", "reduction_groups"]

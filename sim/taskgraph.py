@@ -139,7 +139,8 @@ class _Builder:
             local = st[problem.edges[:, 0]] == st[problem.edges[:, 1]] if len(problem.edges) else np.zeros(0, bool)
             self.kept_elems = kept_output_elems(problem.graph, self.saved[1], self.saved[0], local)
         self._remat: dict[tuple[int, tuple[int, ...]], list[tuple[int, int, float]]] = {}
-        self.one_rank = sym is not None and sym.ranks > 1      # simulate rank 0 of each group
+        self.one_rank = sym is not None and sym.ranks > 1      # simulate ranks 0..rank_group-1 of each group
+        self.rank_group = sym.rank_group if self.one_rank else 0
         self.one_replica = sym is not None and sym.replicas > 1
         self.bwd_nodes: dict[int, list[list[int]]] = {}
         self.bw = [float(x) for x in problem.link_bw_bytes_per_s]
@@ -151,15 +152,21 @@ class _Builder:
             self.in_edges[v].append(e)
             self.out_edges[u].append(e)
         self.edges = problem.edges.tolist()
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
 
     # --- pieces ---------------------------------------------------------------
     def route(self, a: int, b: int) -> tuple[int, ...]:
-        """The links a -> b (representative links under a symmetry reduction)."""
-        return self.topo.route(a, b) if self.sym is None else self.sym.route(self.topo, a, b)
+        """The links a -> b (representative links under a symmetry reduction), each pair
+        looked up once per program (a ring asks for the same hops every step)."""
+        r = self._routes.get((a, b))
+        if r is None:
+            r = self._routes[(a, b)] = self.topo.route(a, b) if self.sym is None else self.sym.route(self.topo, a, b)
+        return r
 
     def ranks(self, G) -> list[tuple[int, int]]:
-        """(rank, device) of a group that are simulated: all, or rank 0 alone."""
-        return [(0, G[0])] if self.one_rank else list(enumerate(G))
+        """(rank, device) of a group that are simulated: all, or the copy's first ranks
+        (rank 0 alone, or one node's under a rank-group reduction)."""
+        return list(enumerate(G[:self.rank_group])) if self.one_rank else list(enumerate(G))
 
     def chain(self, src: int, path: list[int], nbytes: float, p: int, phase: int, e: int, op: int):
         """Link nodes carrying ``nbytes`` along the devices ``path`` (hop by hop, each hop
@@ -412,7 +419,7 @@ class _Builder:
                 nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[pb.q_index(wide[v])] for v in bucket) / tp
                 if nbytes <= 0:
                     continue
-                for j in range(1 if self.one_rank else tp):
+                for j in range(self.rank_group if self.one_rank else tp):
                     devs = [st.devices[i * tp + j] for i in range(r)]
                     start = [self._anchor(d, k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
                              for i, d in enumerate(devs[:self.sym.group] if self.one_replica else devs)]
