@@ -80,7 +80,10 @@ def test_nvl72_racks_are_one_nvlink_domain_each():
     i = t.device_index
     assert path_nodes(t, i("n0.gpu0"), i("n0.gpu71")) == ["n0.gpu0", "n0.nvswitch", "n0.gpu71"]
     assert t.route_bw_bytes_per_s(i("n0.gpu0"), i("n0.gpu71")) == 900e9
-    assert path_nodes(t, i("n0.gpu6"), i("n1.gpu6")) == ["n0.gpu6", "su0.rail2", "spine", "su1.rail2", "n1.gpu6"]
+    assert path_nodes(t, i("n0.gpu6"), i("n1.gpu14")) == ["n0.gpu6", "su0.rail6", "n1.gpu14"]   # 3 racks a unit
+    four = get_topology("gb200-nvl72x4")
+    j = four.device_index
+    assert path_nodes(four, j("n0.gpu6"), j("n3.gpu6")) == ["n0.gpu6", "su0.rail6", "spine", "su1.rail6", "n3.gpu6"]
 
 
 def test_large_clusters_build_and_names_are_checked():

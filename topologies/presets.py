@@ -27,8 +27,9 @@ Where each preset's numbers come from (details and assumptions in ``topologies.k
   three-tier fabric's upper tiers taken as non-blocking).
 - ``gb200-nvl72x<N>``: N GB200 NVL72 racks (72 * N GPUs), each one NVLink switch domain
   (``n<i>.nvswitch``, NVLink5 900 GB/s per direction per GPU); every GPU one 400 Gb/s rail
-  port (ConnectX-7), ASSUMED on rail ``j mod 4`` (its place in a 4-GPU compute tray), one
-  leaf per rail per rack (18 ports down) trunked to the spine; ``-os<R>`` as above.
+  port (ConnectX-7), ASSUMED on rail ``j mod 8`` as on 8-GPU nodes (rank j of every 8-GPU
+  tensor-parallel group on rail j: 9 ports a rail a rack), units of 3 racks (27 ports down
+  a leaf), leaves trunked to the spine; ``-os<R>`` as above.
 - ``hybrid-v100-t4``: the mixed training/inference fleet of QSync: 4 V100 (fp16/fp32) on
   one host and 4 T4 (int8/fp16/fp32) on another, each GPU on PCIe gen3 x16 (15.75 GB/s
   per direction, ASSUMED 1 us), hosts joined by an ASSUMED 100 Gb/s network (2.5 us/hop).
@@ -56,9 +57,12 @@ MAX_GPUS = 131_072
 #: GPUs a node of the 8-GPU presets, and rails (network ports) a node.
 GPUS_PER_NODE = 8
 #: GB200 NVL72: GPUs an NVLink domain (a rack), and the rails its GPUs' ports are cabled to
-#: (ASSUMED: one per GPU place in a 4-GPU compute tray).
+#: (ASSUMED: 8, GPU j on rail j mod 8, as on 8-GPU nodes; with 4, one per place in a compute
+#: tray, a tp 8 group's ranks would share rails and its copies could not be merged:
+#: llama3-70b dp 9 x tp 8 x pp 8 on gb200-nvl72x8 took 68 s of CPU, 10.8 s with 8, the
+#: iteration within 0.03 %).
 NVL72_GPUS = 72
-NVL72_RAILS = 4
+NVL72_RAILS = 8
 
 
 def _mcm(rows: int, cols: int) -> Topology:
@@ -131,7 +135,7 @@ def _nvl72(racks: int, oversub: float, name: str) -> Topology:
                          NVL72_RAILS, K.RAIL_400G_BW_BYTES_PER_S, K.IB_LATENCY_S, K.LEAF_DOWN_PORTS, oversub,
                          description=f"{racks} GB200 NVL72 rack{'s' if racks > 1 else ''} (72 GPUs on one NVLink "
                                      f"domain, {K.NVLINK5_BW_BYTES_PER_S / 1e9:g} GB/s), a 400 Gb/s port per GPU "
-                                     f"on 4 rails, {_os_text(oversub)}")
+                                     f"on 8 rails, {_os_text(oversub)}")
 
 
 def _hybrid() -> Topology:
