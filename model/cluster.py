@@ -12,7 +12,11 @@ parallelism on or off (tp > 1); the gradient reduction a flat ring or hierarchic
 (dp > 1), overlapped with the backward or not. One compute precision per point (int8/fp8
 only on the matrix products under the default low-bit policy, the rest at 16 bits): the
 training default (``training_precision``: bf16, else fp16, else fp32 among the allowed
-ones). Schedule 1F1B; the microbatch size is the problem's.
+ones), or the fp8 recipe (``training_recipes``). Schedule 1F1B, and where asked
+(``virtual_stages``) Megatron's interleaved 1F1B: pp x vp equal layer chunks, chunk c on
+rank c mod pp, for pp >= 2 with pp x vp dividing the layers and pp the microbatches a
+replica runs; such a point is one plan (its reduction options), bounded by
+``_Space.interleaved_lb_s``. The microbatch size is the problem's.
 
 Search, exact under the model. Per (tp, sequence parallel, recomputation) each layer's
 work ``w_l`` (forward + backward of one microbatch on one rank, its tensor-parallel
@@ -63,7 +67,7 @@ from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.memory import held_per_op_bytes, remat_per_op_bytes
 from distplan.costs.compute import optimizer_step_s
 from distplan.costs.iteration import estimate_iteration, estimate_latency, estimate_transfers, op_rank_times
-from distplan.costs.megatron import fp8_training_precisions
+from distplan.costs.megatron import fp8_training_precisions, megatron_plan, stage_of_ops
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -94,13 +98,15 @@ class ClusterPoint:
     sequence_parallel: bool
     precision: str = ""   # inference: the point's one precision; training: "" (the space's) or "fp8" (training_recipes)
     microbatch_size: int = 0   # samples per microbatch (0: the problem's own)
+    vp: int = 1   # interleaved 1F1B: virtual stages per pipeline rank (equal layer chunks)
 
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
         extra += ["ZeRO-1"] * self.zero + ["sequence parallel"] * self.sequence_parallel
         extra += [self.precision] if self.precision else []
         extra += [f"microbatch {self.microbatch_size}"] if self.microbatch_size else []
-        return f"dp {self.dp} x tp {self.tp} x pp {self.pp}" + (f" ({', '.join(extra)})" if extra else "")
+        vp = f" x vp {self.vp}" if self.vp > 1 else ""
+        return f"dp {self.dp} x tp {self.tp} x pp {self.pp}{vp}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,7 @@ class _Space:
         self._work: dict[tuple[int, bool, str], _Work] = {}
         self._exposure: dict[tuple[int, int, int], float] = {}
         self._again: dict[str, np.ndarray] = {}   # the ops each recomputation mode runs again
+        self._ranks: dict[tuple[int, int], np.ndarray] = {}   # (pp, vp): each unit's chunk
         unit_of = np.empty(problem.n_ops, dtype=np.int64)
         for i, u in enumerate(self.units):
             unit_of[u] = i
@@ -248,6 +255,23 @@ class _Space:
                     first.append(0.0)
             self._work[key] = _Work(np.array(w), np.array(act), np.array(tr), np.array(first))
         return self._work[key]
+
+    def interleaved_lb_s(self, wk: _Work, pp: int, vp: int, m: int) -> float:
+        """A lower bound on the pipeline of Megatron's interleaving (pp x vp equal layer
+        chunks, ``costs.megatron.stage_of_ops``, chunk c on rank c mod pp) over m
+        microbatches: rank d's first task, chunk d's forward of the first microbatch,
+        waits for chunks 0..d-1 to forward it, and its last, chunk d's backward of the
+        last microbatch, precedes their backward of it; in between it runs all its
+        chunks m times: max over d of m W_d + sum of w over chunks 0..d-1."""
+        key = (pp, vp)
+        if key not in self._ranks:
+            chunk = stage_of_ops(self.pb, pp * vp)
+            self._ranks[key] = np.array([chunk[u[0]] for u in self.units], dtype=np.int64)
+        c = self._ranks[key]
+        per_chunk = np.bincount(c, weights=wk.w, minlength=pp * vp)
+        per_rank = np.bincount(np.arange(pp * vp) % pp, weights=per_chunk, minlength=pp)
+        before = np.concatenate(([0.0], np.cumsum(per_chunk)))[:pp]
+        return float((m * per_rank + before).max())
 
     def static_per_rank(self, tp: int, dp: int, zero: int) -> np.ndarray:
         saved = self.params * OPTIMIZER_BYTES_PER_PARAM * (1 - 1 / dp) if zero and dp > 1 else 0.0
@@ -358,10 +382,12 @@ def inference_precisions(problem: Problem) -> list[str]:
     return [p for p in problem.precisions if bool(problem.supported[problem.q_index(p)].all())]
 
 
-def space_points(problem: Problem, microbatch_size: int = 0) -> list[ClusterPoint]:
+def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) -> list[ClusterPoint]:
     """Every outer point of the declared space (training: module docstring; inference,
     latency: one microbatch, dp 1, tp x pp, sequence parallel, one precision for every op
-    among those every device runs); ``microbatch_size``: the training points' field."""
+    among those every device runs); ``microbatch_size``: the training points' field;
+    ``virtual_stages``: interleaved points with these vp >= 2 where pp >= 2, pp x vp
+    divides the layer count and pp the microbatches a replica runs (Megatron's rule)."""
     N, M = problem.n_devices, problem.microbatches
     L = len(_units(problem))
     if not problem.training:
@@ -371,15 +397,19 @@ def space_points(problem: Problem, microbatch_size: int = 0) -> list[ClusterPoin
                 for pp in range(1, min(L, N // tp) + 1)
                 for sp in ((False, True) if tp > 1 else (False,))]
     out = []
+    named = any(layer_index(op.name) is not None for op in problem.graph.ops)
     for tp in [t for t in _divisors(N) if t <= MAX_TP]:
         for pp in range(1, min(L, N // tp) + 1):
             for dp in _divisors(M):
                 if dp * tp * pp > N:
                     break
-                for rc in RECOMPUTE_CHOICES:
-                    for zero in ((0, 1) if dp > 1 else (0,)):
-                        for sp in ((False, True) if tp > 1 else (False,)):
-                            out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size))
+                vps = [1] + [vp for vp in sorted(set(virtual_stages)) if vp >= 2 and named and L % (pp * vp) == 0
+                             and pp >= 2 and (M // dp) % pp == 0]
+                for vp in vps:
+                    for rc in RECOMPUTE_CHOICES:
+                        for zero in ((0, 1) if dp > 1 else (0,)):
+                            for sp in ((False, True) if tp > 1 else (False,)):
+                                out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp))
     return out
 
 
@@ -422,9 +452,10 @@ def estimate_s(problem: Problem, plan: Plan) -> float:
     return ESTIMATE_S_PER_TRANSFER * estimate_transfers(problem, plan) + ESTIMATE_S_PER_OP * problem.n_ops
 
 
-def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int],
+def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int] | None,
               bound_s: float, clock: SearchClock | None = None, must: bool = False) -> list[ClusterPlan]:
-    """The plan of ``split`` under each gradient-reduction option, with its analytic
+    """The plan of ``split`` (None: the interleaved point's equal chunks, ``_interleaved``)
+    under each gradient-reduction option, with its analytic
     iteration: a flat ring or (when replicas share nodes) hierarchical, overlapped or not.
     With ``clock``, an option whose forecast exceeds the time left, or that runs into
     the deadline, is skipped and counted there (``must``: nothing was found yet, the
@@ -432,7 +463,8 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
     options = [("ring", False), ("ring", True)] if pt.dp > 1 else [("ring", False)]
     if pt.dp > 1 and hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
         options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
-    plans = [_plan(problem, space, pt, split, allreduce, overlap) for allreduce, overlap in options]
+    plans = [_plan(problem, space, pt, split, allreduce, overlap) if split is not None
+             else _interleaved(problem, space, pt, allreduce, overlap) for allreduce, overlap in options]
     if problem.training and not (plan_memory_bytes(problem, plans[0]) <= problem.device_mem_bytes * (1 + 1e-12)).all():
         return []   # over the checker's memory (the split's own bound used its lower bound)
     need = [estimate_s(problem, plan) if clock is not None and problem.training else 0.0 for plan in plans]
@@ -476,6 +508,14 @@ def _dropping(stop):
         raise _Dropped from None
 
 
+def _interleaved(problem: Problem, space: _Space, pt: ClusterPoint, allreduce: str, overlap: bool) -> Plan:
+    """Megatron's interleaved plan of ``pt``: pp x vp equal layer chunks, chunk c on the
+    devices of rank c mod pp (``costs.megatron.megatron_plan``), at the space's precisions."""
+    plan = megatron_plan(problem, pt.dp, pt.tp, pt.pp, space.op_precision[0], None, pt.recompute,
+                         pt.sequence_parallel, pt.zero, allreduce, overlap, pt.vp)
+    return dataclasses.replace(plan, op_precision=space.op_precision)
+
+
 def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], allreduce: str,
           overlap: bool) -> Plan:
     n = pt.dp * pt.tp
@@ -513,11 +553,13 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
 
 def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
-                 stop=None, microbatch_sizes=()) -> ClusterResult:
+                 stop=None, microbatch_sizes=(), virtual_stages=()) -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
     docstring); ``deadline`` (perf_counter) or ``stop`` (Ctrl-C) cut the search short.
     ``microbatch_sizes`` (training): also search these samples per microbatch, at the
-    same global batch (an outer dimension of the space, searched exactly like the rest)."""
+    same global batch (an outer dimension of the space, searched exactly like the rest);
+    ``virtual_stages`` (training): also Megatron's interleaved 1F1B at these vp
+    (``space_points``)."""
     t0 = time.perf_counter()
     clock = SearchClock(deadline if deadline is not None else t0 + time_limit_s, stop)
 
@@ -532,7 +574,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         spaces = {(b, r): _Space(pb, r, prec) if r else _Space(pb, prec) for b, pb in variants.items()
                   for r in recipes}
         pts = [dataclasses.replace(pt, precision=r) if r else pt
-               for b, pb in variants.items() for pt in space_points(pb, b) for r in recipes]
+               for b, pb in variants.items() for pt in space_points(pb, b, virtual_stages) for r in recipes]
     else:   # latency: one microbatch
         qs = inference_precisions(problem)
         if not qs:
@@ -551,8 +593,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
         m = (space.pb.microbatches if space.pb.training else 1) // pt.dp
         tot = wk.total_s
-        lb0 = (tot + (m - 1) * max(tot / pt.pp, wk.largest_s) + space.optimizer_lb_s(pt)
-               + space.exposure_lb_s(pt))
+        if pt.vp > 1:
+            lb0 = space.interleaved_lb_s(wk, pt.pp, pt.vp, m) + space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
+        else:
+            lb0 = (tot + (m - 1) * max(tot / pt.pp, wk.largest_s) + space.optimizer_lb_s(pt)
+                   + space.exposure_lb_s(pt))
         heap.append((lb0, pt))
     heapq.heapify(heap)
     best: list[ClusterPlan] = []
@@ -585,7 +630,16 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
 
         tot, extra = float(wk.w.sum()), space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
         solved += 1
-        if math.comb(len(wk.w) - 1, pt.pp - 1) <= INNER_ENUM_MAX:
+        if pt.vp > 1:   # Megatron's equal chunks: one plan, its reduction options
+            skipped = clock.skipped
+            got = _evaluate(space.pb, space, pt, None, lb0, clock, must=not best)
+            if clock.skipped > skipped:
+                bound = min(bound, lb0)
+            infeasible += not got and clock.skipped == skipped
+            best += got
+            best.sort(key=lambda c: c.iteration_s)
+            del best[top_k:]
+        elif math.comb(len(wk.w) - 1, pt.pp - 1) <= INNER_ENUM_MAX:
             # every split, cheapest slowest stage first, until its bound reaches the K-th plan
             cands = []
             for cut_at in itertools.combinations(range(1, len(wk.w)), pt.pp - 1):

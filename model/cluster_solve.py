@@ -67,7 +67,8 @@ def solve_cluster(problem: Problem, options: SolveOptions, clock: Clock, say: Lo
     (``predicted['milp_objective']`` and ``['model_iteration_s']``)."""
     sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
     res = plan_cluster(problem, top_k=options.top_k, progress=say, deadline=clock.deadline,
-                       stop=clock.stop, microbatch_sizes=sizes if problem.training else ())
+                       stop=clock.stop, microbatch_sizes=sizes if problem.training else (),
+                       virtual_stages=options.virtual_stages if problem.training else ())
     best = res.plans[0]
     chosen = best.problem if best.problem is not None else problem
     # the report covers one problem: the winner's microbatch size

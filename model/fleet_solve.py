@@ -63,6 +63,9 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
     analytic iteration (``predicted['model_iteration_s']``)."""
     if not problem.training:
         raise DistplanError("the fleet plan space plans training; use --space pipeline for inference")
+    if options.virtual_stages:
+        raise DistplanError("--virtual-stages does not apply to the fleet space (1F1B on each kind's stages); "
+                            "leave it out")
     sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
     variants = batch_variants(problem, sizes)
     least_sens = options.objective == "sensitivity"

@@ -53,6 +53,11 @@ class SolveOptions:
     ``microbatch_sizes`` (cluster space, training): samples per microbatch to search at
     the problem's global batch (microbatches x batch size), besides the problem's own;
     None: ``DEFAULT_MICROBATCH_SIZES``; (): the problem's alone.
+    ``virtual_stages`` (cluster space, training): also search Megatron's interleaved 1F1B
+    with these virtual stages per pipeline rank (each >= 2; where pp x vp divides the
+    layers and pp the microbatches a replica runs). Off by default: an interleaved
+    plan's analytic iteration replays its order (0.8-1.7 s against 0.03 s for 1F1B on
+    gpt3-13b, a100x64), so a time-limited search visits far fewer points.
     """
 
     objective: str = "throughput"
@@ -73,6 +78,7 @@ class SolveOptions:
     extra_constraints: Callable[..., None] | None = field(default=None, compare=False)
     space: str = "auto"
     microbatch_sizes: tuple[int, ...] | None = None
+    virtual_stages: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         """Every field checked by core.validate (one DistplanError naming the field);
@@ -99,6 +105,7 @@ class SolveOptions:
             "extra_constraints": check_callable(name + "extra_constraints", self.extra_constraints,
                                                 "a function f(m, problem, spec) adding constraints"),
             "microbatch_sizes": check_ints(name + "microbatch_sizes", self.microbatch_sizes, optional=True),
+            "virtual_stages": check_ints(name + "virtual_stages", self.virtual_stages, 2),
         }
         for k, v in fix.items():
             object.__setattr__(self, k, v)

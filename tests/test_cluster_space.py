@@ -31,25 +31,40 @@ def _tiny_topology(nodes: int, per_node: int, mem_bytes: float | None = None):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layers=st.integers(1, 4), nodes=st.sampled_from([1, 2]), per_node=st.sampled_from([1, 2, 4]),
        M=st.sampled_from([1, 2, 4, 6]), seq=st.sampled_from([32, 128]),
-       mem=st.sampled_from([None, 1.2e8, 2e8, 3e8]))
-def test_planner_optimum_equals_an_independent_enumeration(layers, nodes, per_node, M, seq, mem):
+       mem=st.sampled_from([None, 1.2e8, 2e8, 3e8]), vps=st.sampled_from([(), (2, 4)]))
+def test_planner_optimum_equals_an_independent_enumeration(layers, nodes, per_node, M, seq, mem, vps):
     """The planner's best three = every plan of the declared space written out from the
     guide's rules (distplan.testing.cluster_oracle: no planner code), judged by the
     checker and the analytic iteration; small memories make the checker bind (120 MB:
-    2-3 layer models fit only split or sharded)."""
+    2-3 layer models fit only split or sharded); ``vps``: interleaved 1F1B searched too."""
     topo = _tiny_topology(nodes, per_node, mem)
     p = make_problem(f"gpt3-256x{layers}x4", topo, batch_size=1, seq_len=seq, mode="training",
                      precisions=("bf16",), microbatches=M)
-    want = cluster_optimum(p, "bf16", top=3)
+    want = cluster_optimum(p, "bf16", top=3, virtual_stages=vps)
     if not want:
         with pytest.raises(DistplanError, match="no cluster plan fits"):
-            plan_cluster(p, top_k=3)
+            plan_cluster(p, top_k=3, virtual_stages=vps)
         return
-    got = plan_cluster(p, top_k=3)
+    got = plan_cluster(p, top_k=3, virtual_stages=vps)
     assert [c.iteration_s for c in got.plans] == pytest.approx(want, rel=1e-12)
     assert got.bound_s <= got.plans[0].iteration_s * (1 + 1e-12)
     for c in got.plans:   # the plan's figure is the estimator's
         assert estimate_iteration(p, c.plan).iteration_s == pytest.approx(c.iteration_s, rel=1e-12)
+
+
+def test_interleaving_is_searched_when_asked_and_wins_where_the_bubble_dominates():
+    # 4 layers, 2 nodes of 2, 4 microbatches: dp 2 x pp 2 with 2 virtual stages a rank
+    # beats every 1F1B plan; the independent enumeration agrees on the best three
+    p = make_problem("gpt3-256x4x4", _tiny_topology(2, 2), batch_size=1, seq_len=32, mode="training",
+                     precisions=("bf16",), microbatches=4)
+    got = plan_cluster(p, top_k=3, virtual_stages=(2, 4))
+    assert got.plans[0].point.vp == 2 and got.plans[0].plan.schedule == "interleaved"
+    assert "x vp 2" in got.plans[0].point.label()
+    assert got.plans[0].iteration_s < plan_cluster(p, top_k=1).plans[0].iteration_s
+    want = cluster_optimum(p, "bf16", top=3, virtual_stages=(2, 4))
+    assert [c.iteration_s for c in got.plans] == pytest.approx(want, rel=1e-12)
+    sim = distplan.simulate(p, got.plans[0].plan)
+    assert sim.iteration_s == pytest.approx(got.plans[0].iteration_s, rel=1e-9)
 
 
 def test_bound_is_below_every_plan_on_a_larger_space():
@@ -148,3 +163,13 @@ def test_microbatch_size_is_an_exactly_searched_dimension():
     rep = distplan.solve(p, SolveOptions(time_limit_s=30, top_k=2, microbatch_sizes=(1, 2, 4)))
     assert rep.problem.microbatches * rep.problem.graph.batch_size == 8
     assert rep.best.sim.iteration_s == pytest.approx(win.iteration_s, rel=0.04)
+
+
+@pytest.mark.parametrize("text, needle", [("1", "counts >= 2"), ("2,x", "whole numbers"), ("", "counts >= 2")])
+def test_virtual_stages_flag_is_checked(text, needle):
+    from distplan.cli.main import _virtual_stages
+    with pytest.raises(DistplanError, match=needle):
+        _virtual_stages(text)
+    assert _virtual_stages("2,4") == (2, 4) and _virtual_stages(None) == ()
+    with pytest.raises(DistplanError, match="virtual_stages"):
+        SolveOptions(virtual_stages=(1,))

@@ -63,6 +63,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training: samples per microbatch to search at the same global batch "
                         "(--microbatches x --batch-size); default 1,2,4,8 (those dividing it); 'none': only "
                         "--batch-size")
+    s.add_argument("--virtual-stages", default=None, metavar="V1,V2,...",
+                   help="cluster space, training: also search Megatron's interleaved 1F1B with these virtual "
+                        "stages per pipeline rank (each >= 2; where pp x vp divides the layers); off by default: "
+                        "each interleaved estimate replays its order (~1 s)")
     s.add_argument("--space", choices=("auto", "pipeline", "cluster", "fleet"), default="auto",
                    help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
                         "(Megatron-style dp x tp x pp for training steps or inference latency), fleet (mixed-fleet "
@@ -126,9 +130,23 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
     return sizes
 
 
+def _virtual_stages(text: str | None) -> tuple[int, ...]:
+    """--virtual-stages: () when unset, else the listed counts (each >= 2)."""
+    if text is None:
+        return ()
+    try:
+        vps = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise DistplanError(f"--virtual-stages takes whole numbers separated by commas, got {text!r}") from None
+    if not vps or any(v < 2 for v in vps):
+        raise DistplanError(f"--virtual-stages takes counts >= 2 (1 is plain 1F1B, always searched), got {text!r}")
+    return vps
+
+
 def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOptions:
     """The planner's options from the parsed flags."""
     kw = dict(objective=args.objective, space=args.space, microbatch_sizes=_sizes(args.microbatch_sizes),
+              virtual_stages=_virtual_stages(args.virtual_stages),
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
               sensitivity_weight=args.sensitivity_weight, iteration_target=args.iteration_target,
               top_k=args.top_k, time_limit_s=args.time_limit,
@@ -263,7 +281,7 @@ def check_flags(args: argparse.Namespace) -> None:
                      "with --pareto: it prints the frontier and plots it to pareto.png (in --report's folder), "
                      "and writes no plan or trace")
     if args.mode == "inference":
-        refuse_flags(args, ("--iteration-target", "--microbatch-sizes"),
+        refuse_flags(args, ("--iteration-target", "--microbatch-sizes", "--virtual-stages"),
                      "in inference: only the training search (--mode training) of the cluster and fleet spaces "
                      "reads it")
     elif args.objective != "sensitivity":
@@ -274,6 +292,7 @@ def check_flags(args: argparse.Namespace) -> None:
                      "were measured at, so only that microbatch size is searched")
     if args.space == "pipeline":
         refuse_flags(args, ("--microbatch-sizes",), "with --space pipeline: the cluster and fleet spaces search them")
+        refuse_flags(args, ("--virtual-stages",), "with --space pipeline: the cluster space searches them")
     if args.compare or args.pareto is not None:
         args.plan_out = None
 

@@ -15,7 +15,10 @@ shortcuts): the plans are written out as the guide states them.
   parallelism on or off (tp > 1);
 - gradient reduction (dp > 1): a flat ring, or hierarchical when the replicas span two
   or more nodes with the same number, more than one, on each; overlapped or not;
-- 1F1B; every op at the one training precision (its fallback where an op may not use it);
+- 1F1B; and interleaved 1F1B (pp >= 2) at each asked vp >= 2 when pp x vp
+  divides the layer count and pp the microbatches a replica: pp x vp equal chunks of
+  layers, chunk c on the devices of stage c mod pp (Megatron's rule);
+- every op at the one training precision (its fallback where an op may not use it);
 - feasible when the checker (``costs.check.plan_violations``, memory included) passes.
 """
 from __future__ import annotations
@@ -56,11 +59,13 @@ def _hierarchical(problem: Problem, devs: list[int]) -> bool:
     return len(per_node) >= 2 and len(counts) == 1 and counts != {1}
 
 
-def declared_plans(problem: Problem, precision: str, max_tp: int = 64):
-    """Every plan of the declared space (module docstring), in no particular order."""
+def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_stages=()):
+    """Every plan of the declared space (module docstring) with interleaving at
+    ``virtual_stages``, in no particular order."""
     N, M = problem.n_devices, problem.microbatches
     groups = layer_groups(problem)
     L = len(groups)
+    named = any(layer_index(op.name) is not None for op in problem.graph.ops)
     q = problem.q_index(precision)
     op_precision = tuple(problem.precisions[problem.fallback_q(v, q)] for v in range(problem.n_ops))
     for tp in (t for t in range(1, min(N, max_tp) + 1) if N % t == 0):
@@ -72,8 +77,10 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64):
                     reductions.append(("ring", True))
                     if _hierarchical(problem, [i * tp for i in range(dp)]):
                         reductions += [("hierarchical", False), ("hierarchical", True)]
-                for cut in itertools.combinations(range(1, L), pp - 1):
-                    edges = (0, *cut, L)
+                splits = [(1, (0, *cut, L)) for cut in itertools.combinations(range(1, L), pp - 1)]
+                splits += [(vp, tuple(range(0, L + 1, L // (pp * vp)))) for vp in virtual_stages
+                           if pp >= 2 and L % (pp * vp) == 0 and (M // dp) % pp == 0 and named]
+                for vp, edges in splits:
                     op_stage = [0] * problem.n_ops
                     for k, (a, b) in enumerate(zip(edges, edges[1:])):
                         for g in groups[a:b]:
@@ -81,14 +88,16 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64):
                                 op_stage[v] = k
                     for rc, zero, sp in itertools.product(RECOMPUTE, (0, 1) if dp > 1 else (0,),
                                                           (False, True) if tp > 1 else (False,)):
-                        stages = tuple(Stage(tuple(range(k * n, (k + 1) * n)), tp, rc, sp, zero) for k in range(pp))
+                        stages = tuple(Stage(tuple(range((k % pp) * n, (k % pp + 1) * n)), tp, rc, sp, zero)
+                                       for k in range(pp * vp))
                         for how, overlap in reductions:
-                            yield Plan(tuple(op_stage), op_precision, stages, M, "1f1b",
+                            yield Plan(tuple(op_stage), op_precision, stages, M, "interleaved" if vp > 1 else "1f1b",
                                        dp_allreduce=how, overlap_grad_reduce=overlap)
 
 
-def cluster_optimum(problem: Problem, precision: str, top: int = 1) -> list[float]:
+def cluster_optimum(problem: Problem, precision: str, top: int = 1, virtual_stages=()) -> list[float]:
     """The ``top`` least analytic iterations over every feasible plan of the space."""
     out = [estimate_iteration(problem, plan).iteration_s
-           for plan in declared_plans(problem, precision) if not plan_violations(problem, plan)]
+           for plan in declared_plans(problem, precision, virtual_stages=virtual_stages)
+           if not plan_violations(problem, plan)]
     return sorted(out)[:top]
