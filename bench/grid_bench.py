@@ -3,11 +3,14 @@
 The whole grid (``baselines.grid``) of mlp-small training on a100x16 (765 points, 510
 distinct plans; "fastest" is bf16 there) searched to the end with the default scorer
 (``baselines.scoring.MemoScorer``: ``sim.memo``, each distinct event run once, no longer
-run for the period a training step's score does not read), and with ``--before`` also
+run for the period a training step's score does not read; tp 16 simulates one node's
+eight ranks, ``sim.symmetry`` rank groups), and with ``--before`` also
 with ``simulated_throughput`` (one full ``sim.simulate`` per plan), checking both give
 the same best plan and score. A configuration is a plan the scorer ran on (the search's
-``candidates``). ``--profile`` prints where the time goes (cProfile). Not a test: no
-assertion on speed. Target: >= 100 configurations per second.
+``candidates``). The machine is shared: per wall second and per CPU second are both
+printed, with the load average (wall figures fall as other jobs load the cores).
+``--profile`` prints where the time goes (cProfile). Not a test: no assertion on speed.
+Target: >= 100 configurations per second.
 
     python bench/grid_bench.py [--before] [--profile] [--json bench/results/grid_bench.json]
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,7 +71,7 @@ def main() -> int:
         assert rows[0]["best_samples_per_s"] == rows[1]["best_samples_per_s"], rows
     if args.json:
         doc = {"target_per_s": TARGET_PER_S, "workload": args.workload, "topology": args.topology,
-               "mode": "training", "rows": rows}
+               "mode": "training", "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "rows": rows}
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
