@@ -20,20 +20,20 @@ reduction schedule the planner, the analytic models and the simulator use.
   simulator's nodes, sim.comm_nodes, and the analytic replay's ``Transfers``,
   ``reduction_transfers``) and its size (``reduction_size``: the forecast's hops, the
   estimate's transfers).
-- ``Transfers``: transfers over FIFO links, timed as the simulator's links time them.
+- ``Transfers``: transfers over FIFO links (and the devices' tasks of a joint run),
+  timed by the simulator's own replay kernel (``costs.replay.TaskNet``).
 
 Casts are ``costs.problem.Problem.cast_time_s`` (the table ``build_problem`` fills).
 """
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from distplan.core.errors import TimeUp
 from distplan.costs.problem import Problem
+from distplan.costs.replay import TaskNet
 
 
 # --- point to point ------------------------------------------------------------------
@@ -300,121 +300,41 @@ def ring_lanes(problem: Problem, devs: list[int]) -> int | None:
     return next(s for s in range(1, r + 1) if r % s == 0 and all(prof[i] == prof[i % s] for i in range(r)))
 
 
-# --- transfers timed one by one on FIFO links ---
+# --- transfers timed one by one on FIFO links (the replay kernel) ---
 
-class Transfers:
-    """Store-and-forward transfers over FIFO links, timed like the simulator's links:
-    each link serves one transfer after another in order of arrival (ties: order of
-    release), a hop is busy ``bytes / bw`` and delivered ``latency`` later, and a
-    transfer starts when its release time and every transfer it waits for are past.
-    Used where the closed forms above assume replicas that start together: the gradient
-    reduction of replicas of different speeds, shares or precisions, and (with a
-    ``walker``, ``delivered_s``) the pipeline's stage-boundary tensors of every
-    microbatch, all on the same links.
-
-    A ``gated`` transfer also waits for ``trigger(i, t)``: the device side of a joint
-    run releases it (a tensor leaves when its producer is done). A transfer with an
-    empty route is delivered when released (an anchor other transfers wait for)."""
-
-    #: heap pops between two looks at the clock (``deadline_s``)
-    CLOCK_EVERY = 4096
+class Transfers(TaskNet):
+    """Store-and-forward transfers over FIFO links, timed like the simulator's links (on
+    its kernel, ``costs.replay``): each link serves one transfer after another in order
+    of arrival (ties: order of release), a hop is busy ``bytes / bw`` and delivered
+    ``latency`` later, and a transfer starts when its release time and every transfer it
+    waits for are past. Used where the closed forms above assume replicas that start
+    together: the gradient reduction of replicas of different speeds, shares or
+    precisions, and (with ``task``: the devices of a joint run) the pipeline's
+    stage-boundary tensors of every microbatch, all on the same links. A transfer with
+    an empty route is delivered when released (an anchor other transfers wait for)."""
 
     def __init__(self, problem: Problem, deadline_s: float = math.inf):
+        super().__init__(problem.n_devices, problem.link_bw_bytes_per_s, problem.link_latency_s)
         self.pb = problem
         self.deadline_s = deadline_s   # perf_counter seconds: past it delivered_s raises TimeUp
-        self.links: list[tuple[int, ...]] = []
-        self.nbytes: list[float] = []
-        self.release: list[float] = []
-        self.preds: list[list[int]] = []
-        self.gated: list[bool] = []
 
-    def add(self, a: int, b: int, nbytes: float, release_s: float, preds: list[int], gated: bool = False,
+    def add(self, a: int, b: int, nbytes: float, release_s: float, preds: list[int],
             route: tuple[int, ...] | None = None) -> int:
         """A transfer of ``nbytes`` from device a to b (over ``route`` when given: the
-        links of a relay through several devices), after ``release_s`` and ``preds``, and
-        when ``gated`` after its ``trigger``."""
-        self.links.append(tuple(route) if route is not None else tuple(self.pb.topology.route(a, b)))
-        self.nbytes.append(float(nbytes))
-        self.release.append(float(release_s))
-        self.preds.append(list(preds))
-        self.gated.append(bool(gated))
-        return len(self.links) - 1
+        links of a relay through several devices), after ``release_s`` and ``preds``."""
+        links = tuple(route) if route is not None else tuple(self.pb.topology.route(a, b))
+        return self.transfer(links, float(nbytes), preds, release_s)
 
-    def trigger(self, i: int, t: float) -> None:
-        """Release gated transfer ``i`` at ``t`` (during ``delivered_s``, from the walker;
-        ``t`` is never before the last delivery the walker was told of)."""
-        import heapq
+    @property
+    def links(self) -> list:
+        """Per item its route's links (a task: its device)."""
+        return self._where
 
-        if self._ready[i] < t:
-            self._ready[i] = t
-        self._pending[i] -= 1
-        if not self._pending[i]:
-            heapq.heappush(self._heap, (self._ready[i], self._seq, i, 0))
-            self._seq += 1
-
-    def delivered_s(self, walker=None) -> list[float]:
-        """When each transfer has arrived (its release time when its route is empty).
-        ``walker``: the devices of a joint run, ``start()`` once (it runs every device as
-        far as its inputs allow, releasing gated transfers by ``trigger``) and
-        ``delivered(i, t)`` after each delivery; as in the simulator, the links' heap is
-        popped only when the devices can do nothing more, so every release comes at or
-        after the last delivery popped and the links serve transfers in true arrival
-        order. ``self.arrived[i]`` says whether transfer i was delivered. Raises
-        ``TimeUp`` once ``deadline_s`` has passed (looked at every ``CLOCK_EVERY`` pops)."""
-        import heapq
-
-        n = len(self.links)
-        bw, lat = self.pb.link_bw_bytes_per_s, self.pb.link_latency_s
-        bw = [float(x) for x in bw]
-        lat = [float(x) for x in lat]
-        succ: list[list[int]] = [[] for _ in range(n)]
-        self._pending = pending = [len(p) + g for p, g in zip(self.preds, self.gated)]
-        self._ready = ready = list(self.release)
-        for i, ps in enumerate(self.preds):
-            for j in ps:
-                succ[j].append(i)
-        self.done = done = [0.0] * n
-        self.arrived = arrived = [False] * n
-        free: dict[int, float] = {}
-        self._heap = heap = []
-        self._seq = 0
-        for i in range(n):
-            if not pending[i]:
-                heap.append((ready[i], self._seq, i, 0))
-                self._seq += 1
-        heapq.heapify(heap)
-        if walker is not None:
-            walker.start()
-        links, nbytes = self.links, self.nbytes
-        timed, pops = math.isfinite(self.deadline_s), 0
-        while heap:
-            if timed:
-                pops += 1
-                if pops % self.CLOCK_EVERY == 0 and time.perf_counter() > self.deadline_s:
-                    raise TimeUp(f"{n:,} transfers not timed by the deadline")
-            t, _, i, h = heapq.heappop(heap)
-            route = links[i]
-            if h < len(route):
-                l = route[h]
-                start = free.get(l, 0.0)
-                if start < t:
-                    start = t
-                f = start + nbytes[i] / bw[l]
-                free[l] = f
-                heapq.heappush(heap, (f + lat[l], self._seq, i, h + 1))
-                self._seq += 1
-                continue
-            done[i] = t
-            arrived[i] = True
-            for j in succ[i]:
-                if ready[j] < t:
-                    ready[j] = t
-                pending[j] -= 1
-                if not pending[j]:
-                    heapq.heappush(heap, (ready[j], self._seq, j, 0))
-                    self._seq += 1
-            if walker is not None:
-                walker.delivered(i, t)
+    def delivered_s(self) -> list[float]:
+        """When each item has arrived (a transfer; a task: when it ends); 0 for one that
+        never could (``self.arrived[i]`` says which did). Raises ``TimeUp`` once
+        ``deadline_s`` has passed."""
+        done, self.arrived = self.run(self.deadline_s)
         return done
 
 

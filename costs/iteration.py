@@ -20,7 +20,8 @@ m the largest m_k). Stage k's last backward ends sum_{j<k} (B_j + c_j) before st
 / ring / all-gather by node when hierarchical; only the reduce-scatter under ZeRO-1)
 starts then, or is overlapped with the stage's last backward (``overlap_grad_reduce``:
 one bucket per op, released when the op's backward ends, the buckets' ring steps
-timed transfer by transfer on FIFO links, ``Transfers``, as the simulator runs them;
+timed transfer by transfer on FIFO links, ``Transfers``, on the simulator's own
+replay kernel, ``costs.replay``;
 only what ends after that backward is exposed). The optimizer step
 (``optimizer_step_per_device_s``) follows. Ignored (homogeneous topologies, alike
 replicas): link contention between transfers, and bubbles from uneven communication
@@ -33,7 +34,8 @@ Mixed fleets (a problem with several device kinds) and replica groups
 (``Stage.shares``, ``Stage.replica_precision``): F_{k,i} and B_{k,i} are per replica (its
 devices' kind, its precisions), replica i of stage k runs n_{k,i} microbatches (its
 share), and the pipeline and the gradient reductions are run together, as the
-simulator runs them (``_JointRun``): every device (rank 0 of each replica) runs its
+simulator runs them (``_JointNet``, replayed by the simulator's kernel,
+``costs.replay``): every device (rank 0 of each replica) runs its
 replicas' forward and backward blocks in the simulator's 1F1B order
 (``Plan.window_offsets``), op after op, each op waiting for the tensors it receives
 from other stages; every tensor crossing a stage boundary, microbatch by microbatch,
@@ -53,8 +55,8 @@ microbatches): equal to the simulator to 1e-12 on 48 data-parallel plans, on the
 named pipelines and 70 random ones (cuts inside layers, shares, int8 T4 groups) and on
 the fleet space's top plans (``model.fleet``), where the task-by-task replay without
 contention it replaced was off by up to -6.7 % and -8.1 %; ties on a link go in the
-simulator's order (devices start in index order, a task's tensors leave in its order of
-creation). About 20 ms per bert plan. If the run cannot go through (it always can
+simulator's order (one kernel; devices start in index order, a task's tensors leave in
+its order of creation). About 20 ms per bert plan. If the run cannot go through (it always can
 on the simulator's schedules) the lanes' closed form stands in: ``max over (k, i) of
 n_{k,i} T_{k,i} + sum_{j != k} T_{j,l(j)} + 2 sum_b c_b`` along replica (k, i)'s first
 microbatch's replicas l(j), its reductions timed from there.
@@ -324,7 +326,7 @@ def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:
     F = np.array([per[k][rs0[k]][0] for k in range(K)])
     B = np.array([per[k][rs0[k]][1] for k in range(K)])
     period = max(max(row) for row in T)
-    run = _JointRun(problem, plan).run()
+    run = _JointNet(problem, plan).run()
     if run is None and plan.schedule == "interleaved":
         raise DistplanError("the interleaved order did not run through")   # never: Megatron's order is live
     if run is None:   # the order did not run through (never on the simulator's schedules)
@@ -375,7 +377,7 @@ def _estimate_lanes(problem: Problem, plan: Plan, per, F, B, c, period) -> Itera
     first: list[int] = []
     ends_at: list[float] = []
     for k, st in enumerate(plan.stages):
-        first.append(len(tr.links))
+        first.append(len(tr))
         end_i = [last_backward_end(k, i) for i in range(st.replicas)]
         ends_at.append(max(end_i))
         if st.replicas < 2:
@@ -395,7 +397,7 @@ def _estimate_lanes(problem: Problem, plan: Plan, per, F, B, c, period) -> Itera
                 else:
                     start = end_i
                 reduction_transfers(tr, devs, start, nbytes, plan.dp_allreduce == "hierarchical", st.zero)
-    first.append(len(tr.links))
+    first.append(len(tr))
     done = tr.delivered_s()
     ar = np.zeros(K)
     finish = pipeline
@@ -408,9 +410,10 @@ def _estimate_lanes(problem: Problem, plan: Plan, per, F, B, c, period) -> Itera
     return IterationEstimate(finish + opt, pipeline, period, F, B, c, ar, finish - pipeline, opt)
 
 
-class _JointRun:
+class _JointNet:
     """The simulator's run of a 1F1B training plan, a stage's work per microbatch at a
-    time: every device (rank 0 of each replica) runs its replicas' forward and backward
+    time, as tasks and transfers for the replay kernel (``costs.replay``, the
+    simulator's own engine): every device (rank 0 of each replica) runs its replicas' forward and backward
     blocks in the simulator's order (``Plan.window_offsets``: round, then pattern,
     forwards first); inside a block the ops run back to back, each op (or the cast of
     an input) waiting for the tensors it receives from other stages; every tensor that
@@ -422,9 +425,9 @@ class _JointRun:
     (``costs.collectives.Transfers``). So transfers of different microbatches, replicas
     and reductions queue behind one another on a shared link as in the simulator.
 
-    A block is a list of segments (gates, seconds, sends, marks): the segment starts
-    when the device is free and its gate tensors have arrived, runs its seconds, then
-    releases its send tensors and reduction anchors. Blocks are built once per stage,
+    A block is a list of segments (gates, seconds, sends, marks), each one kernel task:
+    it starts when the device is free and its gate tensors have arrived, runs its
+    seconds, then releases its send tensors and reduction anchors. Blocks are built once per stage,
     replica and precisions of the incoming tensors' producers."""
 
     def __init__(self, problem: Problem, plan: Plan):
@@ -531,7 +534,10 @@ class _JointRun:
     # --- the run -------------------------------------------------------------------
     def run(self) -> tuple[float, list[float], list[float | None]] | None:
         """(the last pipeline task's end, each stage's last backward end, each stage's
-        reduction end or None), or None if some device never got its inputs."""
+        reduction end or None), or None if some device never got its inputs. Every
+        segment is a task of the replay kernel (``costs.replay``) on its device, in the
+        device's order; every tensor crossing a stage boundary, microbatch by microbatch,
+        a transfer over its whole route waiting for its producer's segment."""
         pb, plan = self.pb, self.plan
         topo = pb.topology
         K, M, C = plan.n_stages, plan.microbatches, plan.cycle
@@ -541,55 +547,6 @@ class _JointRun:
         qi = {x: q for q, x in enumerate(pb.precisions)}
         qs_of = [[qi[x] for x in plan.microbatch_precisions(p)] for p in range(C)]
         tr = Transfers(pb)
-        routes: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-        def route(path: list[int]) -> tuple[int, ...]:
-            key = tuple(path)
-            if key not in routes:
-                routes[key] = path_links(topo, path)
-            return routes[key]
-
-        xfer: dict[tuple[int, str, int], int] = {}
-        crossing = [e for e, (u, v) in enumerate(self.edges) if stage_of[u] < stage_of[v]]
-        for m in range(M):
-            qs = qs_of[m % C]
-            at = [st.replica_devices(m)[0] for st in plan.stages]
-            for e in crossing:
-                u, v = self.edges[e]
-                ku, kv = stage_of[u], stage_of[v]
-                path = [at[b] for b in range(ku, kv + 1)]
-                nb = float(pb.edge_elems[e] * pb.bytes_per_elem[qs[u]])
-                xfer[(e, "f", m)] = tr.add(path[0], path[-1], nb / plan.stages[kv].tensor_parallel, 0.0, [],
-                                           gated=True, route=route(path))
-                xfer[(e, "b", m)] = tr.add(path[-1], path[0], nb / plan.stages[ku].tensor_parallel, 0.0, [],
-                                           gated=True, route=route(path[::-1]))
-        # gradient reductions, each replica's part waiting for its anchors
-        anchors: dict[tuple[int, int, int | None], list[int]] = {}   # (stage, replica, op | None)
-        red_range: list[tuple[int, int] | None] = []
-        for k, st in enumerate(plan.stages):
-            if st.replicas < 2:
-                red_range.append(None)
-                continue
-            lo = len(tr.links)
-            wide = plan.widest_precisions(k, lambda p: pb.bytes_per_elem[pb.q_index(p)])
-            ops = [v for v in plan.ops_in_stage(k) if pb.graph.ops[v].param_elems > 0]
-            buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
-            tp = st.tensor_parallel
-            for bucket in buckets:
-                nbytes = sum(pb.graph.ops[v].param_elems * float(pb.bytes_per_elem[pb.q_index(wide[v])])
-                             for v in bucket) / tp
-                if nbytes <= 0:
-                    continue
-                mark = bucket[-1] if plan.overlap_grad_reduce else None
-                for j in range(tp):
-                    devs = [st.devices[i * tp + j] for i in range(st.replicas)]
-                    start = []
-                    for i, d in enumerate(devs):
-                        a = tr.add(d, d, 0.0, 0.0, [], gated=True, route=())
-                        anchors.setdefault((k, i, mark), []).append(a)
-                        start.append((0.0, [a]))
-                    reduction_transfers(tr, devs, start, nbytes, plan.dp_allreduce == "hierarchical", st.zero)
-            red_range.append((lo, len(tr.links)))
         # every device's blocks in the simulator's order
         last_m = [{} for _ in plan.stages]
         for k in range(K):
@@ -612,79 +569,101 @@ class _JointRun:
             for tasks in order.values():
                 tasks.sort()
                 tasks[:] = [(x, p, ph, sk if ph == 0 else -sk, m) for x, p, ph, sk, m in tasks]
-        seqs: dict[int, list[tuple]] = {}
-        for dev, tasks in order.items():
-            seq = []
-            for _, p, ph, k, m in tasks:
+        # the devices' tasks first (their inputs are waited for below), devices in index order
+        segments: list[tuple[int, list, list, int, int, int, list]] = []   # (task, gates, sends, k, i, m, marks)
+        block_end: dict[tuple[int, int, int], int] = {}   # (phase, stage, microbatch) -> its last task
+        last_task: dict[int, int] = {}
+        for dev in sorted(order):
+            for _, p, ph, k, m in order[dev]:
                 i = rep[k][m]
                 fwd, bwd, bwd_last = self._block(k, i, qs_of[p])
                 final = ph == 1 and last_m[k][i] == m
                 segs = fwd if ph == 0 else bwd_last if final else bwd
-                for n_s, (gates, dur, sends, marks) in enumerate(segs):
-                    g = [xfer[(e, d, m)] for e, d in gates]
-                    s = [xfer[(e, d, m)] for e, d in sends]
-                    if final:
-                        for v in marks:
-                            s.extend(anchors.get((k, i, v), ()))
-                    rec = (ph, k, m) if n_s == len(segs) - 1 else None
-                    seq.append((g, dur, s, rec))
-            seqs[dev] = seq
-        for (k, i, v), ids in anchors.items():   # not overlapped: after the device's last task
-            if v is None:
-                seqs[plan.stages[k].replica_group(i)[0]].append(([], 0.0, ids, None))
-        walker = _Walker(tr, seqs)
-        done = tr.delivered_s(walker)
-        if any(walker.pos[d] < len(s) for d, s in seqs.items()):
+                for gates, dur, sends, marks in segs:
+                    t = tr.task(dev, dur)
+                    segments.append((t, gates, sends, k, i, m, marks if final else []))
+                    block_end[(ph, k, m)] = last_task[dev] = t
+        routes: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+        def route(path: list[int]) -> tuple[int, ...]:
+            key = tuple(path)
+            if key not in routes:
+                routes[key] = path_links(topo, path)
+            return routes[key]
+
+        def tensor(e: int, d: str, m: int, after: int) -> int:
+            """The transfer of edge e's tensor ('f') or gradient ('b') of microbatch m."""
+            u, v = self.edges[e]
+            ku, kv = stage_of[u], stage_of[v]
+            at = [plan.stages[b].replica_devices(m)[0] for b in range(ku, kv + 1)]
+            nb = float(pb.edge_elems[e] * pb.bytes_per_elem[qs_of[m % C][u]])
+            if d == "f":
+                return tr.add(at[0], at[-1], nb / plan.stages[kv].tensor_parallel, 0.0, [after], route=route(at))
+            return tr.add(at[-1], at[0], nb / plan.stages[ku].tensor_parallel, 0.0, [after], route=route(at[::-1]))
+
+        # each segment's tensors leave when it ends, in its order; then the anchors after
+        # which each replica's gradients are ready (an op's backward of the replica's last
+        # microbatch when overlapped, else the device's last task)
+        xfer: dict[tuple[int, str, int], int] = {}
+        anchors: dict[tuple[int, int, int | None], list[int]] = {}   # (stage, replica, op | None)
+        buckets_of = {k: self._buckets(k) for k, st in enumerate(plan.stages) if st.replicas > 1}
+
+        def anchor(k: int, i: int, v: int | None, after: int) -> None:   # one per tensor-parallel rank
+            for _ in range(plan.stages[k].tensor_parallel if v in buckets_of.get(k, {}) else 0):
+                anchors.setdefault((k, i, v), []).append(tr.add(0, 0, 0.0, 0.0, [after], route=()))
+
+        for t, gates, sends, k, i, m, marks in segments:
+            for e, d in sends:
+                xfer[(e, d, m)] = tensor(e, d, m, t)
+            for v in marks:
+                anchor(k, i, v, t)
+        if not plan.overlap_grad_reduce:
+            for k in (k for k, b in buckets_of.items() if None in b):
+                st = plan.stages[k]
+                for i in range(st.replicas):
+                    anchor(k, i, None, last_task[st.replica_group(i)[0]])
+        # gradient reductions, each replica's part waiting for its anchors
+        red_range: list[tuple[int, int] | None] = []
+        for k, st in enumerate(plan.stages):
+            if st.replicas < 2:
+                red_range.append(None)
+                continue
+            lo = len(tr)
+            tp = st.tensor_parallel
+            for mark, nbytes in buckets_of[k].items():
+                for j in range(tp):
+                    devs = [st.devices[i * tp + j] for i in range(st.replicas)]
+                    start = [(0.0, [anchors[(k, i, mark)][j]]) for i in range(st.replicas)]
+                    reduction_transfers(tr, devs, start, nbytes, plan.dp_allreduce == "hierarchical", st.zero)
+            red_range.append((lo, len(tr)))
+        for t, gates, *_, m, _marks in segments:   # a task waits for the tensors it receives
+            for e, d in gates:
+                tr.wait(t, xfer[(e, d, m)])
+        done = tr.delivered_s()
+        if not all(tr.arrived[t] for t in last_task.values()):
             return None
-        self.block_end = walker.block_end
-        ends_at = [max((walker.block_end.get((1, k, m), 0.0) for m in range(M)), default=0.0) for k in range(K)]
+        end = max((done[s[0]] for s in segments), default=0.0)
+        ends_at = [max((done[block_end[(1, k, m)]] for m in range(M) if (1, k, m) in block_end), default=0.0)
+                   for k in range(K)]
         reduced = [None if r is None or r[0] == r[1] else max(done[r[0]:r[1]]) for r in red_range]
-        return walker.end, ends_at, reduced
+        return end, ends_at, reduced
 
-
-class _Walker:
-    """The devices of ``_JointRun``: each runs its segments in order, as far as the
-    arrived tensors allow (``Transfers.delivered_s`` calls ``start`` and ``delivered``)."""
-
-    def __init__(self, tr: Transfers, seqs: dict[int, list[tuple]]):
-        self.tr, self.seqs = tr, seqs
-        self.pos = dict.fromkeys(seqs, 0)
-        self.free = dict.fromkeys(seqs, 0.0)
-        self.waiting: dict[int, list[int]] = {}
-        self.block_end: dict[tuple[int, int, int], float] = {}   # (phase, stage, microbatch)
-        self.end = 0.0
-
-    def start(self) -> None:
-        for dev in sorted(self.seqs):   # the simulator's first pass (ties on a link: its order)
-            self._go(dev)
-
-    def delivered(self, i: int, t: float) -> None:
-        for dev in self.waiting.pop(i, ()):
-            self._go(dev)
-
-    def _go(self, dev: int) -> None:
-        tr = self.tr
-        arrived, done = tr.arrived, tr.done
-        seq = self.seqs[dev]
-        pos, t = self.pos[dev], self.free[dev]
-        while pos < len(seq):
-            gates, dur, sends, rec = seq[pos]
-            blocked = next((g for g in gates if not arrived[g]), None)
-            if blocked is not None:
-                self.waiting.setdefault(blocked, []).append(dev)
-                break
-            for g in gates:
-                if done[g] > t:
-                    t = done[g]
-            t += dur
-            for s in sends:
-                tr.trigger(s, t)
-            if rec is not None:
-                self.block_end[rec] = t
-            pos += 1
-        self.pos[dev], self.free[dev] = pos, t
-        if t > self.end and pos:
-            self.end = t
+    def _buckets(self, k: int) -> dict[int | None, float]:
+        """Stage k's gradient buckets with bytes to reduce, in the simulator's order:
+        anchor op -> one rank's bytes at the widest precision of the replicas; one bucket
+        per op with parameters when overlapped (its anchor the op), else one of them all
+        (anchor None)."""
+        pb, plan = self.pb, self.plan
+        wide = plan.widest_precisions(k, lambda p: pb.bytes_per_elem[pb.q_index(p)])
+        ops = [v for v in plan.ops_in_stage(k) if pb.graph.ops[v].param_elems > 0]
+        buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
+        out = {}
+        for bucket in buckets:
+            nbytes = sum(pb.graph.ops[v].param_elems * float(pb.bytes_per_elem[pb.q_index(wide[v])])
+                         for v in bucket) / plan.stages[k].tensor_parallel
+            if nbytes > 0:
+                out[bucket[-1] if plan.overlap_grad_reduce else None] = nbytes
+        return out
 
 
 def estimate_latency(problem: Problem, plan: Plan) -> float:

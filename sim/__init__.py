@@ -52,8 +52,10 @@ hardware. What it executes (the same numbers ``costs.evaluate.plan_cost`` linear
   with hypothesis to 1e-9, data-parallel stages included). In training this needs a
   deeper 1F1B window than the standard K - k (more activations held).
 
-Engine: ``sim.execute`` (dataflow on static servers + one ``(time, priority, sequence,
-node)`` heap for time-ordered links); deterministic.
+Engine: ``sim.execute`` expands the program into nodes and runs them on the replay
+kernel ``costs.replay`` (dataflow on static servers + one ``(time, priority, sequence,
+node)`` heap for time-ordered links; the analytic iteration runs on it too);
+deterministic.
 """
 from distplan.sim.options import LINK_MODELS, SimOptions
 from distplan.sim.result import SimResult

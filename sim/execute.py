@@ -1,29 +1,18 @@
-"""Execution of a :class:`sim.taskgraph.Program`: node-level arrays and the event loop.
-
-Static servers (devices; links too in ideal mode) run their fixed sequence: a node
-starts at max(server free, all inputs delivered). That is pure dataflow, so it is
-computed as soon as every input time is known, without events. Links whose order
-depends on time (``fifo`` arrival order, ``fair`` sharing, ``free``) take their nodes
-from one heap of ``(time, priority, sequence, node)`` (``sequence`` an increasing
-counter: ties at one time and priority go in the order pushed, identically on every
-run); the heap is popped only when no static work is computable, so every pushed time
-is >= the last popped one and arrivals are served in true time order.
+"""Execution of a :class:`sim.taskgraph.Program`: its node-level network (``expand``:
+the pattern's node types tiled over the microbatches, the collectives after them, every
+server's static order) run on the replay kernel (``costs.replay``, which the analytic
+iteration runs on too).
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
 from distplan.core.errors import DistplanError, InternalError
+from distplan.costs.replay import Run, Servers, replay
 from distplan.sim.schedule import server_sequences
 from distplan.sim.taskgraph import KIND_NAMES, Program
-
-#: a transfer on a link finishes (processor-sharing links): frees bandwidth before arrivals
-PRIO_DONE = 0
-#: a transfer arrives at a link (or a contention-free link) and asks for service
-PRIO_ARRIVE = 1
 
 
 @dataclass
@@ -122,200 +111,18 @@ def expand(prog: Program, plan) -> Net:
     return Net(T, U, units, N0, N0 + X, succ, pending, dur, server, seqs, n_valid, valid, micro)
 
 
-@dataclass
-class Run:
-    beg: np.ndarray  # service start per node (-1: never ran)
-    fin: np.ndarray  # when successors may use the node's output
-    link_busy_s: np.ndarray | None  # only for 'fair' (time with >= 1 active transfer)
-
-
 def run(net: Net, prog: Program, link_model: str) -> Run:
-    """Execute every node; deterministic. Raises DistplanError on a deadlocked order."""
-    D, L = prog.D, prog.L
-    ns = D + L
-    N = net.N
-    succ, dur, srv = net.succ, net.dur, net.server
-    pending = list(net.pending)
-    ready = [0.0] * N
-    beg = [-1.0] * N
-    fin = [0.0] * N
-    lat = prog.server_latency
-    seqs = net.seqs
-    pos = [0] * ns
-    free = [0.0] * ns
-    waiting = [-1] * ns
-    dyn = [False] * D + [not prog.static_links] * L
-    conc = prog.concurrency
-    slots: dict[int, list[float]] = {s: [0.0] * conc[s] for s in range(ns) if conc[s] > 1}
-    heap: list = []
-    push, pop = heapq.heappush, heapq.heappop
-    cnt = 0
-    stack = [s for s in range(ns) if seqs[s]]
-    stack.reverse()
-    fair = link_model == "fair"
-    free_links = link_model == "free"
-    lfree = [0.0] * ns
-    # processor sharing state (fair)
-    if fair:
-        f_active: list[dict] = [dict() for _ in range(ns)]
-        f_V = [0.0] * ns
-        f_t = [0.0] * ns
-        f_next = [-1] * ns
-        f_busy = [0.0] * ns
-        f_bw = [0.0] * D + list(prog.link_bw)
-    done_q: list[int] = []  # finished nodes (multi-slot servers, the heap) whose successors await them
-    now = 0.0
-    while True:
-        while stack or done_q:
-            if stack:
-                s = stack.pop()
-                seq = seqs[s]
-                i = pos[s]
-                n = len(seq)
-                ls = lat[s]
-                if s in slots:
-                    sl = slots[s]
-                    last_start = free[s]
-                    while i < n:
-                        j = seq[i]
-                        if pending[j]:
-                            waiting[s] = j
-                            break
-                        st = ready[j]
-                        k0 = min(range(len(sl)), key=sl.__getitem__)
-                        if st < sl[k0]:
-                            st = sl[k0]
-                        if st < last_start:
-                            st = last_start
-                        last_start = st
-                        en = st + dur[j]
-                        sl[k0] = en
-                        beg[j] = st
-                        fin[j] = en
-                        i += 1
-                        done_q.append(j)
-                    pos[s] = i
-                    free[s] = last_start
-                    # propagate below through done_q
-                else:
-                    f = free[s]
-                    while i < n:
-                        j = seq[i]
-                        if pending[j]:
-                            waiting[s] = j
-                            break
-                        st = ready[j]
-                        if st < f:
-                            st = f
-                        f = st + dur[j]
-                        beg[j] = st
-                        e = f + ls
-                        fin[j] = e
-                        i += 1
-                        # the drain below, inlined for speed: successors learn of j at once
-                        for d in succ[j]:
-                            k = j + d
-                            if ready[k] < e:
-                                ready[k] = e
-                            c = pending[k] - 1
-                            pending[k] = c
-                            if not c:
-                                s2 = srv[k]
-                                if waiting[s2] == k:
-                                    waiting[s2] = -1
-                                    stack.append(s2)
-                                elif dyn[s2]:
-                                    push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
-                                    cnt += 1
-                    pos[s] = i
-                    free[s] = f
-            while done_q:
-                j = done_q.pop()
-                e = fin[j]
-                for d in succ[j]:
-                    k = j + d
-                    if ready[k] < e:
-                        ready[k] = e
-                    c = pending[k] - 1
-                    pending[k] = c
-                    if not c:
-                        s2 = srv[k]
-                        if waiting[s2] == k:
-                            waiting[s2] = -1
-                            stack.append(s2)
-                        elif dyn[s2]:
-                            push(heap, (ready[k], PRIO_ARRIVE, cnt, k))
-                            cnt += 1
-        if not heap:
-            break
-        t, prio, sq, j = pop(heap)
-        if t < now:
-            raise InternalError(f"event at {t!r} popped after {now!r}: the event order is broken")
-        now = t
-        if not fair:
-            s = srv[j]
-            if free_links:
-                st = t
-            else:
-                st = lfree[s]
-                if st < t:
-                    st = t
-            f = st + dur[j]
-            lfree[s] = f
-            beg[j] = st
-            fin[j] = f + lat[s]
-            done_q.append(j)
-        elif prio == PRIO_ARRIVE:
-            s = srv[j]
-            _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw)
-            f_active[s][j] = f_V[s] + dur[j] * f_bw[s]
-            beg[j] = t
-            cnt = _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw)
-        else:
-            s = -1 - j
-            if f_next[s] != sq:
-                continue
-            _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw)
-            act = f_active[s]
-            vmin = min(act.values())
-            tol = 1e-12 * max(abs(vmin), 1.0)
-            finished = sorted(k for k, tag in act.items() if tag <= vmin + tol)
-            for k in finished:
-                del act[k]
-                fin[k] = t + lat[s]
-                done_q.append(k)
-            f_next[s] = -1
-            cnt = _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw)
-    beg_a = np.array(beg)
-    done = int(np.count_nonzero(beg_a >= 0.0))
-    if done != net.n_valid:
-        _deadlock(net, prog, waiting, pending, done)
-    busy = np.asarray(f_busy) if fair else None
-    return Run(beg_a, np.array(fin), busy)
+    """Execute every node on the replay kernel (``costs.replay``); deterministic. Raises
+    DistplanError on a deadlocked order."""
+    D = prog.D
+    servers = Servers(D, prog.server_latency, prog.concurrency, [0.0] * D + list(prog.link_bw), prog.static_links)
+    r = replay(net, servers, link_model)
+    if r.ran != net.n_valid:
+        _deadlock(net, prog, r.waiting, r.ran)
+    return r
 
 
-def _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw) -> None:
-    n = len(f_active[s])
-    if n:
-        f_V[s] += (t - f_t[s]) * f_bw[s] / n
-        f_busy[s] += t - f_t[s]
-    f_t[s] = t
-
-
-def _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw) -> int:
-    act = f_active[s]
-    if not act:
-        f_next[s] = -1
-        return cnt
-    vmin = min(act.values())
-    bw = f_bw[s]
-    when = t + (max(vmin - f_V[s], 0.0) * len(act) / bw if bw > 0 else 0.0)
-    heapq.heappush(heap, (when, PRIO_DONE, cnt, -1 - s))
-    f_next[s] = cnt
-    return cnt + 1
-
-
-def _deadlock(net: Net, prog: Program, waiting, pending, done: int) -> None:
+def _deadlock(net: Net, prog: Program, waiting, done: int) -> None:
     T, C = net.T, prog.C
     for s, j in enumerate(waiting):
         if j >= 0:
