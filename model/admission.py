@@ -5,8 +5,9 @@ model.budget) and the top-K phase's local moves (model.heuristic.neighbours) nev
 the user's ``SolveOptions.extra_constraints`` (model.build.add_extra_constraints). With
 a hook set, such a plan serves as an incumbent, a warm start or a returned plan only if
 it satisfies the MILP of its layout: written onto a model of that layout
-(model.extract.assign_plan), every constraint and bound the hook added holds, to
-``rel_tol``. distplan's own families need no check: they hold for every plan that
+(model.extract.assign_plan), with the period ``T`` raised as far as the hook's rows ask
+(a user's model may charge more than distplan's), every constraint and bound the hook
+added holds, to ``rel_tol``. distplan's own families need no check: they hold for every plan that
 costs.check.plan_violations accepts (tests/test_model_milp.py), and every outside plan
 has passed it. A hook that declares variables of its own makes outside plans
 uncheckable (their values are unknown): then none is admitted and only the MILP's own
@@ -54,6 +55,7 @@ def satisfies_user_constraints(m, problem: Problem, plan: Plan, rel_tol: float =
     if plan.op_stage and max(plan.op_stage) >= m.K:
         return False
     assign_plan(m, problem, plan)
+    _lift_period(m, rel_tol)
     for v, lo, hi in m.user_bounds:
         if not _within(v.value, lo, hi, rel_tol):
             return False
@@ -61,6 +63,29 @@ def satisfies_user_constraints(m, problem: Problem, plan: Plan, rel_tol: float =
         if not _within(pyo.value(c.body, exception=False), c.lb, c.ub, rel_tol):
             return False
     return True
+
+
+def _lift_period(m, rel_tol: float) -> None:
+    """Raise the period variable ``m.T`` (which the plan's own cost set) to the least value
+    the user's rows allow: a user's model may charge a plan more than distplan's (rows
+    T >= its own loads), and the plan then meets it at that period. Rows are linear, so
+    each one's coefficient on T is read off two evaluations."""
+    t0 = float(m.T.value)
+    need = t0
+    for c in m.user_rows:
+        base = pyo.value(c.body, exception=False)
+        m.T.set_value(t0 + 1.0)
+        slope = pyo.value(c.body, exception=False) - base if base is not None else 0.0
+        m.T.set_value(t0)
+        if base is None or abs(slope) < 1e-12:
+            continue
+        for bound, sign in ((c.lb, 1.0), (c.ub, -1.0)):
+            if bound is None:
+                continue
+            short = sign * (bound - base)   # how far the row is from holding
+            if short > rel_tol * max(1.0, abs(bound)) and sign * slope > 0:
+                need = max(need, t0 + short / (sign * slope))
+    m.T.set_value(need)
 
 
 class PlanGate:

@@ -144,6 +144,10 @@ class SolveResult:
     first; ``cut_short`` lists, one line each, what was left undone: layouts not
     evaluated or not solved, fewer than top_k plans), "interrupted" (Ctrl-C: the best
     plan so far with its proven bound), or HiGHS's own status.
+    ``hook_objective_s``/``hook_bound_s`` (pipeline space, with ``extra_constraints``):
+    HiGHS's own objective and dual bound for the winning layout under the user's rows,
+    beside distplan's figures, which re-score the plan by its own model without them;
+    None otherwise.
     """
 
     status: str
@@ -162,6 +166,8 @@ class SolveResult:
     lanes: tuple[tuple[int, ...], ...] = ()
     explored: list[dict] = field(default_factory=list)
     cut_short: list[str] = field(default_factory=list)
+    hook_objective_s: float | None = None
+    hook_bound_s: float | None = None
     #: the problem the plans are for when the planner changed the microbatch size (the
     #: cluster space; same model and global batch), else None
     problem: object | None = None

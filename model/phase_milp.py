@@ -51,6 +51,7 @@ class LayoutSolve:
     objective_s: float
     solver_objective_s: float
     build_s: float
+    solver_bound_s: float = math.nan   # HiGHS's own dual bound (model objective, seconds)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, deadline
         assign_plan(m, problem, heur[0])
         run.set_start()
     hs = heur[1] if heur is not None else math.inf
-    if options.objective == "throughput" and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
+    hooked = options.extra_constraints is not None   # the user's rows may charge the start more than hs
+    if options.objective == "throughput" and not hooked and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
         # the warm start is already within the gap of a proven bound: nothing for HiGHS to do
         out = HighsOutcome("optimal", hs, lb, 0.0, None)
         say(f"warm start {fmt(hs)} is within {options.rel_gap:.1%} of the proven bound {fmt(lb)}; HiGHS skipped")
@@ -134,7 +136,7 @@ def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, deadline
     if status == "infeasible" and best is None:
         bound = math.inf
     say(f"r={c.r} {c.name}: objective {fmt(obj)} bound {fmt(bound)} status {status} ({out.seconds:.1f}s)")
-    return LayoutSolve(c, m, run, status, bound, best, from_milp, obj, out.objective_s, build_s)
+    return LayoutSolve(c, m, run, status, bound, best, from_milp, obj, out.objective_s, build_s, out.bound_s)
 
 
 def viable(problem: Problem, candidates: tuple[Candidate, ...]) -> list[Candidate]:

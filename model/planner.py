@@ -100,4 +100,13 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
                        path_name=win.candidate.name, path=win.candidate.lanes[0], log=say.lines,
                        replicas=win.candidate.r, lanes=win.candidate.lanes,
                        explored=[dataclasses.asdict(row) for row in explored_rows(budget, milp)],
-                       cut_short=list(clock.cut_short))
+                       cut_short=list(clock.cut_short), **_hook_figures(options, win))
+
+
+def _hook_figures(options: SolveOptions, win) -> dict:
+    """With user constraints, the MILP's own objective and bound of the winning layout
+    (they may count what distplan's re-scoring leaves out); nothing otherwise."""
+    if options.extra_constraints is None or not math.isfinite(win.solver_objective_s):
+        return {}
+    bound = win.solver_bound_s if math.isfinite(win.solver_bound_s) else None
+    return {"hook_objective_s": float(win.solver_objective_s), "hook_bound_s": bound}

@@ -168,3 +168,24 @@ def test_a_hook_with_its_own_variables_still_yields_plans_that_satisfy_it():
         assert max(p.op_stage) <= 1
         check_plan(pb, p)
     assert math.isfinite(res.bound_s) and res.bound_s <= res.objective_s * (1 + 1e-9)
+
+
+def test_a_hook_that_raises_the_objective_is_reported_beside_the_rescored_plan():
+    # a user's model that charges more than distplan's (here: every period at least twice
+    # the free optimum, as exposed-communication rows would add load): HiGHS's own
+    # objective and bound are that, distplan re-scores the plan without the row
+    import distplan
+    pb = chain_problem(n=6)
+    free = solve(pb, SolveOptions(top_k=1, rel_gap=0.0, time_limit_s=30, replicas=1))
+    floor_s = 2 * free.objective_s
+
+    def slow(m, problem, spec):
+        m.user_floor = pyo.Constraint(expr=m.T >= m.tscale * floor_s)
+    res = solve(pb, SolveOptions(top_k=1, rel_gap=0.0, time_limit_s=30, replicas=1, extra_constraints=slow))
+    assert res.hook_objective_s == pytest.approx(floor_s, rel=1e-6)
+    assert res.hook_bound_s == pytest.approx(floor_s, rel=1e-6)
+    assert res.objective_s < res.hook_objective_s   # distplan's own figure for the same plan
+    assert free.hook_objective_s is None
+    text = distplan.solve(pb, SolveOptions(top_k=1, rel_gap=0.0, time_limit_s=30, replicas=1,
+                                           extra_constraints=slow)).table()
+    assert f"the MILP's own objective is {floor_s:.6g} s" in text

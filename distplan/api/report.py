@@ -203,6 +203,11 @@ class SolveReport:
                  else "no MILP built (the heuristics' plan and bounds)")
         lines.append(f"solver: {s.status}, objective {s.objective_s:.6g} s, proven bound "
                      f"{s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s solve + {s.build_seconds:.1f} s build, {size}")
+        if s.hook_objective_s is not None:
+            hb = f"{s.hook_bound_s:.6g} s" if s.hook_bound_s is not None else "none proven"
+            lines.append(f"note: under the extra_constraints the MILP's own objective is {s.hook_objective_s:.6g} s "
+                         f"(its bound {hb}); the objective, bound and periods above re-score the plan by "
+                         "distplan's model, which leaves those rows out")
         if self.interrupted:
             lines.append(self._interrupted_note())
         elif s.status != "optimal":
