@@ -58,9 +58,12 @@ def test_reduced_run_equals_full_run(dp, tp, pp, per_replica, topology, link_mod
                          "hierarchical" if hier else "ring", overlap)
     sym = find_symmetry(p, plan, ideal=False, trace=False)
     if dp * tp > 1:   # Megatron layouts on these presets are symmetric: every copy merges, in groups
-        # of one node's replicas where a stage spans nodes holding several (dp 4 x tp 4 here)
-        assert sym is not None and sym.group == (8 // tp if dp * tp > 8 else 1)
-        assert sym.factor * sym.group == dp * tp
+        # of one node's replicas where a stage spans nodes holding several (dp 4 x tp 4 here); on
+        # h100x's rail-optimised fat tree a cross-rail hop goes up the spine, and the groups may be
+        # larger (dp 4 x tp 4 there: all four replicas, the tp ranks merged), still exact
+        assert sym is not None and sym.factor * sym.group == dp * tp
+        if topology != "h100x32":
+            assert sym.group == (8 // tp if dp * tp > 8 else 1)
     full, red = _both(p, plan, link_model)
     assert_same_run(red, full)
 
