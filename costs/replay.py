@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Protocol
 
 import numpy as np
@@ -81,6 +82,15 @@ def replay(net: Network, servers: Servers, link_model: str = "fifo", release_s: 
     time it may start (0 by default); ``sources``: heap-served nodes that wait for
     nothing, pushed first in that order. Past ``deadline_s`` (perf_counter seconds,
     looked at every ``CLOCK_EVERY`` pops) raises ``TimeUp``."""
+    beg, fin, busy, waiting = _events(net, servers, link_model, release_s, sources, deadline_s)
+    beg_a = np.array(beg)
+    return Run(beg_a, np.array(fin), busy, waiting, int(np.count_nonzero(beg_a >= 0.0)))
+
+
+def _events(net: Network, servers: Servers, link_model: str, release_s: Sequence[float] | None,
+            sources: Sequence[int], deadline_s: float) -> tuple[list[float], list[float], np.ndarray | None, list[int]]:
+    """``replay``'s event loop: (start per node, -1 if it never ran; when successors may
+    use it; the fair links' busy time or None; per server the node it waits for)."""
     D = servers.n_devices
     ns = len(servers.latency_s)
     N = len(net.dur)
@@ -259,10 +269,7 @@ def replay(net: Network, servers: Servers, link_model: str = "fifo", release_s: 
                 done_q.append(k)
             f_next[s] = -1
             cnt = _fair_schedule(s, t, heap, cnt, f_active, f_V, f_next, f_bw)
-    beg_a = np.array(beg)
-    ran = int(np.count_nonzero(beg_a >= 0.0))
-    busy = np.asarray(f_busy) if fair else None
-    return Run(beg_a, np.array(fin), busy, waiting, ran)
+    return beg, fin, (np.asarray(f_busy) if fair else None), waiting
 
 
 def _fair_advance(s, t, f_active, f_V, f_t, f_busy, f_bw) -> None:
@@ -307,6 +314,7 @@ class TaskNet:
         self._size: list[float] = []
         self._release: list[float] = []
         self._waits: list[tuple[int, int]] = []   # (item, the item it waits for), in the order made
+        self._free: list[int] = []   # transfers made without anything to wait for (in order)
 
     def __len__(self) -> int:
         """How many items there are."""
@@ -326,11 +334,14 @@ class TaskNet:
         """A transfer of ``nbytes`` over ``links`` in turn, at ``release_s`` after the
         items ``after``; its item."""
         i = len(self._where)
-        self._where.append(tuple(links))
+        self._where.append(links if links.__class__ is tuple else tuple(links))
         self._size.append(float(nbytes))
         self._release.append(float(release_s))
-        for a in after:
-            self._waits.append((i, a))
+        if after:
+            for a in after:
+                self._waits.append((i, a))
+        else:
+            self._free.append(i)
         return i
 
     def wait(self, item: int, for_item: int) -> None:
@@ -386,11 +397,13 @@ class TaskNet:
             j, la = first[i], last[a]
             succ[la] = succ[la] + (j - la,)
             pending[j] += 1
-        sources = [first[i] for i, w in enumerate(self._where) if w.__class__ is not int and not pending[first[i]]]
+        sources = [first[i] for i in self._free if not pending[first[i]]]
         net = _Built(succ, pending, dur, server, seqs, n)
-        r = replay(net, self.servers, "fifo", release, sources, deadline_s)
-        last_a = np.asarray(last, dtype=np.int64)
-        return r.fin[last_a].tolist(), (r.beg[last_a] >= 0.0).tolist()
+        beg, fin, _, _ = _events(net, self.servers, "fifo", release, sources, deadline_s)
+        if not last:
+            return [], []
+        pick = itemgetter(*last) if len(last) > 1 else (lambda x: (x[last[0]],))
+        return list(pick(fin)), [b >= 0.0 for b in pick(beg)]
 
 
 @dataclass
