@@ -60,6 +60,7 @@ from functools import cached_property
 
 import numpy as np
 
+from distplan.core.gap import gap
 from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan, Stage
 from distplan.costs.collectives import gradient_reduction_parts, hierarchical_groups
@@ -694,12 +695,12 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         raise DistplanError(f"no cluster plan fits {problem.topology.name!r}: every dp x tp x pp split "
                             "exceeds the device memory")
     bound = min(bound, incumbent)
-    gap = (incumbent - bound) / incumbent if incumbent > 0 else 0.0
+    gap_ = gap(incumbent, bound)
     unvisited = len(heap) if cut else 0   # left by the clock, bounded by their first bound
     pruned = len(pts) - solved - unvisited
     say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound"
         + (f", {unvisited:,} not visited ({'interrupted' if clock.left() <= 0 and stop is not None and stop.requested else 'time'})"
            if unvisited else "") + "; "
-        f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap:.2%}")
-    return ClusterResult(best, bound, gap, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
+        f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap_:.2%}")
+    return ClusterResult(best, bound, gap_, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
                          best[0].point.precision or best[0].plan.op_precision[0])

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distplan.core.gap import gap
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage, balanced_shares
 from distplan.costs.evaluate import plan_memory_bytes, plan_sensitivity
@@ -397,11 +398,11 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
                             + (" within the sensitivity budget" if sensitivity_budget is not None else ""))
     found.sort(key=lambda f: f.iteration_s)
     bound = min(fleet_ideal_s(problem), found[0].iteration_s)
-    gap = (found[0].iteration_s - bound) / found[0].iteration_s
+    gap_ = gap(found[0].iteration_s, bound)
     say(f"fleet space: {solved} visited ({infeasible} infeasible by memory or budget); best "
         f"{found[0].iteration_s:.6g} s ({found[0].point.label(problem)}, {found[0].plan.dp_allreduce}"
-        f"{', overlapped' if found[0].plan.overlap_grad_reduce else ''}), fleet ideal {bound:.6g} s, gap {gap:.2%}")
-    return FleetResult(found[:top_k], bound, gap, len(points), solved, infeasible, time.perf_counter() - t0, cut)
+        f"{', overlapped' if found[0].plan.overlap_grad_reduce else ''}), fleet ideal {bound:.6g} s, gap {gap_:.2%}")
+    return FleetResult(found[:top_k], bound, gap_, len(points), solved, infeasible, time.perf_counter() - t0, cut)
 
 
 __all__ = ["FleetPoint", "FleetPlan", "FleetResult", "plan_fleet", "fleet_ideal_s", "kind_precisions",

@@ -6,6 +6,7 @@ fleet's ideal (a bound on every plan); "searched" when every point was visited;
 "time_limit" / "interrupted" when the clock cut the search."""
 from __future__ import annotations
 
+from distplan.core.gap import gap
 from distplan.core.errors import DistplanError
 from distplan.costs.problem import Problem
 from distplan.model.cluster import batch_variants
@@ -94,17 +95,17 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
                       if least_sens else x[1].plans[0].iteration_s)
     bound = min(r.bound_s for _, r in results)
     best = res.plans[0]
-    gap = (best.iteration_s - bound) / best.iteration_s if best.iteration_s > 0 else 0.0
+    gap_ = gap(best.iteration_s, bound)
     plans = [f.plan.with_predicted(milp_objective=f.iteration_s, model_iteration_s=f.iteration_s,
                                    sensitivity=f.sensitivity,
                                    model_bound_s=bound, cluster_point=f.point.label(chosen))
              for f in res.plans]
     for _, r in results:
         clock.cut_short.extend(r.cut_short)
-    status = clock.why() if clock.cut_short else ("optimal" if gap <= options.rel_gap else "searched")
+    status = clock.why() if clock.cut_short else ("optimal" if gap_ <= options.rel_gap else "searched")
     explored = [{"points": sum(r.points for _, r in results), "visited": sum(r.solved for _, r in results),
                  "pruned": 0, "infeasible": sum(r.infeasible for _, r in results)}]
-    return SolveResult(status=status, objective_s=best.iteration_s, bound_s=bound, gap=gap,
+    return SolveResult(status=status, objective_s=best.iteration_s, bound_s=bound, gap=gap_,
                        seconds=clock.elapsed_s(), build_seconds=0.0, n_binaries=0, n_constraints=0,
                        plans=plans, path_name=FLEET_SPACE, log=say.lines,
                        replicas=best.plan.stages[0].replicas, explored=explored, cut_short=list(clock.cut_short),

@@ -24,6 +24,7 @@ import highspy
 import numpy as np
 from pyomo.contrib.solver.solvers.highs import Highs as PyomoHighs
 
+from distplan.core.gap import gap
 from distplan.core.interrupt import Stop
 
 #: seconds a requested stop waits for HiGHS's own interrupt before leaving it running
@@ -88,8 +89,8 @@ class HighsRun:
     # --- callbacks (in the thread running HiGHS) -----------------------------------
     def _report(self, what: str, d) -> None:
         obj, bound = d.mip_primal_bound / self.m.tscale, d.mip_dual_bound / self.m.tscale
-        gap = (obj - bound) / abs(obj) if obj and math.isfinite(obj) else math.inf
-        self.progress(f"  HiGHS {what}: t={d.running_time:.1f}s incumbent={obj:.4g} bound={bound:.4g} gap={gap:.1%}")
+        self.progress(f"  HiGHS {what}: t={d.running_time:.1f}s incumbent={obj:.4g} bound={bound:.4g} "
+                      f"gap={gap(obj, bound):.1%}")
 
     def _on_improve(self, e) -> None:
         d = e.data_out

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pyomo.environ as pyo
 
+from distplan.core.gap import within_gap
 from distplan.costs.check import plan_violations
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError, InternalError
@@ -85,7 +86,7 @@ def unsolved_layout(options: SolveOptions, c: Candidate, status: str, say: Log) 
     """A layout whose MILP is not built (the clock expired): its best plan and bound
     (status optimal when that plan is within the gap of the bound, as solve_layout)."""
     best, hs, lb = c.best, c.score, c.bound_s
-    if options.objective == "throughput" and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
+    if options.objective == "throughput" and within_gap(hs, lb, options.rel_gap):
         status = "optimal"
     say(f"r={c.r} {c.name}: not solved ({status}); objective {fmt(c.score)} bound {fmt(c.bound_s)}")
     return LayoutSolve(c, None, None, status, min(c.bound_s, c.score), best[0] if best else None, False, c.score,
@@ -112,7 +113,7 @@ def solve_layout(problem: Problem, options: SolveOptions, c: Candidate, deadline
         run.set_start()
     hs = heur[1] if heur is not None else math.inf
     hooked = options.extra_constraints is not None   # the user's rows may charge the start more than hs
-    if options.objective == "throughput" and not hooked and 0 < hs < math.inf and (hs - lb) / hs <= options.rel_gap:
+    if options.objective == "throughput" and not hooked and within_gap(hs, lb, options.rel_gap):
         # the warm start is already within the gap of a proven bound: nothing for HiGHS to do
         out = HighsOutcome("optimal", hs, lb, 0.0, None)
         say(f"warm start {fmt(hs)} is within {options.rel_gap:.1%} of the proven bound {fmt(lb)}; HiGHS skipped")
@@ -175,7 +176,7 @@ def milp_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
     unsolved = []
 
     def settled(c: Candidate) -> bool:   # c's proven bound is within the gap of the best plan
-        return math.isfinite(best_obj) and best_obj > 0 and (best_obj - c.bound_s) / best_obj <= options.rel_gap
+        return within_gap(best_obj, c.bound_s, options.rel_gap)
     others = [c for c in order[1:] if not settled(c)]
     for i, c in enumerate(order):
         if i > 0 and settled(c):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distplan.core.gap import within_gap
 from distplan.costs.check import plan_violations
 from distplan.costs.evaluate import plan_cost, plan_latency_s, plan_sensitivity
 from distplan.costs.problem import Problem
@@ -166,7 +167,7 @@ def topk_phase(problem: Problem, options: SolveOptions, gate: PlanGate, candidat
         top = pool.best(seen)
         if top is not None:
             p0, cs = top
-            if cs > 0 and (cs - whole_bound) / cs <= options.rel_gap:
+            if within_gap(cs, whole_bound, options.rel_gap):
                 # within the gap of a bound valid for every plan: no re-solve needed
                 seen.add(projection(p0))
                 plans.append(annotate(problem, p0, options, None))

@@ -31,6 +31,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from distplan.core.gap import gap
 from distplan.core.interrupt import stop_on_interrupt
 from distplan.costs.problem import Problem
 from distplan.model.admission import PlanGate
@@ -91,9 +92,9 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
         status = "interrupted" if stop.requested else milp.status
     win = milp.winner
     obj, bound = top.plans[0].predicted["milp_objective"], milp.bound_s
-    gap = max(0.0, (obj - bound) / obj) if obj > 0 and math.isfinite(bound) else (0.0 if obj == bound else math.inf)
+    gap_ = gap(obj, bound)
     run = win.run
-    return SolveResult(status=status, objective_s=obj, bound_s=bound, gap=gap, seconds=clock.elapsed_s(),
+    return SolveResult(status=status, objective_s=obj, bound_s=bound, gap=gap_, seconds=clock.elapsed_s(),
                        build_seconds=sum(s.build_s for s in milp.solves),
                        n_binaries=run.n_binaries if run is not None else 0,
                        n_constraints=run.n_constraints if run is not None else 0, plans=list(top.plans),

@@ -36,6 +36,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from distplan.core.gap import gap as relative_gap
 from distplan.core.atomic import write_atomic
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, plan_from_dict, plan_to_dict
@@ -92,7 +93,7 @@ class CorpusInstance:
     @property
     def gap(self) -> float:
         """(optimum - bound) / optimum: 0 for brute force, the solver's tolerance for the MILP."""
-        return (self.optimum_s - self.bound_s) / self.optimum_s if self.optimum_s > 0 else 0.0
+        return relative_gap(self.optimum_s, self.bound_s)
 
     @property
     def n_ops(self) -> int:
