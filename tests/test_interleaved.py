@@ -157,7 +157,7 @@ _CONFIGS = st.tuples(st.sampled_from(["gpt3-125m", "gpt3-512x6x8"]), st.sampled_
 @given(_CONFIGS)
 def test_simulator_equals_analytic(cfg):
     """Random small interleaved plans: the analytic iteration replays the simulator's run
-    (costs.iteration._JointRun in Megatron's order): exact without tensor parallelism,
+    (costs.iteration._JointNet in Megatron's order): exact without tensor parallelism,
     within 0.1 % with it (its all-reduces timed in closed form)."""
     w, dp, pp, vp, tp, groups, rc, overlap = cfg
     assume(dp * tp * pp <= 16 and pp * vp <= 6)
