@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from distplan.costs.problem import Problem
 from distplan.costs.replay import TaskNet
+
+if TYPE_CHECKING:   # annotations only: costs.memory times its sends here, and problem imports memory
+    from distplan.costs.problem import Problem
 
 
 # --- point to point ------------------------------------------------------------------
