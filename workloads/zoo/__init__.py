@@ -4,8 +4,10 @@ batch size (sequences, or rows for an MLP, per microbatch) and sequence length.
 Defaults: batch 1 for transformers; batch 1024 rows for the DistIR MLPs (the smallest
 batch of DistIR's grid search — a one-row MLP is a degenerate matrix-vector product);
 sequence length 128 for BERT, 1024 for GPT-2, 2048 for GPT-3 and Llama (4096 for
-llama2-70b, 8192 for the Llama 3 models); MLPs have none. See ``costs.py`` for how FLOPs, backward FLOPs and touched
-elements are counted, ``catalog.py`` for the model shapes and their sources.
+llama2-70b, 8192 for the Llama 3 models, 32768 for Mixtral, 4096 for DeepSeek); MLPs
+have none. See ``costs.py`` for how FLOPs, backward FLOPs and touched elements are
+counted, ``catalog.py`` for the model shapes and their sources, ``moe.py`` for what a
+mixture-of-experts layer models (and does not: no expert parallelism yet).
 
 Approximations: a tied LM head (GPT-2, GPT-3) counts its weight once, on ``embed``
 (``head.param_elems == 0``), so a plan that puts them on different devices under-counts
@@ -18,10 +20,11 @@ from distplan.core.errors import DistplanError
 from distplan.workloads.graph import MODES, Graph
 from distplan.workloads.zoo.catalog import GENERATORS, NAMED, lookup
 from distplan.workloads.zoo.mlp import MLPConfig, build_mlp
+from distplan.workloads.zoo.moe import MoEConfig, build_moe
 from distplan.workloads.zoo.transformer import TransformerConfig, build_transformer
 
-__all__ = ["get_workload", "list_workloads", "get_config", "MLPConfig", "TransformerConfig",
-           "build_mlp", "build_transformer"]
+__all__ = ["get_workload", "list_workloads", "get_config", "MLPConfig", "TransformerConfig", "MoEConfig",
+           "build_mlp", "build_transformer", "build_moe"]
 
 
 def get_config(name: str) -> MLPConfig | TransformerConfig:
@@ -52,6 +55,8 @@ def get_workload(name: str, batch_size: int | None = None, seq_len: int | None =
     if cfg.max_positions and seq > cfg.max_positions:
         raise DistplanError(f"workload {cfg.name!r}: seq_len {seq} exceeds its {cfg.max_positions} "
                             f"learned positions; use seq_len <= {cfg.max_positions}")
+    if isinstance(cfg, MoEConfig):
+        return build_moe(cfg, batch, seq, mode)
     return build_transformer(cfg, batch, seq, mode)
 
 

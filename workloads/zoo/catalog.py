@@ -10,7 +10,16 @@ multiple of 256, no biases, untied head, RoPE so no position table); Llama 3 (Ll
 "The Llama 3 Herd of Models", 2024, Table 3: 8B / 70B / 405B with 32 / 80 / 126 layers,
 model dimension 4096 / 8192 / 16384, FFN dimension 14336 / 28672 / 53248, 32 / 64 / 128
 attention heads, 8 key/value heads (grouped-query attention), vocabulary 128,000 (the
-released tokenizer: 128,256 entries), trained at 8,192 tokens; the same Llama block).
+released tokenizer: 128,256 entries), trained at 8,192 tokens; the same Llama block);
+Mixtral 8x7B (Jiang et al., "Mixtral of Experts", 2024, Table 1: 32 layers, dim 4096, 32
+heads, 8 KV heads, head 128, 8 experts of SwiGLU 14336, top-2, vocabulary 32,000, context
+32,768; 46.7 B parameters, 12.9 B active); DeepSeek-V3 (DeepSeek-AI, "DeepSeek-V3
+Technical Report", 2024, s4.2, and the released config.json: 61 layers, hidden 7168, 128
+heads, MLA with query rank 1536, KV rank 512, per-head query/key 128 + 64 RoPE and value
+128; 1 shared + 256 routed experts of width 2048, top-8; the first 3 layers dense with FFN
+18432; vocabulary 129,280; pre-trained at 4K tokens; 671 B parameters, 37 B active; the
+multi-token-prediction module is not in the 671 B nor here). See ``moe.py`` for what an
+MoE layer models.
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ import re
 
 from distplan.core.errors import DistplanError
 from distplan.workloads.zoo.mlp import MLPConfig
+from distplan.workloads.zoo.moe import MoEConfig
 from distplan.workloads.zoo.transformer import TransformerConfig
 
 GPT2_VOCAB = 50257
@@ -70,6 +80,59 @@ def llama3(name: str, hidden: int, layers: int, heads: int, ffn: int, descriptio
                  vocab=LLAMA3_VOCAB)
 
 
+def mixtral(name: str, hidden: int, layers: int, heads: int, experts: int, top_k: int, expert_ffn: int,
+            description: str, kv_heads: int = 8, seq_len: int = 32768) -> MoEConfig:
+    """A Mixtral-style MoE: the Llama block (32,000 vocabulary, untied head) with every
+    FFN ``experts`` SwiGLU experts of ``expert_ffn``, ``top_k`` per token, no shared expert."""
+    _check_heads(name, hidden, heads)
+    return MoEConfig(name=name, hidden=hidden, layers=layers, heads=heads, ffn=expert_ffn, vocab=LLAMA_VOCAB,
+                     max_positions=0, default_seq_len=seq_len, kv_heads=kv_heads, norm="rmsnorm",
+                     activation="swiglu", bias=False, tied_head=False, description=description,
+                     experts=experts, top_k=top_k, expert_ffn=expert_ffn)
+
+
+#: DeepSeek-V3's tokenizer entries, and its per-head MLA widths (query/key: 128 + 64 RoPE; value 128)
+DEEPSEEK_VOCAB = 129_280
+DEEPSEEK_NOPE, DEEPSEEK_ROPE, DEEPSEEK_V = 128, 64, 128
+
+
+def mla_qkv_params(hidden: int, heads: int, q_rank: int, kv_rank: int) -> int:
+    """MLA's per-layer projections but the output one (DeepSeek-V2/V3): Q down (h x q_rank)
+    + its RMSNorm + Q up (q_rank x heads x 192); joint KV down (h x (kv_rank + 64 RoPE))
+    + its RMSNorm + KV up (kv_rank x heads x (128 + 128)). 69,666,816 for DeepSeek-V3."""
+    q = hidden * q_rank + q_rank + q_rank * heads * (DEEPSEEK_NOPE + DEEPSEEK_ROPE)
+    kv = hidden * (kv_rank + DEEPSEEK_ROPE) + kv_rank + kv_rank * heads * (DEEPSEEK_NOPE + DEEPSEEK_V)
+    return q + kv
+
+
+def _round_up(x: float, to: int) -> int:
+    return max(to, -(-int(x) // to) * to)
+
+
+def deepseek(name: str, hidden: int, layers: int, heads: int, experts: int, description: str = "",
+             top_k: int | None = None, expert_ffn: int | None = None, dense_ffn: int | None = None,
+             dense_layers: int | None = None, q_rank: int | None = None, kv_rank: int | None = None,
+             seq_len: int = 4096) -> MoEConfig:
+    """A DeepSeek-V3-style fine-grained MoE of any size; unset shapes follow V3's ratios:
+    expert width 2h/7 and MLA ranks 3h/14 (query) and h/14 (KV), each rounded up to a
+    multiple of 128 / 64 / 64 (7168 -> 2048, 1536, 512); dense FFN 9 experts wide; top
+    min(8, experts) routed + 1 shared expert; the first floor(3 L / 61) layers dense
+    (V3: 3 of 61); MLA as standard attention of the same weights (``moe.py``)."""
+    if heads < 1 or experts < 1 or hidden < 1:
+        raise DistplanError(f"workload {name!r}: hidden size, heads and experts must be positive")
+    eff = expert_ffn or _round_up(2 * hidden / 7, 128)
+    qr, kvr = q_rank or _round_up(3 * hidden / 14, 64), kv_rank or _round_up(hidden / 14, 64)
+    return MoEConfig(name=name, hidden=hidden, layers=layers, heads=heads, ffn=dense_ffn or 9 * eff,
+                     vocab=DEEPSEEK_VOCAB, max_positions=0, default_seq_len=seq_len, norm="rmsnorm",
+                     activation="swiglu", bias=False, tied_head=False,
+                     description=description or f"DeepSeek-V3-style MoE, h={hidden} L={layers} A={heads} "
+                                                f"E={experts}",
+                     experts=experts, top_k=top_k or min(8, experts), shared_experts=1, expert_ffn=eff,
+                     dense_layers=3 * layers // 61 if dense_layers is None else dense_layers,
+                     mla_qkv_params=mla_qkv_params(hidden, heads, qr, kvr),
+                     mla_qk_head_dim=DEEPSEEK_NOPE + DEEPSEEK_ROPE, mla_v_head_dim=DEEPSEEK_V)
+
+
 def _check_heads(name: str, hidden: int, heads: int) -> None:
     if hidden < 1 or heads < 1 or hidden % heads:
         raise DistplanError(f"workload {name!r}: hidden size {hidden} must be a positive multiple of "
@@ -106,12 +169,20 @@ NAMED: dict[str, MLPConfig | TransformerConfig] = {c.name: c for c in (
     llama3("llama3-70b", 8192, 80, 64, 28672, "Llama 3 70B (70.6 B params, 8 KV heads, 128K vocab), seq 8192"),
     llama3("llama3-405b", 16384, 126, 128, 53248,
            "Llama 3 405B (405.9 B params, 8 KV heads, 128K vocab), seq 8192"),
+    mixtral("mixtral-8x7b", 4096, 32, 32, 8, 2, 14336,
+            "Mixtral 8x7B MoE (46.7 B params, 12.9 B active: 8 experts, top-2; 8 KV heads), seq 32768"),
+    deepseek("deepseek-v3", 7168, 61, 128, 256, "DeepSeek-V3 MoE (671.0 B params, 37.6 B active: 1 shared "
+             "+ top-8 of 256 experts; MLA as standard attention), seq 4096",
+             top_k=8, expert_ffn=2048, dense_ffn=18432, dense_layers=3, q_rank=1536, kv_rank=512),
 )}
 
 GENERATORS = {
     "gpt3": (gpt3, "gpt3-<hidden>x<layers>x<heads>", "GPT-3-shaped decoder of any size (e.g. gpt3-4096x32x32)"),
     "llama": (llama, "llama-<hidden>x<layers>x<heads>", "Llama-style decoder of any size (e.g. llama-4096x32x32)"),
+    "deepseek": (deepseek, "deepseek-<hidden>x<layers>x<heads>x<experts>",
+                 "DeepSeek-V3-style MoE of any size: 1 shared + top-8 routed experts (e.g. deepseek-2048x16x16x64)"),
 }
+_GENERATED_MOE = re.compile(r"^(deepseek)-(\d+)x(\d+)x(\d+)x(\d+)$")
 _GENERATED = re.compile(r"^(gpt3|llama)-(\d+)x(\d+)x(\d+)$")
 
 
@@ -126,6 +197,12 @@ def lookup(name: str) -> MLPConfig | TransformerConfig:
         if layers < 1:
             raise DistplanError(f"workload {name!r}: needs at least one layer")
         return GENERATORS[family][0](key, hidden, layers, heads)
+    m = _GENERATED_MOE.match(key) if isinstance(key, str) else None
+    if m:
+        hidden, layers, heads, experts = (int(x) for x in m.groups()[1:])
+        if layers < 1:
+            raise DistplanError(f"workload {name!r}: needs at least one layer")
+        return GENERATORS[m.group(1)][0](key, hidden, layers, heads, experts)
     patterns = ", ".join(p for _, p, _ in GENERATORS.values())
     raise DistplanError(f"unknown workload {name!r}; valid names: {', '.join(NAMED)}; or the patterns "
                         f"{patterns}; or a graph file (.json)")

@@ -115,3 +115,45 @@ def pooler(name: str, batch: int, hidden: int, training: bool) -> Operator:
     fwd = 2 * batch * hidden * hidden + batch * hidden + ACT_FLOPS_PER_ELEM["tanh"] * batch * hidden
     params = hidden * hidden + hidden
     return _op(name, "head", fwd, training, params, batch * hidden, batch * hidden + params + batch * hidden)
+
+
+def projection(name: str, tokens: int, hidden: int, out_width: int, params: int, training: bool) -> Operator:
+    """A projection of ``tokens`` rows of width ``hidden`` to ``out_width`` through
+    ``params`` weights that are not one dense ``hidden x out_width`` matrix (DeepSeek's
+    low-rank MLA projections): ``2 * tokens * params`` FLOPs, like a matmul of as many weights."""
+    out = tokens * out_width
+    return _op(name, "matmul", 2 * tokens * params, training, params, out, tokens * hidden + params + out)
+
+
+def experts(name: str, tokens: int, k_in: int, n_out: int, routed: int, top_k: int, shared: int,
+            training: bool) -> Operator:
+    """One matmul of a mixture-of-experts FFN: every token through ``top_k`` of ``routed``
+    experts and all ``shared`` ones, each a bias-free ``(k_in x n_out)`` matrix.
+
+    Parameters: all ``routed + shared`` matrices. FLOPs: only the active ones,
+    ``2 * tokens * (top_k + shared) * k_in * n_out`` (tokens spread evenly, no capacity
+    factor, no dropped tokens). Output: ``tokens * (top_k + shared)`` rows of ``n_out``
+    (one per token and active expert). Memory traffic reads the input rows of every
+    active (token, expert) pair, the weights of the experts that get a token (at most
+    ``min(routed, tokens * top_k)`` routed ones: a small decode batch reads few), and
+    writes the output.
+    """
+    active = top_k + shared
+    weights = (routed + shared) * k_in * n_out
+    hit = min(routed, tokens * top_k) + shared
+    out = tokens * active * n_out
+    return _op(name, "matmul", 2 * tokens * active * k_in * n_out, training, weights, out,
+               tokens * active * k_in + hit * k_in * n_out + out)
+
+
+def expert_combine(name: str, tokens: int, k_in: int, hidden: int, routed: int, top_k: int, shared: int,
+                   training: bool) -> Operator:
+    """The experts' down projections (``k_in`` -> ``hidden``) and the gate-weighted sum of
+    each token's ``top_k + shared`` outputs, one op: ``experts`` FLOPs plus
+    ``2 * tokens * (top_k + shared) * hidden`` for the weighted sum; output ``tokens x hidden``."""
+    op = experts(name, tokens, k_in, hidden, routed, top_k, shared, training)
+    active = top_k + shared
+    fwd = op.fwd_flops + 2 * tokens * active * hidden
+    out = tokens * hidden
+    touched = op.touched_elems - op.out_elems + tokens * active * hidden + out
+    return _op(name, "matmul", int(fwd), training, op.param_elems, out, int(touched))

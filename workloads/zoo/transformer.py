@@ -56,19 +56,39 @@ class TransformerConfig:
         return (self.kv_heads or self.heads) * self.head_dim
 
     @property
+    def qk_head_dim(self) -> int:
+        """Width of a query or key head (an MoE config's MLA stand-in widens it)."""
+        return self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """Width of a value head."""
+        return self.head_dim
+
+    @property
+    def qkv_param_elems(self) -> int:
+        """Weights of the fused QKV projection when it is not one dense matmul (0: it is)."""
+        return 0
+
+    @property
     def norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
     @property
+    def attention_params(self) -> int:
+        """Parameters of one layer's QKV and output projections."""
+        h, kv, bias = self.hidden, self.kv_dim, int(self.bias)
+        return h * (h + 2 * kv) + bias * (h + 2 * kv) + h * h + bias * h
+
+    def mlp_params(self, ffn: int) -> int:
+        """Parameters of one dense FFN of width ``ffn`` (SwiGLU: gate, up and down)."""
+        h, bias = self.hidden, int(self.bias)
+        up = 2 * ffn if self.activation == "swiglu" else ffn
+        return h * up + bias * up + ffn * h + bias * h
+
+    @property
     def layer_params(self) -> int:
-        h, ff, kv, bias = self.hidden, self.ffn, self.kv_dim, int(self.bias)
-        qkv = h * (h + 2 * kv) + bias * (h + 2 * kv)
-        proj = h * h + bias * h
-        if self.activation == "swiglu":
-            mlp = h * 2 * ff + bias * 2 * ff + ff * h + bias * h
-        else:
-            mlp = h * ff + bias * ff + ff * h + bias * h
-        return qkv + proj + mlp + 2 * self.norm_params
+        return self.attention_params + self.mlp_params(self.ffn) + 2 * self.norm_params
 
     @property
     def embedding_params(self) -> int:
@@ -96,7 +116,7 @@ class TransformerConfig:
 ROLES = {"embed": "vocab_embedding", "norm1": "replicated", "norm2": "replicated", "final_norm": "replicated",
          "qkv": "column", "attn_score": "sharded", "softmax": "sharded", "attn_context": "sharded",
          "proj": "row", "add1": "replicated", "add2": "replicated", "ffn1": "column", "act": "sharded",
-         "ffn2": "row", "head": "vocab_head"}
+         "ffn2": "row", "head": "vocab_head", "router": "replicated"}
 
 
 def with_roles(g: Graph, pooler_head: bool) -> Graph:
@@ -108,48 +128,84 @@ def with_roles(g: Graph, pooler_head: bool) -> Graph:
     return dataclasses.replace(g, ops=tuple(dataclasses.replace(op, tp_role=role(op.name)) for op in g.ops))
 
 
-def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mode: str) -> Graph:
-    training = mode == "training"
-    B, s, h = batch_size, seq_len, cfg.hidden
-    T, a, dh, kv, ff = B * s, cfg.heads, cfg.head_dim, cfg.kv_dim, cfg.ffn
-    scores = B * a * s * s
-    act_in = 2 * ff if cfg.activation == "swiglu" else ff
-    g = GraphBuilder()
-
+def embed_block(g: GraphBuilder, cfg: TransformerConfig, tokens: int, training: bool) -> str:
+    """The embedding lookups (BERT: plus its LayerNorm); returns the op's name."""
     tables = (cfg.vocab,) + ((cfg.max_positions,) if cfg.max_positions else ()) + \
         ((cfg.type_vocab,) if cfg.type_vocab else ())
-    x = g.add(costs.embedding("embed", T, h, tables, 1 + bool(cfg.type_vocab),
-                              cfg.norm if cfg.post_norm else None, training))
+    return g.add(costs.embedding("embed", tokens, cfg.hidden, tables, 1 + bool(cfg.type_vocab),
+                                 cfg.norm if cfg.post_norm else None, training))
+
+
+def attention_block(g: GraphBuilder, cfg: TransformerConfig, p: str, x: str, batch_size: int, seq_len: int,
+                    training: bool) -> tuple[str, str]:
+    """Layer ``p``'s attention half fed by ``x``: (the residual stream after it, the
+    MLP's input). Q is ``heads x qk_head_dim`` wide, K ``kv_heads x qk_head_dim``, V
+    ``kv_heads x v_head_dim``; ``qkv_param_elems`` (an MoE config's MLA stand-in) replaces
+    the one dense projection's weights."""
+    B, s, h = batch_size, seq_len, cfg.hidden
+    T, a, dqk, dv = B * s, cfg.heads, cfg.qk_head_dim, cfg.v_head_dim
+    kvh = cfg.kv_heads or cfg.heads
+    q_w, k_w, v_w = a * dqk, kvh * dqk, kvh * dv
+    scores = B * a * s * s
+    attn_in = x if cfg.post_norm else g.add(costs.norm(p + "norm1", cfg.norm, T, h, training), (x, T * h))
+    if cfg.qkv_param_elems:
+        qkv_op = costs.projection(p + "qkv", T, h, q_w + k_w + v_w, cfg.qkv_param_elems, training)
+    else:
+        qkv_op = costs.matmul(p + "qkv", T, h, q_w + k_w + v_w, cfg.bias, training)
+    qkv = g.add(qkv_op, (attn_in, T * h))
+    sc = g.add(costs.attn_score(p + "attn_score", B, s, a, dqk, k_w, training), (qkv, T * (q_w + k_w)))
+    sm = g.add(costs.softmax(p + "softmax", scores, training), (sc, scores))
+    ctx = g.add(costs.attn_context(p + "attn_context", B, s, a, dv, v_w, training), (sm, scores), (qkv, T * v_w))
+    proj = g.add(costs.matmul(p + "proj", T, a * dv, h, cfg.bias, training), (ctx, T * a * dv))
+    add1 = g.add(costs.add(p + "add1", T * h, training), (x, T * h), (proj, T * h))
+    if cfg.post_norm:
+        mid = g.add(costs.norm(p + "norm1", cfg.norm, T, h, training), (add1, T * h))
+        return mid, mid
+    return add1, g.add(costs.norm(p + "norm2", cfg.norm, T, h, training), (add1, T * h))
+
+
+def dense_mlp_block(g: GraphBuilder, cfg: TransformerConfig, p: str, mlp_in: str, tokens: int, ffn: int,
+                    training: bool) -> str:
+    """Layer ``p``'s dense FFN of width ``ffn`` (``ffn1``, ``act``, ``ffn2``); returns ``ffn2``."""
+    T, h = tokens, cfg.hidden
+    act_in = 2 * ffn if cfg.activation == "swiglu" else ffn
+    f1 = g.add(costs.matmul(p + "ffn1", T, h, act_in, cfg.bias, training), (mlp_in, T * h))
+    act = g.add(costs.activation(p + "act", cfg.activation, T * ffn, training), (f1, T * act_in))
+    return g.add(costs.matmul(p + "ffn2", T, ffn, h, cfg.bias, training), (act, T * ffn))
+
+
+def residual_end(g: GraphBuilder, cfg: TransformerConfig, p: str, mid: str, mlp_out: str, tokens: int,
+                 training: bool) -> str:
+    """The layer's second residual add (BERT: and its norm); returns the layer's output."""
+    T, h = tokens, cfg.hidden
+    x = g.add(costs.add(p + "add2", T * h, training), (mid, T * h), (mlp_out, T * h))
+    if cfg.post_norm:
+        x = g.add(costs.norm(p + "norm2", cfg.norm, T, h, training), (x, T * h))
+    return x
+
+
+def head_block(g: GraphBuilder, cfg: TransformerConfig, x: str, batch_size: int, tokens: int,
+               training: bool) -> None:
+    """BERT's pooler, or the final norm and the LM head (tied: reads the word table)."""
+    T, h = tokens, cfg.hidden
+    if cfg.pooler_head:
+        g.add(costs.pooler("head", batch_size, h, training), (x, batch_size * h))
+        return
+    x = g.add(costs.norm("final_norm", cfg.norm, T, h, training), (x, T * h))
+    head = costs.matmul("head", T, h, cfg.vocab, False, training, kind="head", weight_is_param=not cfg.tied_head)
+    if cfg.tied_head:   # reads the embedding's word table: held again when on another stage
+        head = dataclasses.replace(head, tied_to="embed", tied_elems=cfg.vocab * h)
+    g.add(head, (x, T * h))
+
+
+def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mode: str) -> Graph:
+    training = mode == "training"
+    T = batch_size * seq_len
+    g = GraphBuilder()
+    x = embed_block(g, cfg, T, training)
     for i in range(cfg.layers):
         p = f"l{i}."
-        if cfg.post_norm:
-            attn_in = x
-        else:
-            attn_in = g.add(costs.norm(p + "norm1", cfg.norm, T, h, training), (x, T * h))
-        qkv = g.add(costs.matmul(p + "qkv", T, h, h + 2 * kv, cfg.bias, training), (attn_in, T * h))
-        sc = g.add(costs.attn_score(p + "attn_score", B, s, a, dh, kv, training), (qkv, T * (h + kv)))
-        sm = g.add(costs.softmax(p + "softmax", scores, training), (sc, scores))
-        ctx = g.add(costs.attn_context(p + "attn_context", B, s, a, dh, kv, training),
-                    (sm, scores), (qkv, T * kv))
-        proj = g.add(costs.matmul(p + "proj", T, h, h, cfg.bias, training), (ctx, T * h))
-        add1 = g.add(costs.add(p + "add1", T * h, training), (x, T * h), (proj, T * h))
-        if cfg.post_norm:
-            mid = mlp_in = g.add(costs.norm(p + "norm1", cfg.norm, T, h, training), (add1, T * h))
-        else:
-            mid = add1
-            mlp_in = g.add(costs.norm(p + "norm2", cfg.norm, T, h, training), (add1, T * h))
-        f1 = g.add(costs.matmul(p + "ffn1", T, h, act_in, cfg.bias, training), (mlp_in, T * h))
-        act = g.add(costs.activation(p + "act", cfg.activation, T * ff, training), (f1, T * act_in))
-        f2 = g.add(costs.matmul(p + "ffn2", T, ff, h, cfg.bias, training), (act, T * ff))
-        x = g.add(costs.add(p + "add2", T * h, training), (mid, T * h), (f2, T * h))
-        if cfg.post_norm:
-            x = g.add(costs.norm(p + "norm2", cfg.norm, T, h, training), (x, T * h))
-    if cfg.pooler_head:
-        g.add(costs.pooler("head", B, h, training), (x, B * h))
-    else:
-        x = g.add(costs.norm("final_norm", cfg.norm, T, h, training), (x, T * h))
-        head = costs.matmul("head", T, h, cfg.vocab, False, training, kind="head", weight_is_param=not cfg.tied_head)
-        if cfg.tied_head:   # reads the embedding's word table: held again when on another stage
-            head = dataclasses.replace(head, tied_to="embed", tied_elems=cfg.vocab * h)
-        g.add(head, (x, T * h))
+        mid, mlp_in = attention_block(g, cfg, p, x, batch_size, seq_len, training)
+        x = residual_end(g, cfg, p, mid, dense_mlp_block(g, cfg, p, mlp_in, T, cfg.ffn, training), T, training)
+    head_block(g, cfg, x, batch_size, T, training)
     return with_roles(g.build(cfg.name, mode, batch_size, seq_len, cfg.dropout), cfg.pooler_head)

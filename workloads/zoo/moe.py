@@ -1,0 +1,159 @@
+"""Mixture-of-experts decoders (Mixtral, DeepSeek-V3): a Llama-style block whose FFN is
+``experts`` SwiGLU experts of width ``expert_ffn``, each token routed to ``top_k`` of them,
+plus ``shared_experts`` every token goes through (DeepSeek); the first ``dense_layers``
+layers keep a dense FFN of width ``ffn``.
+
+An MoE layer is the 12 operators of a dense one plus ``router`` (13):
+    norm1, qkv, attn_score, softmax, attn_context, proj, add1, norm2, router, ffn1, act, ffn2, add2
+- ``router``: the gate, a bias-free ``hidden x experts`` matmul over every token
+  (tensor-parallel role ``replicated``: every rank routes all its tokens);
+- ``ffn1``: every expert's fused gate and up projections (role ``column``), ``act`` the
+  SwiGLU (``sharded``), ``ffn2`` the down projections plus the gate-weighted sum of each
+  token's expert outputs (``row``: all-reduced after the forward). Their ``param_elems``
+  hold *all* experts (routed and shared); their FLOPs and activations only the
+  ``top_k + shared`` a token goes through (``costs.experts``).
+So tensor parallelism splits every expert over the group, as Megatron-LM does with
+expert-tensor-parallel size = tp and expert-parallel size 1: each rank holds 1/t of each
+expert, does 1/t of every token's expert work, and the layer costs the dense FFN's two
+all-reduces.
+
+Not modelled (yet): expert parallelism (experts placed on different devices) and its
+two all-to-alls per MoE layer each way; load imbalance (tokens are spread evenly over the
+experts, no capacity factor, no dropped tokens, no auxiliary loss); the gate's softmax /
+sigmoid and top-k selection and the token permutation copies (a few FLOPs and bytes per
+token and expert); grouped-GEMM efficiency below a dense matmul's.
+
+Attention is the Llama block's (RoPE free, grouped-query when ``kv_heads < heads``).
+DeepSeek's multi-head latent attention (MLA) is approximated by standard attention over
+``heads`` query/key heads of ``mla_qk_head_dim`` and value heads of ``mla_v_head_dim``
+(the dims MLA computes attention at when not absorbed, as in training) whose fused
+``qkv`` holds MLA's published per-layer weights (the low-rank down and up projections
+of Q and of the joint KV latent, and their two RMSNorms) at ``2 x tokens x weights``
+FLOPs (``costs.projection``); the KV cache's compression (what MLA is for at inference)
+is not modelled, nor the multi-token-prediction module (not in the 671 B).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distplan.workloads.graph import Graph
+from distplan.workloads.zoo import costs
+from distplan.workloads.zoo.builder import GraphBuilder
+from distplan.workloads.zoo.transformer import (TransformerConfig, attention_block, dense_mlp_block,
+                                                embed_block, head_block, residual_end, with_roles)
+
+
+@dataclass(frozen=True)
+class MoEConfig(TransformerConfig):
+    """A transformer whose layers after the first ``dense_layers`` are MoE layers."""
+
+    experts: int = 8             # routed experts per MoE layer
+    top_k: int = 2               # routed experts per token
+    shared_experts: int = 0      # experts every token goes through (DeepSeek: 1)
+    expert_ffn: int = 0          # width of one expert (0: = ffn)
+    dense_layers: int = 0        # leading layers with a dense FFN of width ffn
+    mla_qkv_params: int = 0      # MLA stand-in: the fused qkv's weights (0: standard attention)
+    mla_qk_head_dim: int = 0     # MLA: query/key head width (nope + rope)
+    mla_v_head_dim: int = 0      # MLA: value head width
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.ffn
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers
+
+    def is_moe_layer(self, i: int) -> bool:
+        return i >= self.dense_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.mla_qk_head_dim or self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla_v_head_dim or self.head_dim
+
+    @property
+    def qkv_param_elems(self) -> int:
+        return self.mla_qkv_params
+
+    @property
+    def attention_params(self) -> int:
+        """QKV (or MLA's projections) and the output projection of one layer."""
+        kvh = self.kv_heads or self.heads
+        h, a, dqk, dv = self.hidden, self.heads, self.qk_head_dim, self.v_head_dim
+        qkv = self.mla_qkv_params or h * (a * dqk + kvh * dqk + kvh * dv)
+        return qkv + a * dv * h
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden * self.experts
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """Router plus every expert (routed and shared) of one MoE layer."""
+        return self.router_params + (self.experts + self.shared_experts) * self.mlp_params(self.expert_width)
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one MoE layer (a dense leading layer: ``dense_layer_params``)."""
+        return self.attention_params + self.moe_mlp_params + 2 * self.norm_params
+
+    @property
+    def dense_layer_params(self) -> int:
+        return self.attention_params + self.mlp_params(self.ffn) + 2 * self.norm_params
+
+    def _total(self, experts_per_layer: int) -> int:
+        final = 0 if self.post_norm else self.norm_params
+        moe = self.attention_params + 2 * self.norm_params + self.router_params + \
+            experts_per_layer * self.mlp_params(self.expert_width)
+        return self.embedding_params + self.dense_layers * self.dense_layer_params + \
+            self.moe_layers * moe + final + self.head_params
+
+    @property
+    def param_elems(self) -> int:
+        """Total parameters: every expert of every MoE layer."""
+        return self._total(self.experts + self.shared_experts)
+
+    @property
+    def active_param_elems(self) -> int:
+        """Parameters one token goes through: the ``top_k`` routed and the shared experts
+        of each MoE layer, all the rest (embedding table and head included, as Mixtral's
+        12.9 B counts them)."""
+        return self._total(self.top_k + self.shared_experts)
+
+    @property
+    def n_ops(self) -> int:
+        return 12 * self.layers + self.moe_layers + (2 if self.post_norm else 3)
+
+
+def moe_mlp_block(g: GraphBuilder, cfg: MoEConfig, p: str, mlp_in: str, tokens: int, training: bool) -> str:
+    """Layer ``p``'s router and experts (module docstring); returns ``ffn2``."""
+    T, h, E, k, S, ff = tokens, cfg.hidden, cfg.experts, cfg.top_k, cfg.shared_experts, cfg.expert_width
+    active = k + S
+    router = g.add(costs.matmul(p + "router", T, h, E, False, training), (mlp_in, T * h))
+    f1 = g.add(costs.experts(p + "ffn1", T, h, 2 * ff, E, k, S, training), (mlp_in, T * h), (router, T * E))
+    act = g.add(costs.activation(p + "act", cfg.activation, T * active * ff, training), (f1, T * active * 2 * ff))
+    # the combine reads each token's top-k gate weights
+    return g.add(costs.expert_combine(p + "ffn2", T, ff, h, E, k, S, training),
+                 (act, T * active * ff), (router, T * k))
+
+
+def build_moe(cfg: MoEConfig, batch_size: int, seq_len: int, mode: str) -> Graph:
+    """Graph of one microbatch of ``batch_size`` sequences of ``seq_len`` tokens."""
+    training = mode == "training"
+    T = batch_size * seq_len
+    g = GraphBuilder()
+    x = embed_block(g, cfg, T, training)
+    for i in range(cfg.layers):
+        p = f"l{i}."
+        mid, mlp_in = attention_block(g, cfg, p, x, batch_size, seq_len, training)
+        if cfg.is_moe_layer(i):
+            out = moe_mlp_block(g, cfg, p, mlp_in, T, training)
+        else:
+            out = dense_mlp_block(g, cfg, p, mlp_in, T, cfg.ffn, training)
+        x = residual_end(g, cfg, p, mid, out, T, training)
+    head_block(g, cfg, x, batch_size, T, training)
+    return with_roles(g.build(cfg.name, mode, batch_size, seq_len, cfg.dropout), cfg.pooler_head)
