@@ -12,9 +12,11 @@ docs/HARDWARE.md. Two kinds of figure are compared:
   ``F = 96 B s l h^2 (1 + s/6h + V/16lh)``, which includes the recomputed forward),
   i.e. F / (GPUs x simulated iteration time).
 
-``stored`` is the simulated figure this module last produced (``--update`` prints the
-values to paste); ``tests/test_fidelity.py`` keeps it from drifting. Run
-``python -m distplan.studies.fidelity [--rows K1,K2] [--json] [--markdown] [--cap-s S]``.
+``stored`` is the simulated figure this module last produced (``--markdown PATH`` names
+the rows whose ``stored`` a run moved); ``tests/test_fidelity.py`` keeps it from drifting.
+``--markdown PATH`` writes the table between the ``BEGIN`` / ``END`` marker comments of
+PATH (docs/concepts/fidelity.md), so the page is this module's output, never a copy. Run
+``python -m distplan.studies.fidelity [--rows K1,K2] [--json] [--markdown [PATH]] [--cap-s S]``.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from distplan.api.configs import whatif
 from distplan.core.errors import DistplanError
@@ -38,6 +41,11 @@ KORTHIKANTI_URL = "https://arxiv.org/abs/2205.05198"
 SEQ_LEN = 2048
 PAPER_VOCAB = 51200
 DEFAULT_CAP_S = 900.0
+#: marker comments around the generated block in a Markdown page (invisible when rendered)
+BEGIN = "<!-- fidelity-table:begin (generated: python -m distplan.studies.fidelity --markdown PATH) -->"
+END = "<!-- fidelity-table:end -->"
+#: relative drift of a simulated figure from ``Row.stored`` that counts as moved
+DRIFT_REL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,9 @@ def _mem(o: Outcome) -> str:
 
 
 def markdown(outcomes: list[Outcome]) -> str:
-    """The README table: source, configuration, published, simulated, error."""
+    """The page's table: source, configuration, published, simulated, error; then the
+    MAE line, and a memory line when every row carries its memory figures (a run does,
+    ``Row.stored`` alone does not)."""
     lines = ["| row | source | configuration | published | simulated | error |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         r = BY_KEY[o.key]
@@ -243,7 +253,46 @@ def markdown(outcomes: list[Outcome]) -> str:
     lines.append("")
     lines.append(f"Mean absolute error {mae:.1%}, worst {worst:.1%} over "
                  f"{sum(o.error is not None for o in outcomes)} rows.")
+    if outcomes and all(o.peak_memory_gib is not None and o.bound_memory_gib is not None for o in outcomes):
+        peaks = [o.peak_memory_gib for o in outcomes]
+        over = [o.bound_memory_gib / o.peak_memory_gib - 1 for o in outcomes]
+        fit = "every row fits its GPUs" if all(o.fits for o in outcomes) else \
+            f"{sum(not o.fits for o in outcomes)} rows do not fit their GPUs"
+        lines.append(f"Simulated peak memory {min(peaks):.1f}-{max(peaks):.1f} GiB per GPU ({fit}); the "
+                     f"checker's bound lies {min(over):+.2%} to {max(over):+.2%} from it.")
     return "\n".join(lines)
+
+
+def read_block(path: Path) -> str:
+    """The generated block of the page at ``path`` (between ``BEGIN`` and ``END``)."""
+    text = Path(path).read_text(encoding="utf-8")
+    i, j = text.find(BEGIN), text.find(END)
+    if i < 0 or j < i:
+        raise DistplanError(f"{path}: no fidelity table block; put the lines {BEGIN!r} and {END!r} "
+                            f"where the table goes")
+    return text[i + len(BEGIN):j].strip("\n")
+
+
+def write_block(path: Path, block: str) -> bool:
+    """Replace the generated block of the page at ``path`` by ``block``; True if it changed."""
+    old = read_block(path)
+    if old == block:
+        return False
+    text = Path(path).read_text(encoding="utf-8")
+    i, j = text.find(BEGIN) + len(BEGIN), text.find(END)
+    Path(path).write_text(text[:i] + "\n\n" + block + "\n\n" + text[j:], encoding="utf-8")
+    return True
+
+
+def moved(outcomes: list[Outcome]) -> list[str]:
+    """Rows whose simulated figure moved from ``Row.stored`` (beyond ``DRIFT_REL``), each as
+    the ``stored=`` value to paste into ``ROWS``."""
+    out = []
+    for o in outcomes:
+        r = BY_KEY[o.key]
+        if o.simulated is not None and (r.stored is None or abs(o.simulated / r.stored - 1) > DRIFT_REL):
+            out.append(f"{r.key}: stored={o.simulated!r} (was {r.stored!r})")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=",".join(r.key for r in ROWS), help="comma-separated row keys (default: all)")
     ap.add_argument("--cap-s", type=float, default=DEFAULT_CAP_S, help="wall-time cap per row, seconds (0: none)")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
-    ap.add_argument("--markdown", action="store_true", help="print the README table")
+    ap.add_argument("--markdown", nargs="?", const="-", default=None, metavar="PATH",
+                    help="print the docs' table, or with PATH write it between PATH's fidelity-table marker "
+                         "comments (every row, none skipped)")
     ap.add_argument("--vp", type=int, default=None,
                     help="simulate every row with this many chunks per stage (interleaved 1F1B where > 1 and the "
                          "row has pp >= 2; a sensitivity run: the rows state their own)")
@@ -261,6 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown row(s) {', '.join(unknown)}; rows are {', '.join(BY_KEY)}", file=sys.stderr)
         return 2
+    if args.markdown not in (None, "-"):
+        if keys != list(BY_KEY) or args.vp is not None:
+            print("error: --markdown PATH writes the whole table: drop --rows and --vp", file=sys.stderr)
+            return 2
+        try:
+            read_block(Path(args.markdown))
+        except (DistplanError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     outcomes = []
     for i, k in enumerate(keys, 1):
         r = BY_KEY[k]
@@ -271,12 +331,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{_fmt(o.simulated, r.metric)} vs {_fmt(r.published, r.metric)} ({o.error:+.1%})"
         print(f"      {res}, {o.wall_s:.1f} s wall", file=sys.stderr, flush=True)
     mae, worst = summary(outcomes)
+    if args.markdown not in (None, "-"):
+        skipped = [o.key for o in outcomes if o.error is None]
+        if skipped:
+            print(f"error: {', '.join(skipped)} not run; {args.markdown} keeps its table", file=sys.stderr)
+            return 1
+        changed = write_block(Path(args.markdown), markdown(outcomes))
+        print(f"{'wrote' if changed else 'unchanged:'} {args.markdown} (MAE {mae:.1%}, worst {worst:.1%})",
+              file=sys.stderr)
+        for line in moved(outcomes):
+            print(f"  fidelity.ROWS moved: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps({"rows": [asdict(BY_KEY[o.key]) | asdict(o) for o in outcomes],
                           "mae": mae, "worst": worst}, indent=1))
-    elif args.markdown:
+    elif args.markdown == "-":
         print(markdown(outcomes))
-    else:
+    elif args.markdown is None:
         print(f"{'row':4} {'source':34} {'configuration':88} {'published':>13} {'simulated':>13} {'error':>7} "
               f"{'memory: sim / checker GiB':>26} {'wall':>7}")
         for o in outcomes:

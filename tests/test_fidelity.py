@@ -2,7 +2,9 @@
 simulated figures stored in the module, which must not drift."""
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -10,12 +12,27 @@ from hypothesis import strategies as st
 
 import distplan
 from distplan.studies import fidelity as fid
+from distplan.core.errors import DistplanError
 from distplan.workloads.zoo.catalog import lookup
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "concepts" / "fidelity.md"
+REGENERATE = "python -m distplan.studies.fidelity --markdown docs/concepts/fidelity.md"
 
 #: rows that simulate in about a second here; the rest are marked slow
 FAST = ("K1", "K2", "N1", "N2")
 #: drift tolerance: the simulator is deterministic, only float summation order may move
 REL = 1e-6
+
+
+@functools.cache
+def _run(key: str) -> fid.Outcome:
+    """Row ``key`` simulated once per test session (the drift and the page tests share it)."""
+    return fid.simulate_row(fid.BY_KEY[key])
+
+
+def _line(out: fid.Outcome) -> str:
+    return fid.markdown([out]).splitlines()[2]
 
 
 def test_rows_are_published_configurations_the_presets_can_hold():
@@ -43,7 +60,7 @@ def test_paper_flops_match_the_zoo_graph_with_one_recomputed_forward():
 @pytest.mark.parametrize("key", FAST)
 def test_fast_rows_do_not_drift(key):
     row = fid.BY_KEY[key]
-    out = fid.simulate_row(row)
+    out = _run(key)
     assert not out.skipped
     assert out.simulated == pytest.approx(row.stored, rel=REL)
     assert out.error == pytest.approx(row.stored / row.published - 1, rel=1e-9, abs=1e-12)
@@ -53,9 +70,64 @@ def test_fast_rows_do_not_drift(key):
 @pytest.mark.parametrize("key", [r.key for r in fid.ROWS if r.key not in FAST and r.stored is not None])
 def test_slow_rows_do_not_drift(key):
     row = fid.BY_KEY[key]
-    out = fid.simulate_row(row)
+    out = _run(key)
     assert not out.skipped, out.skipped
     assert out.simulated == pytest.approx(row.stored, rel=REL)
+
+
+@pytest.mark.parametrize("key", FAST)
+def test_fast_rows_are_the_pages_lines(key):
+    """The page's line for a row that simulates in a second is what the study writes now."""
+    assert _line(_run(key)) in fid.read_block(DOC).splitlines(), f"{key} moved: run {REGENERATE}"
+
+
+@pytest.mark.slow
+def test_the_pages_block_is_what_the_study_writes_now():
+    """docs/concepts/fidelity.md's generated block (table, MAE line, memory line) equals
+    what ``--markdown PATH`` would write from a fresh run of every row."""
+    outs = [_run(r.key) for r in fid.ROWS]
+    assert [o.key for o in outs if o.skipped] == []
+    assert fid.read_block(DOC) == fid.markdown(outs), f"the page is stale: run {REGENERATE}"
+
+
+def test_other_pages_quote_the_stored_summary():
+    """Pages that quote the table's MAE quote the stored rows' (``Row.stored``) figures."""
+    outs = [fid.Outcome(r.key, r.published, r.stored, r.stored / r.published - 1, 0.0) for r in fid.ROWS]
+    mae, worst = fid.summary(outs)
+    quote = f"MAE {mae:.1%}, worst {worst:.1%} over {len(outs)}".replace("%", " %")
+    for page in (ROOT / "docs" / "HARDWARE.md", ROOT / "bench" / "README.md"):
+        assert quote in " ".join(page.read_text(encoding="utf-8").split()), f"{page.name} should quote {quote!r}"
+
+
+def test_block_is_written_between_the_markers_only(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"intro\n\n{fid.BEGIN}\n\nold table\n\n{fid.END}\n\noutro\n", encoding="utf-8")
+    assert fid.read_block(page) == "old table"
+    assert fid.write_block(page, "| new |\n\nline") is True
+    assert page.read_text(encoding="utf-8") == f"intro\n\n{fid.BEGIN}\n\n| new |\n\nline\n\n{fid.END}\n\noutro\n"
+    assert fid.write_block(page, "| new |\n\nline") is False
+    (tmp_path / "bare.md").write_text("no markers\n", encoding="utf-8")
+    with pytest.raises(DistplanError, match="fidelity-table:begin"):
+        fid.read_block(tmp_path / "bare.md")
+
+
+def test_cli_writes_only_the_whole_table(tmp_path, capsys):
+    """--markdown PATH refuses a subset of rows and a page without markers before it runs."""
+    page = tmp_path / "page.md"
+    page.write_text(f"{fid.BEGIN}\n{fid.END}\n", encoding="utf-8")
+    assert fid.main(["--rows", "K1", "--markdown", str(page)]) == 2
+    assert "whole table" in capsys.readouterr().err
+    (tmp_path / "bare.md").write_text("x\n", encoding="utf-8")
+    assert fid.main(["--markdown", str(tmp_path / "bare.md")]) == 2
+    assert "no fidelity table block" in capsys.readouterr().err
+    assert page.read_text(encoding="utf-8") == f"{fid.BEGIN}\n{fid.END}\n"
+
+
+def test_moved_names_the_stored_value_to_paste():
+    r = fid.BY_KEY["K1"]
+    same = fid.Outcome("K1", r.published, r.stored, 0.0, 0.0)
+    other = fid.Outcome("K1", r.published, r.stored * 1.01, 0.0, 0.0)
+    assert fid.moved([same]) == [] and fid.moved([other]) == [f"K1: stored={r.stored * 1.01!r} (was {r.stored!r})"]
 
 
 def test_stored_table_meets_the_issue_target():
@@ -107,3 +179,19 @@ def test_whatif_memory_bound_and_breakdown_switches():
     assert quick.iteration_s == full.iteration_s
     assert quick.exposed_comm_share != quick.exposed_comm_share   # NaN: not split
     assert full.peak_memory_bytes <= float(full.problem.device_mem_bytes.min())
+
+
+def test_cli_writes_the_block_from_the_run(tmp_path, monkeypatch, capsys):
+    """--markdown PATH writes exactly ``markdown`` of the outcomes it ran (here stand-ins,
+    one of them moved from its stored figure) and names the moved row's ``stored=``."""
+    def fake(row, cap_s=None, vp=None):   # noqa: ARG001
+        sim = row.stored * (1.02 if row.key == "N3" else 1.0)
+        return fid.Outcome(row.key, row.published, sim, sim / row.published - 1, 0.0, 1.0, 10.0, 10.1, True)
+    monkeypatch.setattr(fid, "simulate_row", fake)
+    page = tmp_path / "page.md"
+    page.write_text(f"text\n\n{fid.BEGIN}\n\n{fid.END}\n", encoding="utf-8")
+    assert fid.main(["--markdown", str(page)]) == 0
+    assert fid.read_block(page) == fid.markdown([fake(r) for r in fid.ROWS])
+    err = capsys.readouterr().err
+    assert "wrote" in err and "moved: N3: stored=" in err and "K1: stored" not in err
+    assert fid.main(["--markdown", str(page)]) == 0 and "unchanged:" in capsys.readouterr().err
