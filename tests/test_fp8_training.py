@@ -51,3 +51,12 @@ def test_whatif_fp8_is_faster_than_bf16_and_holds_more_static_bytes():
     a, b = whatif(*args, precision="bf16", breakdown=False), whatif(*args, precision="fp8", breakdown=False)
     assert b.plan.op_precision == fp8_training_precisions(b.problem, "bf16")
     assert b.iteration_s < a.iteration_s
+
+
+def test_an_moe_router_stays_wide_under_fp8():
+    p = distplan.problem("deepseek-1024x4x8x16", "h100x8", mode="training", microbatches=8,
+                         precisions=("bf16", "fp8"))
+    precs = fp8_training_precisions(p, "bf16")
+    routers = [v for v, op in enumerate(p.graph.ops) if op.name.endswith(".router")]
+    assert routers and all(precs[v] == "bf16" for v in routers)
+    assert any(precs[v] == "fp8" for v, op in enumerate(p.graph.ops) if op.name.endswith(".ffn1"))
