@@ -184,12 +184,40 @@ def stream_live_peak_bytes(ops: Sequence[int], act: np.ndarray, send: np.ndarray
     if not len(o):
         return 0.0
     act_o, send_o = np.asarray(act, dtype=float)[o], np.asarray(send, dtype=float)[o]
-    i = np.arange(len(o))
-    alive = (i[None, :] < i[:, None]) & ((last[o][None, :] >= o[:, None]) | leaves[o][None, :])   # [t, u]
     n1, n2 = stream_copies(microbatches)
     held = np.where(leaves[o], send_o, 0.0)
     later = np.concatenate([np.cumsum(held[::-1])[::-1][1:], [0.0]])   # [t] = sent bytes of ops after t
-    return float((act_o + alive @ send_o + n2 * later).max() + n1 * held.sum())
+    if len(o) > DENSE_LIVENESS_OPS:
+        sent_alive = _alive_sums(o, send_o, last, leaves)
+    else:
+        i = np.arange(len(o))
+        alive = (i[None, :] < i[:, None]) & ((last[o][None, :] >= o[:, None]) | leaves[o][None, :])   # [t, u]
+        sent_alive = alive @ send_o
+    return float((act_o + sent_alive + n2 * later).max() + n1 * held.sum())
+
+
+#: stages of more ops get the liveness sums by intervals (``_alive_sums``) instead of the
+#: (ops x ops) matrix: a 25,000-op stage of a 100,000-op chain made that 625 M entries per
+#: call, minutes per plan
+DENSE_LIVENESS_OPS = 4096
+
+
+def _alive_sums(o: np.ndarray, send_o: np.ndarray, last: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """[t] = sum of ``send_o[u]`` over the stage's earlier ops u alive at t (``last[u] >=
+    o[t]`` or ``leaves[u]``), as ``stream_live_peak_bytes``'s matrix product, in
+    O(n log n): since ``o`` ascends, a u that does not leave the stage is alive over the
+    run of positions from u + 1 to the last t with ``o[t] <= last[u]`` (a difference
+    array); one that leaves is alive at every later t."""
+    n = len(o)
+    lv = leaves[o]
+    diff = np.zeros(n + 1)
+    pos = np.arange(n)
+    stop = np.searchsorted(o, last[o], side="right")   # first position past u's last reader
+    stay = ~lv & (stop > pos + 1)
+    np.add.at(diff, pos[stay] + 1, send_o[stay])
+    np.add.at(diff, stop[stay], -send_o[stay])
+    diff[pos[lv] + 1] += send_o[lv]
+    return np.cumsum(diff[:n])
 
 
 def stream_activation_bytes(op_stage: Sequence[int], n_stages: int, act: np.ndarray, send: np.ndarray,

@@ -144,15 +144,46 @@ def surrogate_key(problem: Problem, r: int, lanes: Lanes,
 
 
 #: seconds per pair of downsets in one downset DP (model.downsets.partition_dp), measured
-#: on this project's 2-core machine (2,160 downsets: 0.4-0.75 s a call)
+#: on this project's 2-core machine (2,160 downsets: 0.4-0.75 s a call), for graphs of up
+#: to ``DP_OPS`` ops; beyond, its (downsets x ops) matrices grow with the ops too (a
+#: 2,000-op chain, 2,001 downsets: 6.7 s a call, where the pairs alone said 0.64 s)
 DP_S_PER_PAIR = 1.6e-7
+DP_OPS = 200
 
 
 def downset_dp_s(problem: Problem, mat: np.ndarray, path: tuple[int, ...], budget: float | None) -> float:
     """A forecast of the downset DPs of one layout: the relaxation bound and one DP per
     candidate precision vector."""
     calls = 1 + len(precision_candidates(problem, path, budget))
-    return calls * DP_S_PER_PAIR * float(mat.shape[0]) ** 2
+    return calls * DP_S_PER_PAIR * float(mat.shape[0]) ** 2 * max(1.0, mat.shape[1] / DP_OPS)
+
+
+#: seconds per op**3 of the first heuristic plan of an inference stream (its DP reads the
+#: stream memory of every contiguous run, costs.memory.contiguous_stream_bytes, cubic in
+#: the ops), measured on this project's 2-core machine: chains of 1,000 ops 1.8 s, 2,000
+#: ops 23 s (memory-bound there; the forecast says 14 s)
+STREAM_PLAN_S_PER_OP3 = 1.8e-9
+
+
+def first_plan_s(problem: Problem) -> float:
+    """A forecast of the fast phase's first plan (its first layout's heuristic), the
+    part that grows fastest with the graph; 0 where it is not the bottleneck."""
+    return STREAM_PLAN_S_PER_OP3 * float(problem.n_ops) ** 3 if problem.schedule == "stream" else 0.0
+
+
+def max_dp_ops(seconds: float) -> int:
+    """The most ops for which enumerating the downsets (up to 3,000 of them,
+    ``enumerate_downsets``: 1.2-2 s on a 2,000-op chain) and one DP (``downset_dp_s`` at
+    as many downsets as ops) fit ``seconds``."""
+    n = DP_OPS
+    while n < 4_000 and 2 * DP_S_PER_PAIR * (2 * n) ** 2 * (2 * n / DP_OPS) <= seconds:
+        n *= 2
+    return n
+
+
+def max_ops_for(seconds: float) -> int:
+    """The most ops whose first plan's forecast fits ``seconds`` (``first_plan_s``, stream)."""
+    return int((max(seconds, 0.0) / STREAM_PLAN_S_PER_OP3) ** (1 / 3))
 
 
 def evaluate_layout(problem: Problem, options: SolveOptions, r: int, name: str, lanes: Lanes,
@@ -204,7 +235,8 @@ def fast_phase(problem: Problem, options: SolveOptions, gate: PlanGate, clock: C
     """Phase 1 (module docstring)."""
     D = problem.n_devices
     layouts = layouts_to_explore(problem, options)
-    mat = enumerate_downsets(problem)
+    # the downsets serve the DPs only; a graph too large for them within the limit skips both
+    mat = enumerate_downsets(problem) if problem.n_ops <= max_dp_ops(clock.left_s()) else None
     found: list[Candidate] = []
     left: list[Candidate] = []
     keys: set[tuple] = set()

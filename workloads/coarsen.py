@@ -6,6 +6,12 @@ only path from u to v, so the result is always a DAG; a topological order is
 maintained through every contraction (the descendants of u that lie between u and v
 in the order move behind the merged node), so the check looks only at that stretch.
 
+0. Runs (graphs of more than ``LARGE_OPS`` operators, ``_runs``): the topological order
+   is cut into runs of consecutive operators of about equal weight, ``RUNS_PER_TARGET``
+   x the target of them, in linear time (two neighbours in a topological order have no
+   path between them but their own edge); phase 1 is skipped and phase 2 starts from
+   the runs. The pairwise phases search paths and rewrite stretches of the order, which
+   is quadratic on a star or a long chain (a 100,000-op star ran for minutes).
 1. Fusion: every cheap operator (kind in ``CHEAP_KINDS``: element-wise, activation,
    add, data movement) is fused into its producer — the one whose tensor into it is
    largest — so chains of them collapse into the operator that feeds them. A cheap
@@ -49,6 +55,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from distplan.core.deadline import check_time, graph_size
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.workloads.graph import Graph, Operator, Tensor
@@ -57,6 +64,13 @@ from distplan.workloads.op_costs import tie_operator
 
 #: Operator kinds fused into their producer in phase 1.
 CHEAP_KINDS = frozenset({"elementwise", "activation", "add", "reshape"})
+#: graphs of more operators are first contracted into runs of their topological order
+#: (``_runs``), ``RUNS_PER_TARGET`` x the target: the pairwise phases search paths and
+#: rewrite stretches of the order, quadratic on a star or a long chain
+LARGE_OPS = 5_000
+RUNS_PER_TARGET = 4
+#: loops look at the run's deadline (core.deadline) every this many steps
+CLOCK_EVERY = 2048
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,26 @@ class _Contractor:
 
     def merge(self, u: int, v: int, moved: set[int]) -> None:
         """Contract v into u (u before v in the order; ``moved`` from between_descendants)."""
+        self._absorb(u, v)
+        a, b = self.pos[u], self.pos.pop(v)
+        stretch = [w for w in self.order[a + 1:b] if w is not None]
+        new = [w for w in stretch if w not in moved] + [u] + [w for w in stretch if w in moved]
+        new += [None] * (b - a - len(new))  # tombstones keep later positions valid
+        self.order[a:b] = new
+        self.order[b] = None
+        for i in range(a, b):
+            if self.order[i] is not None:
+                self.pos[self.order[i]] = i
+
+    def merge_next(self, u: int, v: int) -> None:
+        """Contract v into u where v is the next operator after u in the order (only
+        tombstones between them): no other path joins them, so u keeps its place and v's
+        becomes a tombstone; time in the degrees of u and v only."""
+        self._absorb(u, v)
+        self.order[self.pos.pop(v)] = None
+
+    def _absorb(self, u: int, v: int) -> None:
+        """v's edges, members and weight to u."""
         for x, e in self.pred.pop(v).items():
             del self.succ[x][v]
             if x != u:
@@ -135,15 +169,6 @@ class _Contractor:
         self.weight[u] += self.weight.pop(v)
         self.version[u] += 1
         del self.version[v]
-        a, b = self.pos[u], self.pos.pop(v)
-        stretch = [w for w in self.order[a + 1:b] if w is not None]
-        new = [w for w in stretch if w not in moved] + [u] + [w for w in stretch if w in moved]
-        new += [None] * (b - a - len(new))  # tombstones keep later positions valid
-        self.order[a:b] = new
-        self.order[b] = None
-        for i in range(a, b):
-            if self.order[i] is not None:
-                self.pos[self.order[i]] = i
 
     def live_order(self) -> list[int]:
         return [w for w in self.order if w is not None]
@@ -156,8 +181,10 @@ class _Contractor:
         return True
 
 
-def _fuse_cheap(c: _Contractor, g: Graph) -> None:
+def _fuse_cheap(c: _Contractor, g: Graph, size: str = "") -> None:
     for v, op in enumerate(g.ops):
+        if v % CLOCK_EVERY == 0:
+            check_time("fusing the graph's cheap operators", size)
         if op.kind not in CHEAP_KINDS or v not in c.members:
             continue
         if c.pred[v]:
@@ -170,7 +197,7 @@ def _fuse_cheap(c: _Contractor, g: Graph) -> None:
                     break
 
 
-def _contract_to(c: _Contractor, target: int) -> None:
+def _contract_to(c: _Contractor, target: int, size: str = "") -> None:
     heap: list[tuple[float, int, int, int, int, int]] = []
 
     def push_edges(x: int) -> None:
@@ -184,6 +211,8 @@ def _contract_to(c: _Contractor, target: int) -> None:
             heap.append((c.weight[u] + c.weight[v], -e, u, v, c.version[u], c.version[v]))
     heapq.heapify(heap)
     while c.size > target:
+        if c.size % 256 == 0:
+            check_time("coarsening the graph", size)
         merged = False
         while heap:
             _, _, u, v, vu, vv = heapq.heappop(heap)
@@ -207,12 +236,37 @@ def coarsen(graph: Graph, target_ops: int | None = None, fuse_cheap: bool = True
     if target_ops is not None and (not isinstance(target_ops, int) or isinstance(target_ops, bool)
                                    or target_ops < 1):
         raise DistplanError(f"coarsening target must be a positive number of operators, got {target_ops!r}")
+    size = graph_size(len(graph.ops), len(graph.tensors))
     c = _Contractor(graph)
-    if fuse_cheap:
-        _fuse_cheap(c, graph)
+    check_time("coarsening the graph", size)
+    if target_ops is not None and len(graph.ops) > LARGE_OPS and c.size > RUNS_PER_TARGET * target_ops:
+        _runs(c, graph, RUNS_PER_TARGET * target_ops)   # linear time first; fusion and the greedy then on the runs
+    elif fuse_cheap:
+        _fuse_cheap(c, graph, size)
     if target_ops is not None and c.size > target_ops:
-        _contract_to(c, target_ops)
+        _contract_to(c, target_ops, size)
     return _build(graph, _Intervals(graph, c))
+
+
+def _runs(c: _Contractor, g: Graph, n_runs: int) -> None:
+    """Contract the topological order into about ``n_runs`` runs of consecutive operators
+    of about equal weight (``_Contractor.weight``), in time linear in the graph: two
+    operators next to each other in a topological order have no path between them but
+    their own edge, so each contraction keeps a DAG and needs no search. Graphs of more
+    than ``LARGE_OPS`` operators start here (a 100,000-op star spent minutes in the
+    searches of the pairwise phases); the runs then go through the balanced greedy."""
+    share = math.fsum(c.weight.values()) / n_runs
+    size = graph_size(len(g.ops), len(g.tensors))
+    head, acc = None, 0.0
+    for i, v in enumerate(c.live_order()):
+        if i % CLOCK_EVERY == 0:
+            check_time("coarsening the graph (runs of the order)", size)
+        w = c.weight[v]
+        if head is not None and acc + w <= share:
+            c.merge_next(head, v)
+            acc += w
+        else:
+            head, acc = v, w
 
 
 class _Intervals:

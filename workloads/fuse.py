@@ -52,6 +52,7 @@ import math
 from collections import defaultdict
 from collections.abc import Collection
 
+from distplan.core.deadline import check_time, graph_size
 from distplan.workloads.coarsen import _Contractor
 from distplan.workloads.graph import Graph, Operator, Tensor
 from distplan.workloads.op_costs import FUSIBLE_KINDS, GEMM_KINDS, tie_operator
@@ -87,8 +88,14 @@ def fuse_graph(graph: Graph, scalings: Collection[str] = (), members: dict[str, 
             v = owner[v]
         return v
 
+    size = graph_size(len(ops), len(graph.tensors))
+    tries = [0]
+
     def join(u: int, v: int) -> bool:
         """Contract the groups of u and v (in topological order) if that keeps a DAG."""
+        tries[0] += 1
+        if tries[0] % 1024 == 0:
+            check_time("fusing the graph into kernels", size)
         a, b = find(u), find(v)
         if a == b:
             return True

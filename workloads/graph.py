@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from distplan.core.deadline import check_time, graph_size
 from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISION_NAMES
 from distplan.core.units import brief
@@ -23,6 +24,8 @@ OP_KINDS = (
     "add", "embedding", "head", "elementwise", "conv", "reshape", "other",
 )
 MODES = ("inference", "training")
+#: long loops look at the run's deadline (core.deadline) every this many steps
+CLOCK_EVERY = 4096
 
 #: Megatron-style tensor-parallel roles (Shoeybi et al. 2019). Over a stage's tensor-
 #: parallel group of t devices:
@@ -206,6 +209,13 @@ class Graph:
                      dropout=self.dropout)
 
 
+def _plain_number(value: object) -> bool:
+    """A finite float or int in [0, 2**63): what ``_check_number`` accepts, tested fast (a
+    large graph checks millions of numbers)."""
+    t = type(value)
+    return (t is float and 0.0 <= value < math.inf) or (t is int and 0 <= value < 2**63)
+
+
 def _check_number(value: float, what: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise DistplanError(f"{what} must be a number, got {brief(value)}")
@@ -248,18 +258,26 @@ def _validate(g: Graph) -> None:
     if not isinstance(g.batch_size, int) or g.batch_size < 1:
         raise DistplanError(f"graph {g.name!r}: batch_size must be a positive integer")
     names: set[str] = set()
-    for op in g.ops:
+    all_names: set[str] | None = None   # built at the first tied operator
+    size = graph_size(len(g.ops), len(g.tensors))
+    for i, op in enumerate(g.ops):
+        if i % CLOCK_EVERY == 0:
+            check_time(f"checking the operators of graph {g.name!r}", size)
         if not op.name or not isinstance(op.name, str):
             raise DistplanError(f"graph {g.name!r}: operator with empty or non-string name")
         if op.name in names:
             raise DistplanError(f"graph {g.name!r}: duplicate operator name {op.name!r}")
         names.add(op.name)
         for attr in ("fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems"):
-            _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
-        if op.tied_to is not None and (op.tied_to == op.name or op.tied_to not in {o.name for o in g.ops}):
+            if not _plain_number(getattr(op, attr)):   # the message is formatted only for a bad one
+                _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+        if op.tied_to is not None and all_names is None:
+            all_names = {o.name for o in g.ops if isinstance(o.name, str)}
+        if op.tied_to is not None and (op.tied_to == op.name or op.tied_to not in all_names):
             raise DistplanError(f"graph {g.name!r}: operator {op.name!r} is tied to {op.tied_to!r}, "
                                 "which is not another operator of the graph")
-        _check_number(op.tied_elems, f"operator {op.name!r} tied_elems")
+        if not _plain_number(op.tied_elems):
+            _check_number(op.tied_elems, f"operator {op.name!r} tied_elems")
         if op.tp_role is not None and op.tp_role not in TP_ROLES:
             raise DistplanError(f"operator {op.name!r}: tp_role {brief(op.tp_role)} unknown; use one of "
                                 f"{', '.join(TP_ROLES)} or leave it out")
@@ -273,7 +291,9 @@ def _validate(g: Graph) -> None:
                 raise DistplanError(f"operator {op.name!r}: send_elems {op.send_elems} exceeds out_elems "
                                     f"{op.out_elems} (an op sends at most what it writes)")
     seen: set[tuple[str, str]] = set()
-    for t in g.tensors:
+    for i, t in enumerate(g.tensors):
+        if i % CLOCK_EVERY == 0:
+            check_time(f"checking the tensors of graph {g.name!r}", size)
         for end in (t.src, t.dst):
             if end not in names:
                 raise DistplanError(
@@ -284,7 +304,8 @@ def _validate(g: Graph) -> None:
         if (t.src, t.dst) in seen:
             raise DistplanError(f"graph {g.name!r}: duplicate tensor {t.src!r}->{t.dst!r}")
         seen.add((t.src, t.dst))
-        _check_number(t.elems, f"tensor {t.src!r}->{t.dst!r} elems")
+        if not _plain_number(t.elems):
+            _check_number(t.elems, f"tensor {t.src!r}->{t.dst!r} elems")
 
 
 def _topological_order(ops: tuple[Operator, ...], tensors: tuple[Tensor, ...], name: str) -> list[int]:

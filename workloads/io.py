@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from distplan.core.deadline import check_fits, check_time, graph_size
 from distplan.core.errors import DistplanError
 from distplan.core.atomic import write_json_atomic
 from distplan.core.jsonfile import read_json_file
@@ -25,6 +26,14 @@ _OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems"
             "tied_to", "tied_elems", "tp_role", "fwd_s", "bwd_s", "times"}
 _OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "tp_role": None, "fwd_s": None, "bwd_s": None}   # written only when not the default
 _T_KEYS = {"src", "dst", "elems"}
+#: loops look at the run's deadline (core.deadline) every this many items
+CLOCK_EVERY = 4096
+#: the least seconds per operator or tensor that reading, checking, costing and coarsening
+#: a graph take (a floor: this project's 2-core machine, shared, took 6.7e-5 on a 100,000-op
+#: chain), and per byte of its file (about 150 bytes an item): a graph that needs more than
+#: the time left is refused up front (core.deadline.check_fits)
+LOAD_S_PER_ITEM = 1e-5
+LOAD_S_PER_BYTE = LOAD_S_PER_ITEM / 150
 _TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors"}
 
 
@@ -75,8 +84,12 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         raise DistplanError(f"{source}: 'name' must be a non-empty string, got {brief(d['name'])}")
     if not isinstance(d["ops"], list) or not isinstance(d["tensors"], list):
         raise DistplanError(f"{source}: 'ops' and 'tensors' must be lists")
+    size = graph_size(len(d["ops"]), len(d["tensors"]))
+    check_fits(source, size, LOAD_S_PER_ITEM * (len(d["ops"]) + len(d["tensors"])))
     tensors = []
     for i, td in enumerate(d["tensors"]):
+        if i % CLOCK_EVERY == 0:
+            check_time(f"reading the tensors of {source}", size)
         _strict(td, _T_KEYS, _T_KEYS, f"{source}: tensors[{i}]")
         tensors.append(Tensor(**td))
     widest: dict[Any, Any] = {}
@@ -85,6 +98,8 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
             widest[t.src] = max(widest.get(t.src, 0), t.elems)
     ops = []
     for i, od in enumerate(d["ops"]):
+        if i % CLOCK_EVERY == 0:
+            check_time(f"reading the operators of {source}", size)
         _strict(od, _OP_KEYS, {"name", "kind", "fwd_flops"}, f"{source}: ops[{i}]")
         od = dict(od)
         if not isinstance(od["kind"], str):
@@ -121,6 +136,11 @@ def save_graph(g: Graph, path: str | Path) -> None:
 def load_graph(path: str | Path) -> Graph:
     """Read a graph JSON file; every problem with the file is one DistplanError naming it."""
     p = Path(path)
+    try:
+        n_bytes = p.stat().st_size
+    except OSError:
+        n_bytes = 0   # read_json_file says what is wrong with the path
+    check_fits(f"graph file {str(p)!r}", f"{n_bytes:,} bytes", LOAD_S_PER_BYTE * n_bytes)
     d = read_json_file(p, "graph file")
     try:
         return graph_from_dict(d, source=f"graph file {str(p)!r}")

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from distplan.core.deadline import check_time
 from distplan.core.errors import DistplanError
 from distplan.workloads import op_costs as oc
 from distplan.workloads.graph import Graph, Operator, unique_name
@@ -220,7 +221,10 @@ def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = 
     names: set[str] = set()
     scalings: list[str] = []   # Mul/Div/Neg by a constant scalar (a matrix product's alpha when fused)
     looked: set[str] = set()   # rows of a parameter table at constant indices (position embeddings)
-    for i, node in enumerate(_sorted_nodes(list(g.node), set(graph_inputs) | set(st.origin))):
+    nodes = _sorted_nodes(list(g.node), set(graph_inputs) | set(st.origin))
+    for i, node in enumerate(nodes):
+        if i % 4096 == 0:
+            check_time(f"importing ONNX model {default_name!r}", f"{len(nodes):,} nodes")
         ins = [x for x in node.input if x]
         if _is_shape_query(node, ins, st):  # Shape(x) / Size(x) of a static x: a constant, no parameter
             for y in node.output:

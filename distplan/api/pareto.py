@@ -50,19 +50,24 @@ class Frontier(list):
     unsolved: int = 0
 
 
+def check_points(n: int, limit_s: float) -> None:
+    """``n`` points fit ``limit_s`` (each point's solve gets at least ``MIN_POINT_S``), or a
+    DistplanError with both figures; the CLI asks before it loads the workload."""
+    if n < 2:
+        raise DistplanError(f"--pareto needs at least 2 points, got {n}")
+    if n * MIN_POINT_S > limit_s:
+        raise DistplanError(f"--pareto {n:,} points need at least {n * MIN_POINT_S:,.0f} s ({MIN_POINT_S:g} s of "
+                            f"solving each) and the time limit is {limit_s:g} s; ask for at most "
+                            f"{max(2, int(limit_s // MIN_POINT_S)):,} points or a longer --time-limit")
+
+
 def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
            progress=None) -> list[ParetoPoint]:
     """``n`` >= 2 frontier points (module docstring); ``options.time_limit_s`` bounds the
     whole frontier (each solve gets an equal share of what is left). A Ctrl-C or
     SIGTERM once the fastest plan is simulated stops the frontier there: the budgets
     not solved yet take the plans found so far (``Frontier.interrupted`` says so)."""
-    if n < 2:
-        raise DistplanError(f"--pareto needs at least 2 points, got {n}")
-    limit = (options or SolveOptions()).time_limit_s
-    if n * MIN_POINT_S > limit:   # each point's solve gets at least MIN_POINT_S: the limit cannot hold them
-        raise DistplanError(f"--pareto {n:,} points need at least {n * MIN_POINT_S:,.0f} s ({MIN_POINT_S:g} s of "
-                            f"solving each) and the time limit is {limit:g} s; ask for at most "
-                            f"{max(2, int(limit // MIN_POINT_S)):,} points or a longer --time-limit")
+    check_points(n, (options or SolveOptions()).time_limit_s)
     with stop_on_interrupt() as stop:
         return _pareto(problem, n, options, progress, stop)
 

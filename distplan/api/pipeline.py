@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from distplan.api.report import RankedPlan, SolveReport
+from distplan.core.deadline import current_deadline, deadline_at
 from distplan.core.errors import DistplanError, InternalError
 from distplan.core.interrupt import Stop, stop_on_interrupt
 from distplan.core.plan import Plan
@@ -30,6 +31,7 @@ from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.model import SolveOptions, SolveResult
 from distplan.model import solve as milp_solve
 from distplan.model.cluster_solve import resolve_space
+from distplan.model.phase_fast import first_plan_s, max_ops_for
 from distplan.sim import SimOptions, SimResult
 from distplan.sim import simulate as sim_run
 from distplan.sim.forecast import expected_sim_s as forecast_sim_s
@@ -47,6 +49,26 @@ def coarsen_target(problem: Problem, requested: int | None) -> int | None:
     if requested < 0:
         raise DistplanError(f"coarsen must be >= 0 (0 disables), got {requested}")
     return requested if 0 < requested < n else None
+
+
+#: a first plan forecast to end this much past the limit is still searched for
+FIRST_PLAN_SLACK_S = 2.0
+
+
+def check_first_plan_fits(problem: Problem, deadline: float, limit_s: float) -> None:
+    """A graph whose first plan alone (``model.phase_fast.first_plan_s``: cubic in the ops
+    of an inference stream) cannot be found in the time left is refused up front, with its
+    size, the forecast and the limit, instead of running past the limit."""
+    need, left = first_plan_s(problem), deadline - time.perf_counter()
+    run = current_deadline()   # the command line's limit, counted from the process's start
+    limit_s = run.limit_s if run is not None else limit_s
+    if need > max(left, 0.0) + FIRST_PLAN_SLACK_S:   # a plan late by a second beats none
+        raise DistplanError(
+            f"{problem.graph.name!r} has {problem.n_ops:,} ops: the search for a first plan takes about "
+            f"{need:.0f} s on them (it grows with the cube of the op count), more than the {max(left, 0.0):.1f} s "
+            f"left of the time limit of {limit_s:g} s; coarsen it to at most {max_ops_for(left):,} ops "
+            "(--coarsen N, coarsen_ops=N; the default coarsens graphs above "
+            f"{AUTO_COARSEN_ABOVE_OPS} ops to {AUTO_COARSEN_TARGET_OPS}) or raise the time limit")
 
 
 #: how to get each object the API's calls take, for the error when given something else
@@ -90,11 +112,18 @@ MIN_SOLVE_S = 0.05
 def ranking_margin_s(problem: Problem, options: SolveOptions) -> float:
     """Seconds of the time limit kept for checking, simulating (realistic and ideal) and
     ranking the top_k plans after the solve: an estimate from the graph's size, at most
-    ``RANKING_SHARE_MAX`` of the limit."""
+    ``RANKING_SHARE_MAX`` of the limit, plus what expanding, checking and writing the best
+    plan take on a large graph (``FINE_PLAN_S_PER_OP``)."""
     passes = 2 if problem.training else 1
     patterns = max(1, problem.microbatches, problem.topology.n_devices)   # a plan of one lane per device builds one per lane
     est = options.top_k * 2 * passes * SIM_S_PER_OP_MICROBATCH * problem.n_ops * patterns
-    return min(RANKING_SHARE_MAX * options.time_limit_s, est)
+    return min(RANKING_SHARE_MAX * options.time_limit_s, est) + FINE_PLAN_S_PER_OP * problem.n_ops
+
+
+#: seconds per op of the graph to expand the best coarse plan, cost it, check it and write
+#: it (a 100,000-op chain on this project's 2-core machine: about 4 + 3 + 3 s), kept for
+#: after the solve beside the simulations' margin
+FINE_PLAN_S_PER_OP = 1e-4
 
 
 def _milp_options(options: SolveOptions, deadline: float, margin_s: float) -> SolveOptions:
@@ -111,21 +140,30 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
     # the cluster and fleet spaces split whole layers and reads the ops' tensor-parallel roles: never coarsened
     target = None if resolve_space(problem, options) in ("cluster", "fleet") else coarsen_target(problem, options.coarsen_ops)
     if target is None:
+        if resolve_space(problem, options) == "pipeline":
+            check_first_plan_fits(problem, deadline, options.time_limit_s)
         solved = milp_solve(problem, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
         return solved, list(solved.plans), None
     from distplan.workloads.coarsen import coarsen, expand_plan
 
-    c = coarsen(problem.graph, target_ops=target)
-    coarse = effective_coarse_memory(build_problem(c.coarse, problem.topology, ProblemOptions(
-        precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
-        low_bit_ops=problem.low_bit_ops)), problem, c)
-    coarse = effective_coarse_times(coarse, problem, c)
+    with deadline_at(deadline - options.time_limit_s, options.time_limit_s):   # no plan yet: past it, an error
+        c = coarsen(problem.graph, target_ops=target)
+        coarse = effective_coarse_memory(build_problem(c.coarse, problem.topology, ProblemOptions(
+            precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
+            low_bit_ops=problem.low_bit_ops)), problem, c)
+        coarse = effective_coarse_times(coarse, problem, c)
+    check_first_plan_fits(coarse, deadline, options.time_limit_s)
     if options.progress:
         options.progress(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back "
                          "and simulated on the original graph (the proven gap holds for the coarse problem)")
     solved = milp_solve(coarse, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
     plans = []
     for p in solved.plans:
+        if plans and time.perf_counter() > deadline:   # each expansion costs the fine graph: the best ones stand
+            solved = dataclasses.replace(solved, cut_short=[*solved.cut_short, (
+                f"expanding the coarse plans: {len(solved.plans) - len(plans)} of {len(solved.plans)} not expanded "
+                "to the fine graph (time limit)")])
+            break
         fine = expand_plan(c, p)   # a coarse op's int8 holds only for its matrix products:
         fine = dataclasses.replace(fine, op_precision=problem.effective_precisions(fine.op_precision))
         plans.append(fine.with_predicted(coarse_milp_period_s=p.predicted.get("milp_period_s"),
@@ -285,14 +323,18 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         quickest = min(cost[id(p)] for p in waiting)
         why = why or (f"simulation skipped: forecast {quickest:.1f} s > {max(left - margin_s, 0.0):.1f} s usable "
                f"({max(left, 0.0):.1f} s left less a {margin_s:.1f} s margin)")
+        checked = 0
         for plan in waiting:
+            if rows and deadline - time.perf_counter() <= 0:   # past the limit: the best so far stands
+                break   # (checking a 100,000-op plan takes seconds; the rest are counted as not ranked)
+            checked += 1
             _check(problem, plan)
             over = budget_excess(problem, plan, sensitivity_budget)
             if over is not None:
                 dropped.append((plan, over))
             else:
                 rows.append((plan, None, None))
-        return _ranked(rows, sort=False), tuple(dropped), 0, why
+        return _ranked(rows, sort=False), tuple(dropped), len(waiting) - checked, why
     return _ranked(rows, sort=True), tuple(dropped), len(plans) - len(rows) - len(dropped), why
 
 

@@ -3,6 +3,7 @@ call the API, print. Errors a user can cause print one ``error:`` line, exit 2."
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import dataclasses
 import os
@@ -11,6 +12,7 @@ import time
 
 from distplan import api
 from distplan.core.atomic import dumps_json
+from distplan.core.deadline import deadline_at
 from distplan.core.errors import DistplanError
 from distplan.core.interrupt import current_stop, exit_status, signal_name, stop_on_interrupt
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
@@ -323,23 +325,31 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
         if not (args.list or args.describe):
             check_flags(args)
             check_outputs(args)
+            if args.pareto is not None and not args.compare:   # before the workload is read: its figures alone
+                from distplan.api.pareto import check_points
+
+                check_points(args.pareto, args.time_limit)
         if args.list:
             from distplan.api.describe import listing
 
             print(listing())
             return 0
         shapes = dict(api.parse_input_shape(x) for x in args.input_shape)
-        problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
-                              mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
-                              microbatches=args.microbatches, schedule=args.schedule,
-                              low_bit_ops=args.low_bit_ops, profile=args.profile)
+        # the time limit counts from the process's start: reading, checking and costing the workload
+        # look at it (core.deadline) and stop with one error naming the size and the limit
+        loading = contextlib.nullcontext() if args.describe else deadline_at(started, args.time_limit)
+        with loading:
+            problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
+                                  mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
+                                  microbatches=args.microbatches, schedule=args.schedule,
+                                  low_bit_ops=args.low_bit_ops, profile=args.profile)
         if args.describe:
             from distplan.api.describe import describe
 
             print(describe(problem))
             return 0
-        with stop_on_interrupt(notice=INTERRUPT_NOTICE):
-            return run_solve(problem, args, started)
+        with stop_on_interrupt(notice=INTERRUPT_NOTICE), deadline_at(started, args.time_limit, active=False):
+            return run_solve(problem, args, started)   # the solve's coarsening names this limit when it runs out
     except DistplanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
