@@ -54,13 +54,12 @@ def grace_s(limit_s: float) -> float:
 def deadline_at(started_s: float, limit_s: float, active: bool = True) -> Iterator[Deadline]:
     """Within the block, :func:`check_time` fails once ``limit_s`` seconds have passed
     since ``started_s`` (perf_counter seconds); ``active`` False: nothing fails, the
-    deadline only names the run's limit for one set inside it. An earlier active
-    deadline already set wins; an outer one's limit and start are the ones messages name."""
+    deadline only names the run's limit (and caps the deadline) for one set inside it.
+    The earlier of the two wins; an outer one's limit and start are the ones messages name."""
     d = Deadline(started_s + limit_s + grace_s(limit_s), limit_s, started_s, active)
     outer = _CURRENT.get()
     if outer is not None:
-        at = min(outer.at_s, d.at_s) if outer.active and active else (d.at_s if active else outer.at_s)
-        d = Deadline(at, outer.limit_s, outer.started_s, active or outer.active)
+        d = Deadline(min(outer.at_s, d.at_s), outer.limit_s, outer.started_s, active or outer.active)
     token = _CURRENT.set(d)
     try:
         yield d
