@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from distplan.costs.problem import Problem
 from distplan.costs.replay import TaskNet
-
-if TYPE_CHECKING:   # annotations only: costs.memory times its sends here, and problem imports memory
-    from distplan.costs.problem import Problem
+from distplan.costs.routes import links_s, route_s  # noqa: F401  (re-exported: the transfer formula)
 
 
 # --- point to point ------------------------------------------------------------------
@@ -46,14 +44,6 @@ def path_links(topology, path: Sequence[int]) -> tuple[int, ...]:
     return tuple(l for a, b in zip(path, path[1:]) for l in topology.route(a, b))
 
 
-def links_s(problem: Problem, links: Sequence[int], nbytes: float) -> float:
-    """Store and forward of ``nbytes`` over ``links`` in turn: per link bytes/bw + latency."""
-    return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l]) for l in links)
-
-
-def route_s(problem: Problem, a: int, b: int, nbytes: float) -> float:
-    """Store and forward of ``nbytes`` from device a to b (0 on one device)."""
-    return links_s(problem, problem.topology.route(a, b), nbytes)
 
 
 def boundary_links(problem: Problem, a: int, b: int) -> list[int]:

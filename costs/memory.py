@@ -57,6 +57,7 @@ import numpy as np
 
 from distplan.core.precision import precision
 from distplan.core.schedules import PLAN_SCHEDULES, interleaved_inflight
+from distplan.costs.routes import route_s
 from distplan.costs.tensor_parallel import tp_output_share
 from distplan.workloads.graph import graph_send_elems, send_elems  # noqa: F401  (re-exported)
 
@@ -378,13 +379,6 @@ class StageMemory:
         return inflight * (self.stash + self.boundary + self.sending) + overlapping * max(self.forward, self.backward)
 
 
-def _hop_s(problem, a: int, b: int, nbytes: float) -> float:
-    """Seconds ``nbytes`` take over the route a -> b: ``costs.collectives.route_s``, which
-    this module cannot import (collectives -> costs.problem -> this module)."""
-    return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l])
-               for l in problem.topology.route(a, b))
-
-
 def _share(problem, v: int, tp: int, sp: bool) -> float:
     return tp_output_share(problem.graph.ops[v], tp, sp) if tp > 1 else 1.0
 
@@ -443,6 +437,20 @@ def remat_groups(problem, ops: Sequence[int]) -> dict[object, list[int]]:
     return groups
 
 
+def _not_after(n: int, local_edges: list[tuple[int, int]]) -> np.ndarray:
+    """[t, u]: op u (later on the stage) does not depend on op t, so it may run before t."""
+    reach = np.zeros((n, n), dtype=bool)   # [t, u]: u depends on t (a path t -> u on the stage)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for a, b in local_edges:
+        children[a].append(b)
+    for t in range(n - 1, -1, -1):
+        for c in children[t]:
+            reach[t, c] = True
+            reach[t] |= reach[c]
+    later = np.triu(np.ones((n, n), dtype=bool), 1)
+    return later & ~reach
+
+
 def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.ndarray,
                           saved: tuple | None = None, remat: np.ndarray | None = None) -> StageMemory:
     """Per-rank stash and transient bytes of training stage ``k`` under ``plan`` at the
@@ -493,7 +501,7 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
             grads[pos[w] + 1] -= b
         elif sw == k and su < k:     # received (kept for the backward, or until read), its gradient sent back
             sending += b
-            back_s += _hop_s(problem, here, plan.stages[k - 1].replica_group(0)[0], b)
+            back_s += route_s(problem, here, plan.stages[k - 1].replica_group(0)[0], b)
             if saved[e] > 0:
                 stash += b
                 recv_kept[pos[w]] += b
@@ -508,7 +516,7 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     sending += float(sum(rest[pos[u]] for u in sends))
     if k + 1 < plan.n_stages:
         nxt = plan.stages[k + 1].replica_group(0)[0]
-        out_s = sum(_hop_s(problem, here, nxt, elems[e] * bpe[q[u]] / tp)
+        out_s = sum(route_s(problem, here, nxt, elems[e] * bpe[q[u]] / tp)
                     for e, (u, w) in enumerate(edges) if stage[u] == k and stage[w] > k)
     kind = int(problem.device_kind[here])
     f_s = sum(float(problem.fwd_time_s[v, q[v], kind]) for v in order) / tp
@@ -528,7 +536,11 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
         lo, hi = pos[min(g)], pos[max(g)]
         ws[lo:hi + 1] += float(remat[g].sum())
     kept_to = np.cumsum(own_kept + recv_kept)        # [t]: kept by ops up to t
-    fwd_profile = kept_to + recv_kept.sum() - np.cumsum(recv_kept) + live   # received copies may arrive early
+    # a device runs a stage's ready ops first: while op t waits on a collective or a received
+    # input, a later op that does not depend on t may run (and keep its output) before it
+    ahead = _not_after(n, [(pos[u], pos[w]) for u, w in edges if stage[u] == k and stage[w] == k])
+    fwd_profile = (kept_to + recv_kept.sum() - np.cumsum(recv_kept) + live   # received copies may arrive early
+                   + ahead.astype(float) @ (own_kept + rest))
     bwd_profile = kept_to + grads + ws
     single = float(max(fwd_profile.max(initial=0.0), bwd_profile.max(initial=0.0), stash))
     fwd, bwd = float(live.max(initial=0.0)), float((grads + ws).max(initial=0.0))

@@ -1,0 +1,26 @@
+"""Store-and-forward transfer time over links and routes: the one formula every cost,
+memory and replay module uses (``costs.collectives`` re-exports it)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class LinkTable(Protocol):
+    """What a transfer reads of a problem (``costs.problem.Problem`` has it)."""
+
+    link_bw_bytes_per_s: np.ndarray
+    link_latency_s: np.ndarray
+    topology: Any
+
+
+def links_s(problem: LinkTable, links: Sequence[int], nbytes: float) -> float:
+    """Store and forward of ``nbytes`` over ``links`` in turn: per link bytes/bw + latency."""
+    return sum(nbytes / float(problem.link_bw_bytes_per_s[l]) + float(problem.link_latency_s[l]) for l in links)
+
+
+def route_s(problem: LinkTable, a: int, b: int, nbytes: float) -> float:
+    """Store and forward of ``nbytes`` from device a to b (0 on one device)."""
+    return links_s(problem, problem.topology.route(a, b), nbytes)
