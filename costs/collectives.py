@@ -1,29 +1,17 @@
 """Communication, written once: every transfer time, boundary route, collective and
-reduction schedule the planner, the analytic models and the simulator use.
+reduction schedule the planner, the analytic models and the simulator use (seconds).
 
-- Point to point (``route_s``, ``links_s``): store and forward per link, bytes / bandwidth
-  + latency; a relay through several devices (``path_links``) is its hops' links in turn.
-- Stage boundaries (``boundary_links``, ``lane_boundary_links``): the links a tensor
-  crossing a pipeline boundary a -> b loads, the gradient's reverse route added in
-  training (``boundary_load_s``: the busy seconds its bytes put on each); what they cost per byte (``store_forward_coefficients``: the MILP's
-  linearised latency, ``bottleneck_s_per_byte``: the steady-state load of the busiest).
-- Collectives over a ring without contention: ``ring_parts`` (steps of bytes/n, each
-  device forwarding a chunk once it arrived), ``ring_allreduce_s`` (2(n-1) steps, the
-  tensor-parallel all-reduce), ``reduce_scatter_s`` (n-1), ``all_gather_s`` (n-1 steps
-  in lockstep, ZeRO-1's parameter gather), ``all_to_all_s`` (n-1 pairwise rounds).
-- The data-parallel gradient reduction, one schedule (``reduction_rings``: a flat ring,
-  or hierarchical: reduce-scatter inside each node, a ring across nodes on 1/g of the
-  bytes, all-gather inside; ZeRO-1 keeps only the reduce-scatter halves) that
-  everything derives from: its closed form (``gradient_reduction_parts``), its transfers
-  one by one with their dependencies (``reduction_schedule``, ``ring_schedule``,
-  ``allreduce_schedule`` for the tensor-parallel all-reduce: the
-  simulator's nodes, sim.comm_nodes, and the analytic replay's ``Transfers``,
-  ``reduction_transfers``) and its size (``reduction_size``: the forecast's hops, the
-  estimate's transfers).
-- ``Transfers``: transfers over FIFO links (and the devices' tasks of a joint run),
-  timed by the simulator's own replay kernel (``costs.replay.TaskNet``).
-
-Casts are ``costs.problem.Problem.cast_time_s`` (the table ``build_problem`` fills).
+- Point to point (``route_s``, ``links_s``, ``path_links``): store and forward per link,
+  bytes / bandwidth + latency, a relay's hops in turn.
+- Stage boundaries (``boundary_links``, ``lane_boundary_links``, ``boundary_load_s``): the
+  links a tensor crossing a -> b loads (the gradient's reverse route too in training);
+  per byte: ``store_forward_coefficients`` (the MILP's), ``bottleneck_s_per_byte``.
+- Rings without contention: ``ring_parts``, ``ring_allreduce_s`` (2(n-1) steps of
+  bytes/n), ``reduce_scatter_s``, ``all_gather_s`` (n-1), ``all_to_all_s``.
+- The data-parallel gradient reduction, one schedule (``reduction_rings``: flat, or
+  hierarchical by node; ZeRO-1 keeps the reduce-scatter) from which its closed form, its
+  transfers (the simulator's and ``Transfers``'s) and its size all derive.
+Semantics: docs/concepts/simulator.md. Casts are ``Problem.cast_time_s``.
 """
 from __future__ import annotations
 

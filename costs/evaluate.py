@@ -1,21 +1,15 @@
-"""The analytic steady-state cost of a plan: the quantity the MILP linearises.
+"""The analytic steady-state cost of a plan (``plan_cost``, seconds per microbatch): the
+quantity the MILP linearises, and the memory each device is charged
+(``plan_memory_bytes``, bytes).
 
-Per microbatch (averaged over one cycle of replica assignment, ``Plan.cycle``: the lcm
-of replica counts, longer with uneven ``Stage.shares``; each microbatch's ops at the
-precisions of the replicas that run it, ``Plan.microbatch_precisions``):
-- device load: for every stage on the device, the compute of its operators at their
-  precisions plus the casts of incoming tensors whose producer precision differs
-  (cast on the consumer; in training, forward + backward and the gradient cast back);
-- link load: for every tensor crossing stages a -> b, its bytes (at the producer's
-  precision) on every link of every relay hop a->a+1->...->b, divided by the link's
-  bandwidth; in training the gradient takes the reverse hops with the same bytes.
-The period is the largest device or link load; in the simulator's ideal mode (no
-latency, overlap of compute and transfers) the steady-state period equals it.
-Recomputation (``Stage.recompute``, costs.recompute) adds the recomputed operators'
-forward time again and holds their outputs once; ZeRO-1 stages hold 1/r of the
-optimizer state. Tensor parallelism (tp > 1) is outside this steady-state model; the
-training iteration of a dp x tp x pp plan, Megatron's collectives included, is
-``costs.iteration.estimate_iteration``.
+The period is the largest device load (its stages' compute at their precisions plus the
+casts on the consumer) or link load (each crossing tensor's bytes at the producer's
+precision over every link of its relay hops, the gradient back in training), averaged
+over one cycle of replica assignment (``Plan.cycle``). In the simulator's ideal mode the
+steady-state period equals it. Tensor parallelism is outside this model
+(``costs.iteration.estimate_iteration`` covers dp x tp x pp training).
+
+Rules: docs/concepts/milp.md, "The period it linearises".
 """
 from __future__ import annotations
 

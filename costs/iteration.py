@@ -1,65 +1,17 @@
-"""The analytic training iteration of a dp x tp x pp plan: what the simulator's
-``iteration_s`` measures, in closed form (for planners and quick what-ifs).
+"""The analytic training iteration of a dp x tp x pp plan, in closed form.
 
-Per stage k, one microbatch on one rank of one replica (devices of the stage's replica 0):
-- ``F_k``: every op's forward share (``costs.compute.tp_shard_time_s``: the work divides
-  over the tensor-parallel group for the ops whose role divides, the launch does not),
-  the casts of incoming tensors, and the ring all-reduces Megatron's pattern needs after
-  the forward (``costs.tensor_parallel``): 2(t-1) steps of bytes/t, each step the
-  slowest neighbour route's sum of bytes/bandwidth + latency per link;
-- ``B_k``: the backward shares, the forward again for recomputed ops, the gradient casts,
-  and the backward all-reduces;
-- ``c_b``: the bytes crossing boundary b -> b+1 (one rank's share) over its route,
-  store and forward, both ways in training.
+``estimate_iteration`` returns, in seconds, what the simulator's ``SimResult.iteration_s``
+measures for one optimizer step: per stage the forward ``F_k`` and backward ``B_k`` of
+one microbatch on one rank (Megatron's all-reduces, casts, recomputed forwards), the
+boundary transfers ``c_b``, fill + (m - 1) x ``max_k (F_k + B_k)`` + drain, each stage's
+exposed gradient reduction (flat or hierarchical ring, overlapped per op, ZeRO-1's
+reduce-scatter) and the optimizer step. Interleaved schedules, mixed fleets and replica
+groups run jointly, task by task, on the simulator's replay kernel (``costs.replay``)
+with FIFO links in the simulator's order. Ignored on homogeneous plans: contention
+between transfers on a link and bubbles from uneven communication in the 1F1B window.
 
-1F1B with m_k = M / r_k microbatches per replica: the first microbatch's forward and the
-last one's backward traverse every stage (sum of F_k + B_k + 2 c_b) and in between the
-pipeline advances one microbatch per period ``P = max_k (F_k + B_k)`` (m - 1 times,
-m the largest m_k). Stage k's last backward ends sum_{j<k} (B_j + c_j) before stage
-0's; its gradient reduction (``allreduce_s``: a ring over the replicas, or reduce-scatter
-/ ring / all-gather by node when hierarchical; only the reduce-scatter under ZeRO-1)
-starts then, or is overlapped with the stage's last backward (``overlap_grad_reduce``:
-one bucket per op, released when the op's backward ends, the buckets' ring steps
-timed transfer by transfer on FIFO links, ``Transfers``, on the simulator's own
-replay kernel, ``costs.replay``;
-only what ends after that backward is exposed). The optimizer step
-(``optimizer_step_per_device_s``) follows. Ignored (homogeneous topologies, alike
-replicas): link contention between transfers, and bubbles from uneven communication
-inside the 1F1B window.
-
-The interleaved schedule (Megatron's virtual stages, ``core.schedules.interleaved_order``)
-always takes the joint run below, every device running its chunks in that order.
-
-Mixed fleets (a problem with several device kinds) and replica groups
-(``Stage.shares``, ``Stage.replica_precision``): F_{k,i} and B_{k,i} are per replica (its
-devices' kind, its precisions), replica i of stage k runs n_{k,i} microbatches (its
-share), and the pipeline and the gradient reductions are run together, as the
-simulator runs them (``_JointNet``, replayed by the simulator's kernel,
-``costs.replay``): every device (rank 0 of each replica) runs its
-replicas' forward and backward blocks in the simulator's 1F1B order
-(``Plan.window_offsets``), op after op, each op waiting for the tensors it receives
-from other stages; every tensor crossing a stage boundary, microbatch by microbatch,
-is a transfer over its whole route (store and forward, relays included), leaving when
-its producer is done; replica i's gradients (each op's at the widest precision of its
-replicas) are reduced by ``costs.collectives.reduction_transfers`` (the simulator's
-ring or hierarchical steps, transfer by transfer), each replica starting when its own
-gradients are ready (after its last task, or per op after the op's backward of its
-last microbatch with ``overlap_grad_reduce``); and all these transfers queue FIFO on
-the links in order of arrival (``costs.collectives.Transfers``). So the estimate
-charges what communication costs where compute does not hide it: latency per hop,
-serialisation on shared links (the replicas' boundary tensors on one network link, a
-tensor behind overlapped reduction steps on a GPU's PCIe link, consecutive
-microbatches' tensors), the slowest route of each ring step, the wait for the slowest
-replica. Measured on ``hybrid-v100-t4`` (bert-base/-large training, batch 8, 16
-microbatches): equal to the simulator to 1e-12 on 48 data-parallel plans, on the
-named pipelines and 70 random ones (cuts inside layers, shares, int8 T4 groups) and on
-the fleet space's top plans (``model.fleet``), where the task-by-task replay without
-contention it replaced was off by up to -6.7 % and -8.1 %; ties on a link go in the
-simulator's order (one kernel; devices start in index order, a task's tensors leave in
-its order of creation). About 20 ms per bert plan. If the run cannot go through (it always can
-on the simulator's schedules) the lanes' closed form stands in: ``max over (k, i) of
-n_{k,i} T_{k,i} + sum_{j != k} T_{j,l(j)} + 2 sum_b c_b`` along replica (k, i)'s first
-microbatch's replicas l(j), its reductions timed from there.
+Every term, the joint run and its fallback: docs/concepts/simulator.md, "The analytic
+iteration, term by term".
 """
 from __future__ import annotations
 

@@ -1,51 +1,15 @@
-"""Memory an operator needs on its device, per precision.
+"""Memory an operator needs on its device, per precision, in bytes.
 
-Static bytes stay for the whole run: parameters at the operator's precision; in
-training also their gradients (same precision) and Adam state kept in fp32 (master
-weights, first and second moments: 12 bytes per parameter). Activation bytes are per
-microbatch (the operator's outputs at its precision; for a fused/coarse operator every
-intermediate it writes); a schedule keeps several microbatches in flight
-(``inflight_microbatches``).
+Static bytes stay for the whole run: parameters at the operator's precision, in training
+also their gradients and fp32 Adam state (12 bytes per parameter). Activation bytes are
+per microbatch, times the schedule's in-flight copies (``activation_factors``): training
+stashes what each backward needs for ``n`` microbatches; an inference stage is charged
+its liveness peak in topological order (``stream_activation_bytes``), plus one
+microbatch of what it receives or relays (``edge_bytes``). The charge bounds the
+simulator's own peak (``sim.memory``), which frees buffers by the same rules.
 
-How many copies a stage holds (``activation_factors``): training stashes every output
-for the backward pass, so each op holds ``n`` microbatches' activations. An inference
-stream frees an output once its consumers on the stage have run; only tensors a later
-stage reads stay buffered until sent, so an op holds ``n - 1`` more copies of its *sent*
-bytes when some consumer sits on a later stage. The sent bytes (``send_elems``) are at
-most the output: for a fused operator only the tensors that leave it.
-
-Inference activations by liveness (``stream_activation_bytes``): a stage runs its
-ops in topological (index) order, one microbatch after the other. While op t runs, the
-own activations alive are t's whole output and the sent bytes of every earlier op u of
-the stage that is still wanted: read by an op at index >= t (``last_reader[u] >= t``,
-wherever that reader sits) or by a later stage (held until sent); the previous
-microbatches' ops are done but for what waits to be sent. The stream keeps at most two
-outputs of an op per device, so an op read by a later stage has at most one older copy
-waiting when it is already allocated (index <= t) and two when it is not (index > t), at
-most ``M - 1`` in all. The stage's activation bytes are the peak over t of
-
-    live(t) + n1 x S + n2 x (sent bytes of its ops after t read by a later stage),
-
-S the sent bytes of its ops read by a later stage, n1 = min(1, M - 1) (the
-``activation_factors`` extra copies) and n2 = min(2, M - 1) - n1. This is what the
-simulator holds (``sim.memory``: an op's output from its start, the part no other op
-reads until it ends, the rest until its last local reader has finished and its first hop
-is served), so it bounds the simulated peak; it never exceeds the sum of every output
-plus n1 x S (what this module charged before: at each t, the ops after t count at most
-once more than in that sum, the ones before t that are dead not at all). Readers count
-over every tensor, zero-byte ones too (such a reader still keeps the producer's buffer).
-
-A stage also holds what it receives or relays for one microbatch (``edge_bytes`` of the
-tensors that cross into it, at the producer's precision): the next microbatch's inputs
-arrive while the current one runs. This is beyond the simulator's *own* peak (its
-``peak_memory_bytes`` counts such buffers in flight). The realistic simulation's flow
-control (``sim.schedule.stream_flow_control``) holds a stage to one received copy of
-each tensor, so a stage slower than its predecessor no longer queues microbatch after
-microbatch of inputs; where the transfer cannot hide behind the stage's other ops (the
-consumer op alone is most of the period) it keeps two, one beyond this charge, rather
-than slow the plan down (plans the realistic simulation finds over memory are dropped).
-Without the charge a plan packed to the byte by its own activations overflowed with the
-first input in flight.
+Rules and formulas: docs/concepts/milp.md ("Memory") and docs/concepts/simulator.md
+("Memory: one model, two charges").
 """
 from __future__ import annotations
 

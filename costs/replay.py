@@ -1,21 +1,16 @@
-"""The replay kernel: one dataflow / FIFO-link engine under the simulator and the
-analytic iteration (``sim.execute`` runs the simulator's node network on it,
-``costs.collectives.Transfers`` the analytic replay's tasks and transfers).
+"""The replay kernel: one dataflow / FIFO-link engine under the simulator (``sim.execute``)
+and the analytic iteration (``costs.collectives.Transfers``, ``TaskNet``).
 
-A network is nodes on servers: devices first (``0 .. n_devices-1``), then links. A node
-starts when its server is free and every node it waits for has finished; it is busy
-``dur`` and its successors may use it ``latency_s[server]`` later. Devices (links too
-when ``static_links``) run a fixed sequence each (``seqs``): pure dataflow, computed as
-soon as every input time is known, without events. Links whose order depends on time
-(``fifo`` arrival order, ``fair`` processor sharing, ``free``: no contention) take their
-nodes from one heap of ``(time, priority, sequence, node)`` (``sequence`` an increasing
-counter: ties at one time and priority go in the order pushed, identically on every
-run); the heap is popped only when no static work is computable, so every pushed time is
->= the last popped one and arrivals are served in true time order.
+Nodes run on servers (devices ``0 .. n_devices-1``, then links): a node starts when its
+server is free and every node it waits for has finished, is busy ``dur`` seconds, and
+its successors may use it ``latency_s[server]`` later. Static servers run a fixed
+sequence each (pure dataflow); time-ordered links (``fifo``, ``fair``, ``free``) take
+nodes from one ``(time, priority, sequence, node)`` heap, popped only when no static
+work is computable, so arrivals are served in true time order and ties go in push
+order: deterministic. ``TaskNet`` builds a network from tasks and transfers (one node
+per link of a route, store and forward).
 
-``TaskNet`` builds such a network from tasks and transfers (a transfer: one node per
-link of its route, store and forward) for callers that do not tile a pattern of
-microbatches as the simulator does (``sim.execute.expand``).
+Details: docs/concepts/simulator.md, "What a plan executes" (engine).
 """
 from __future__ import annotations
 
