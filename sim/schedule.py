@@ -1,32 +1,16 @@
 """Schedule policy: the static order in which each server runs the task graph's nodes.
 
-Rounds. Every node type t has an integer offset ``o[t]``; node (t, m) belongs to round
-``R = m + o[t]`` and each static server runs its nodes sorted by ``(block, R, rank)``
-(rank = creation order, consistent with every dependency; block separates GPipe's
-forward and backward phases). Offsets:
+Node (t, m) of type t and microbatch m belongs to round ``m + o[t]``; each static server
+runs its nodes sorted by ``(block, round, creation rank)``. ``deep`` offsets (inference,
+and training in ideal mode) make every dependency between two servers advance the round,
+so the steady-state period equals the busiest server's load (the MILP's period);
+``1f1b`` offsets stage k's backwards by (K-1-k) x r_k (at most K-k microbatches in
+flight); ``gpipe`` runs every forward before any backward; ``explicit`` follows
+``plan.device_order``; ``interleaved`` runs ``core.schedules.interleaved_order``.
+``stream_flow_control`` bounds each output's buffers and, in realistic runs, each
+stage's queue of received tensors.
 
-* ``deep`` (inference always, training in ideal mode): longest path over the type graph
-  where an edge between different servers weighs 1 and an edge on one server 0, then
-  device tasks are delayed as late as their successors allow (so a local tensor is
-  consumed in the round it is produced) and link hops are re-anchored right after their
-  producer. Every dependency between two servers then advances the round by >= 1, so any
-  cycle of the resulting max-plus system has mean <= the busiest server's load per
-  microbatch: the steady-state period equals that load (the MILP's period). ``stream``
-  then puts all of one microbatch's tasks of a stage on a device in one round.
-* ``1f1b`` standard (training, not ideal): forward nodes offset 0, backward nodes of
-  stage k offset (K-1-k) x r_k (K = plan stages, r_k = the stage's data-parallel
-  replicas; kept non-increasing along the pipeline, see ``window_1f1b``): each replica
-  of stage k runs K-1-k warm-up forwards and then alternates one
-  forward, one backward, holding at most K-k microbatches.
-
-``gpipe`` sorts every forward before any backward (block = phase); ``explicit`` devices
-follow ``plan.device_order`` instead; ``interleaved`` devices (Megatron's virtual
-pipeline stages) run their chunks' forward and backward blocks in
-``core.schedules.interleaved_order`` (each block's nodes in creation order; links are
-then never static: arrival order, also in ideal mode). ``stream`` bounds each output's buffers
-(backpressure) and, in realistic runs, each stage's queue of received tensors (flow
-control: a tensor leaves for a stage once the stage has freed the previous copy,
-``stream_flow_control``).
+Rules: docs/concepts/simulator.md, "Schedules: the static order".
 """
 from __future__ import annotations
 

@@ -1,42 +1,17 @@
 """Exact symmetry reduction: identical data-parallel replicas and identical tensor-parallel
 ranks simulated once.
 
-A training plan whose stages all have ``r`` replicas of ``t`` ranks runs ``r x t`` copies
-of the same work. When the topology maps those copies onto each other, so that shifting
-every replica by ``s`` (and every rank by ``u``) maps each route the plan uses onto a route
-with the same links' bandwidths and latencies, and the shifts permute the links used
-without fixing any (no link is its own image under a non-trivial shift), every copy runs
-the same timeline: the run is symmetric. Then one copy is simulated (replicas 0..s-1,
-ranks 0..u-1) on one representative link per orbit of links: a link of the full run carries,
-shifted, the copy's traffic on every link of its orbit, and the representative carries
-all of it, so contention between copies on a link is kept. A ring step from the copy's
-last replica goes to the next copy's first, which receives it (by symmetry) when the
-copy's first receives its own predecessor's: it is taken as that arrival (a
-tensor-parallel ring step from rank u-1 likewise lands on rank 0). The full run's
-figures are the copy's, repeated over the orbits.
+When shifting every replica by ``s`` (and every rank by ``u``) maps each route the plan
+uses onto a route with the same bandwidths and latencies, and permutes the links used
+without fixing any, every copy runs the same timeline: one copy (replicas 0..s-1, ranks
+0..u-1) is simulated on one representative link per orbit (so contention between copies
+on a link is kept) and the full run's figures are rebuilt from it, exactly. ``s`` is the
+smallest divisor of the replica count whose shift works (``u`` likewise for ranks); the
+largest merge is tried first. Plans that do not meet the conditions (training, 1F1B or
+interleaved, not ideal, no trace, equal replicas and degrees, one device kind, alike
+replicas, hierarchical groups of whole nodes) are simulated in full.
 
-``s`` is the smallest divisor of ``r`` whose shift works: 1 when every replica sits
-alike (one replica per node, or a replica spanning nodes), the replicas of one node (or
-of a few) when a node holds several of them: dp 32 x tp 4 on 8-GPU nodes puts replicas
-2n and 2n+1 on node n, the gradient ring alternates NVLink (2n -> 2n+1) and InfiniBand
-(2n+1 -> 2n+2) hops, so a shift by one maps NVLink routes onto InfiniBand ones but a
-shift by two is a symmetry: one node's two replicas are simulated, r / 2 copies merged.
-``u`` is 1 (rank 0 alone) when every rank sits alike; where no shift by one works, a
-divisor of ``t`` is tried: tp 16 over two 8-GPU nodes rings NVLink hops and two
-InfiniBand ones (7 -> 8, 15 -> 0), which a shift by eight maps onto each other: one
-node's eight ranks are simulated, two copies merged.
-
-Conditions checked (otherwise the plan is simulated in full): training, 1F1B or
-interleaved 1F1B (whose chunks share their pipeline rank's devices), not ideal
-mode, no trace, every stage the same replica count ``r`` dividing the microbatch count
-and the same tensor-parallel degree, one device kind, replicas alike (replica groups:
-equal ``shares`` if any, the same precision overrides on every replica if any; the
-reduced plan then has no shares and the overrides folded into its op precisions). A
-hierarchical gradient reduction (reduce-scatter inside each node, rings across nodes,
-all-gather inside) merges replicas only when its node groups are consecutive blocks of
-``g`` replicas and ``s`` is a multiple of ``g`` (the copy holds whole nodes), ranks only
-when every rank's groups are the same. A shift that fails is dropped (larger ``s``,
-replicas only, or ranks only, are tried; the largest merge first).
+Conditions and examples: docs/concepts/simulator.md, "Cluster scale by exact symmetry".
 """
 from __future__ import annotations
 
