@@ -1,53 +1,16 @@
-"""Coarsening: contract a fine operator graph to fewer operators before the solve, and map
-a plan on the coarse graph back to the fine one.
+"""Coarsening: contract a fine operator graph to fewer operators before the solve
+(``coarsen``), and map a plan on the coarse graph back to the fine one (``expand_plan``).
 
-Two phases, both by edge contraction. An edge (u, v) is contracted only when it is the
-only path from u to v, so the result is always a DAG; a topological order is
-maintained through every contraction (the descendants of u that lie between u and v
-in the order move behind the merged node), so the check looks only at that stretch.
+Fusion of cheap operators into their producers, then edge contraction of the lightest
+pair down to ``target_ops`` (a run-cutting pass first on very large graphs); an edge is
+contracted only when it is its ends' only path, and every coarse operator is a
+contiguous run of the fine topological order. Guarantees: the result is a DAG; FLOPs,
+parameters, activation and touched elements are conserved exactly; an expanded plan is
+feasible on the fine graph whenever it is on the coarse one (same stages along every
+fine edge, no more memory per device, same precisions), and its analytic period there
+is >= the coarse one, so a solver's proven gap holds for the coarse problem only.
 
-0. Runs (graphs of more than ``LARGE_OPS`` operators, ``_runs``): the topological order
-   is cut into runs of consecutive operators of about equal weight, ``RUNS_PER_TARGET``
-   x the target of them, in linear time (two neighbours in a topological order have no
-   path between them but their own edge); phase 1 is skipped and phase 2 starts from
-   the runs. The pairwise phases search paths and rewrite stretches of the order, which
-   is quadratic on a star or a long chain (a 100,000-op star ran for minutes).
-1. Fusion: every cheap operator (kind in ``CHEAP_KINDS``: element-wise, activation,
-   add, data movement) is fused into its producer — the one whose tensor into it is
-   largest — so chains of them collapse into the operator that feeds them. A cheap
-   operator without a producer is fused into its largest consumer.
-2. Contraction to ``target_ops``: repeatedly contract the edge whose two ends have the
-   smallest combined weight (share of total FLOPs + share of touched elements + share of
-   parameters; ties: the heavier tensor first), which keeps coarse operators balanced.
-   A graph with disconnected parts merges operators adjacent in the topological order.
-3. Runs: groups whose spans in the fine topological order overlap are merged, so every
-   coarse operator is a contiguous run of that order (``_Intervals``; the count may end
-   below ``target_ops``). A stage runs its operators in that order and an inference
-   stage's memory is its liveness peak in it (costs.memory): what is alive at a fine
-   operator is then alive at its coarse one too.
-
-Conserved exactly (sums over the members, ``math.fsum`` for floats — exact because every
-count the importers and the zoo produce is an integer below 2**53): ``fwd_flops``,
-``bwd_flops``, ``param_elems``, ``out_elems`` and ``touched_elems``. So the graph's FLOP,
-parameter, memory-traffic and activation totals are unchanged. A coarse operator's
-``send_elems`` is the sum of the sent elements of its members that send a tensor out of
-it, so the memory a plan needs on each device is the same on the coarse and the fine
-graph in training, and in an inference stream at least the fine one (a coarse operator
-holds all its members' outputs while it runs; a member whose tensors leave the group
-only for the same stage is still counted). Tensors between two
-coarse operators are summed; tensors inside one disappear (they no longer cross a
-device boundary). Not conserved: the number of operator launches, and the sensitivity
-proxy (a coarse operator takes the name and kind of its member with the most forward
-FLOPs, preferring members that are not cheap).
-
-Consequences for a plan (``expand_plan``: every fine operator takes its coarse operator's
-stage and precision; stages, schedule and microbatches are unchanged):
-- it is feasible on the fine graph whenever it is on the coarse one (same stages along
-  every fine edge, no more memory per device, same precisions);
-- its analytic period on the fine graph is >= the coarse one: the roofline of a sum is
-  at most the sum of rooflines, launch overheads and fixed cast costs are paid per fine
-  operator and tensor, and link loads are equal. The gap between the two is what the
-  coarsening costs, and a solver's proven gap holds for the coarse problem only.
+Steps and what is conserved: docs/guides/own-model.md, "How coarsening contracts".
 """
 from __future__ import annotations
 

@@ -1,50 +1,17 @@
 """Kernel fusion: an imported fine graph costed as a compiler would run it.
 
-An importer writes one operator per framework node. A compiler (XLA, TorchInductor,
-TensorRT, onnxruntime's graph optimiser) launches far fewer kernels, and ``fuse_graph``
-contracts the graph to those kernels, so that the cost model and the simulator both see
-them (a launch and a memory round trip per kernel, not per node):
-
-0. **input-only tensors** (an attention mask built from the inputs and read by every
-   layer) are recomputed by each reader, not sent (``workloads/rematerialize.py``): each
-   reader gets its own copy of the cheap operators that make the tensor, which then fuse
-   into the reader's kernel below;
-1. **views** (kind ``reshape`` with no work and no traffic: Reshape, Squeeze, Flatten,
-   Identity, Dropout, torch's view/transpose/permute/split) join their producer (or,
-   reading only graph inputs, their consumer): they cost nothing, not even a launch;
-2. **bias epilogues**: an ``add`` with parameters whose only producer is a matrix
-   product read by nothing else joins that product (cuBLASLt / addmm epilogue; the zoo's
-   matmuls carry their bias so too);
-3. **layout moves next to a matrix product** (zero-FLOP copies, kind ``reshape``:
-   Transpose, Split, Slice, Expand, Concat, ...) whose only producer is a matrix
-   product, or whose only consumer is one, join it: the product reads or writes that
-   layout through its strides (Transpose-as-view);
-4. **scalings by a constant** (``scalings``: operators the importer found multiplying or
-   dividing their one input by a constant scalar, e.g. the ``q * d**-0.25`` and
-   ``k * d**-0.25`` an exporter writes for scaled-dot-product attention): a matrix
-   product is linear in each operand, so the scaling is its ``alpha``; it joins the
-   product it alone feeds, else the product whose only consumer it is;
-5. **element-wise chains**: connected operators of the fusible kinds (``elementwise``,
-   ``activation``, ``add``, ``reshape``, ``softmax``, ``layernorm``) between heavy ops
-   become one kernel, as long as the graph stays acyclic (an edge is contracted only
-   when it is the only path between its ends). A normalisation whose input is also read
-   elsewhere (the residual stream of a pre-norm transformer) starts a kernel of its own:
-   fused into the residual add, every pipeline cut after the add would have to send both
-   the stream and its normalised copy, where Megatron's stages send the stream alone and
-   normalise it on arrival; the price is one read of the stream. Table lookups summed
-   (a token embedding plus position rows the importer found at constant indices, kind
-   ``embedding`` both) are one gather kernel, as the zoo's ``embed``.
-
-A fused operator keeps the exact sums of its members' forward and backward FLOPs and
-parameters; it pays **one** memory round trip: ``touched_elems`` = what its members
-read from outside the kernel (each outside tensor once, however many members read it),
-their parameters and graph inputs, plus what it writes that leaves it;
-``out_elems`` = the outputs that leave it (an intermediate held in registers is neither
-written nor kept as an activation). Edges between two fused operators carry each
-outside tensor once. Tied weights point at the fused operator that owns the table
-(dropped when both end in the same one); ``tp_role`` is kept when the members that have
-one agree. Apart from step 0's copies the operator count never grows; the result is a
-valid DAG.
+``fuse_graph`` contracts one-operator-per-framework-node graphs to the kernels XLA,
+TorchInductor, TensorRT or onnxruntime would launch, so the cost model and the simulator
+both see one launch and one memory round trip per kernel. In order: input-only tensors
+are recomputed by each reader (``workloads/rematerialize.py``); views, bias epilogues,
+layout moves next to a matrix product and scalings by a constant join their product;
+chains of element-wise kinds between heavy ops become one kernel (a normalisation whose
+input is read elsewhere starts its own). Guarantees: forward and backward FLOPs and
+parameters are exact sums of the members; ``touched_elems`` counts each outside tensor
+once plus what leaves; ``out_elems`` only what leaves; tied weights and agreeing
+``tp_role`` carry over; the result is a DAG and, apart from the recomputed copies, the
+operator count never grows. Rules, step by step:
+docs/IMPORT.md (the kernel fusion table).
 """
 from __future__ import annotations
 

@@ -2,26 +2,13 @@
 inference, with the model's constant sub-graphs evaluated first by ONNX's own reference
 evaluator (``onnx.reference.ReferenceEvaluator``), repeated until nothing changes.
 
-Why: exporters write shape arithmetic that plain shape inference cannot see through.
-``torch.onnx.export`` writes ``x.expand(shape)`` as
-``Expand(x, Where(Equal(shape, -1), ConstantOfShape(...), shape))``; ONNX shape
-inference (even with data propagation) leaves the result without a shape, and every
-tensor downstream loses its static shape (447 of 805 in BERT-base). Evaluating the
-``Where`` (all its inputs are constants) turns the ``Expand``'s shape into an
-initializer, and inference then knows the rest.
+This module decides only *which* nodes to evaluate (initializers, ``Constant``,
+``Shape`` / ``Size`` of a static shape, nodes whose inputs are all known constants); the
+evaluation is the reference evaluator's. Constants of more than ``VALUE_LIMIT`` elements
+are carried by shape only, and a node the evaluator cannot run is left to shape
+inference. The model itself is not changed; only the shapes come from here.
 
-What counts as a constant: initializers, ``Constant`` nodes, ``Shape`` / ``Size`` of a
-tensor whose shape is static (the sizes are fixed before import), and any node whose
-inputs are all constants with known values. This module decides only *which* nodes to
-evaluate; the evaluation is the reference evaluator's. Constants of more than
-``VALUE_LIMIT`` elements (weights, masks) are carried by shape only: their values never
-decide a shape, and copying them through each round of inference would cost seconds on a
-large model. A node the evaluator cannot run (a custom domain, a sub-graph) is left to
-shape inference.
-
-The model itself is not changed: the importer still walks the original nodes (so a
-``Transpose(weight)`` keeps naming the weight it derives from); only the shapes come
-from here.
+Why and how: docs/IMPORT.md, "Constant folding".
 """
 from __future__ import annotations
 

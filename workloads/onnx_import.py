@@ -2,51 +2,15 @@
 per-node FLOPs, bytes, parameters and activation sizes with the conventions of
 ``workloads/op_costs.py``.
 
-What becomes what:
-- every ONNX node that computes from at least one per-microbatch value (a graph input
-  or another node's output) is one Operator (kind from its family; unknown operator
-  types are kept with a pessimistic cost and a ``UnknownOperatorWarning``, never
-  dropped);
-- nodes computed from constants alone (``Constant``, ``Shape``/``Size`` of a tensor of
-  static shape, and any node whose inputs are all initializers or constants, e.g.
-  ``Identity(weight)`` or ``Transpose(weight)``) are folded: they run once, not per
-  microbatch, so they are not operators; their outputs carry the initializers they
-  derive from on to their consumers;
-- every tensor an operator reads or writes has a static shape, or the import stops with
-  a one-line error naming it; the one exception is the output of an operator of unknown
-  type that shape inference cannot size (and element-wise operators after it): as large
-  as its largest input, warned about, and never used for a matrix product's dimensions;
-- parameters are the floating-point initializers of more than one element; each is
-  counted once, on the first operator (in topological order) that reads it or a
-  constant derived from it. Integer initializers and one-element scalars are constants,
-  not parameters. Where torch's dynamo exporter recorded what an initializer was
-  (``pkg.torch.export.graph_signature.InputSpec.kind`` in its value info), that decides:
-  a buffer or constant tensor is not a parameter, a parameter is one (a learned scalar
-  too). Read by value: an initializer equal to an earlier one, as is or with its axes
-  permuted, is that parameter again (a tie: GPT-2's head after the exporter folded
-  ``Transpose(wte)``); a constant-filled one (zero biases, unit norm scales of a fresh
-  model, which exporters merge into one initializer) is owned by every operator that
-  reads it, unless the exporter recorded kinds and did not call it a parameter (a mask
-  of ones); one added to attention scores (as they are, or soft-capped as Gemma-2's
-  ``tanh(s / cap) * cap``) is, by its values, a mask (whole numbers where not masked:
-  not a parameter) or a learned position bias folded with its lookup
-  (its distinct values are the table entries it holds: Swin, T5); one that repeats a
-  parameter along its leading axis is that parameter (a folded ``Expand``: ViT's class
-  token over the batch); position encodings the exporter computed from buffers and
-  folded are not parameters: rotary cos / sin tables (a pair with ``cos**2 + sin**2``
-  constant), ALiBi slopes, and whatever a folded ``Cos`` / ``Sin`` node computes; the
-  initial states of LSTM/GRU/RNN nodes and a batch norm's running mean and variance are
-  inputs, not parameters. What an exporter's optimiser removed from the file cannot be
-  counted: a batch norm folded into the convolution before it (its 2 C parameters become
-  a bias of C), rows of a table of at most 8,192 elements looked up at constant
-  positions (folded into the rows read);
-- a tensor from one operator to another becomes a ``Tensor`` edge (several tensors
-  between the same two operators are summed, each distinct tensor counted once);
-  graph inputs and outputs are not operators;
-- ``batch_size`` is the leading dimension of the first graph input and ``seq_len`` its
-  second when that input is a rank-2 integer tensor (token ids), unless given.
-
+Every node that computes from a per-microbatch value is one operator (unknown types
+kept with a pessimistic cost and an ``UnknownOperatorWarning``, never dropped); nodes
+computed from constants alone are folded. Every tensor a cost depends on has a static
+shape, or the import stops with a one-line error naming it. Parameters are the
+floating-point initializers of more than one element, each counted once, read by what
+the exporter recorded and by value (ties, masks, position encodings, folded expands).
 Symbolic dimensions must be fixed with ``input_shapes={'input': (1, 128)}``.
+
+Rules: docs/IMPORT.md, "ONNX: what becomes what".
 """
 from __future__ import annotations
 

@@ -1,37 +1,17 @@
-"""Cost rules shared by the ONNX and torch.fx importers: one canonical operator family per
-framework operator, and the FLOP / backward / kind conventions of the zoo for each.
+"""Cost rules shared by the ONNX and torch importers: one canonical operator family per
+framework operator, and the zoo's FLOP / backward / kind conventions for each
+(``workloads/zoo/costs.py``), so an imported graph and a zoo graph of the same model agree.
 
-Conventions (the zoo's, ``workloads/zoo/costs.py``, so an imported graph and a zoo graph
-of the same model agree):
+Per family: forward FLOPs (matrix products ``2 * out_elems * K`` plus a fused bias,
+convolutions, ``FLOPS_PER_ELEM`` for element-wise families, one per input element for
+reductions, 0 for data movement and views, ``rnn_flops``, ``pool_flops``,
+``resize_flops``), backward FLOPs ``BWD_FACTOR`` x forward (2, adds 1; a lookup's
+backward scatter-adds its rows), and ``touched_elems`` (every input and output; a lookup
+reads only the gathered rows; views touch nothing). Unknown operators cost
+``UNKNOWN_FLOPS_PER_ELEM`` per touched element, kind ``other``, deliberately pessimistic.
+Every count is an integer, so sums over operators stay exact.
 
-- matrix products: ``2 * out_elems * K`` (K the contracted size) plus ``out_elems`` for
-  a fused bias; convolutions ``2 * out_elems * (C_in / groups) * prod(kernel)``;
-- element-wise families: ``FLOPS_PER_ELEM[family]`` per output element (softmax 5,
-  layer norm 8, GELU 8, tanh / exp / erf / sigmoid 4, plain arithmetic 1);
-- reductions: one FLOP per input element; data movement (transpose, slice, concat,
-  gather of activations, casts, ...) 0 FLOPs; views (reshape, squeeze, unsqueeze,
-  flatten, identity, dropout, and torch's transpose/permute/split views) touch nothing
-  and hold no activation of their own (``touched_elems = out_elems = 0``);
-- backward FLOPs = ``BWD_FACTOR`` x forward: 2 for the matmul family, softmax, norms
-  and every other element-wise family, 1 for adds; an embedding lookup's backward is a
-  scatter-add of its output rows (``out_elems``). Backward FLOPs are always filled
-  (the Problem reads them only in training), so ``Graph.with_mode`` stays honest.
-- ``touched_elems`` = elements of every input (activations and weights) plus every
-  output; for a lookup into a table only the gathered rows are read.
-- recurrent layers (``rnn_flops``): per time step, batch element, direction and layer,
-  the two gate products ``2 G H (I + H)`` (G = 4 gates for LSTM, 3 for GRU, 1 for a
-  plain RNN; I the layer's input size), their sum ``G H``, two biases ``2 G H``, and the
-  cell's point-wise work (``RNN_POINTWISE_PER_HIDDEN`` per hidden unit: LSTM 24, GRU 18,
-  tanh RNN 4, ReLU RNN 1, sigmoid and tanh at 4 FLOPs each); backward 2x;
-- pooling (``pool_flops``): one FLOP per input element each window reads, the window
-  clipped to the input (padding reads nothing); global pooling is a reduction;
-- resizing (``resize_flops``): nearest 0, (bi/tri)linear ``2 * 2**d``, cubic ``2 * 4**d``
-  FLOPs per output element over d resized axes (a multiply-add per tap);
-- unknown operators: ``UNKNOWN_FLOPS_PER_ELEM`` (4) FLOPs per touched element, 2x backward,
-  kind ``other`` — deliberately pessimistic, and the importer warns.
-
-Every count is an integer (stored as ``float`` where the Operator field is a float) so
-that sums over operators, as coarsening forms them, stay exact.
+The table of families and formulas: docs/IMPORT.md, "Cost rules".
 """
 from __future__ import annotations
 

@@ -3,26 +3,14 @@ shapes of the example inputs), or ``torch.fx`` symbolic tracing plus shape propa
 when export fails or ``tracer='fx'``; then the costs of ``workloads/op_costs.py`` per node
 and kernel fusion (``workloads/fuse.py``).
 
-``torch.export`` handles data-dependent Python control flow on the example inputs (it
-runs the model), so ``transformers`` models trace; a model's non-tensor outputs (a
-key/value cache object) are dropped. Inputs: a tensor, a tuple of tensors (positional) or
-a dict (keyword arguments, e.g. ``{"input_ids": ids}``).
+Inputs: a tensor, a tuple of tensors (positional) or a dict (keyword arguments). The same
+rules as the ONNX importer: a node producing a tensor from a per-microbatch tensor is an
+operator (a ``torch.nn`` leaf module is one), nodes computed from parameters and buffers
+alone are folded, parameters are counted once by identity (tied weights shared, buffers
+not parameters), unknown operations get a pessimistic cost and an
+``UnknownOperatorWarning``.
 
-What becomes what (the same rules as the ONNX importer):
-- every ``call_module`` / ``call_function`` / ``call_method`` node that produces a tensor
-  from at least one per-microbatch tensor is one Operator; standard ``torch.nn`` leaf
-  modules (Linear, Conv, Embedding, LayerNorm, MultiheadAttention, activations, ...) are
-  one operator each;
-- placeholders (inputs), ``output`` and nodes that produce no tensor (``x.size()``,
-  ``x.shape``: evaluated at trace time) are not operators; nodes computed from
-  parameters and buffers alone (``self.weight.t()``) are folded like constants and pass
-  their parameters on to their consumers;
-- export's parameter, buffer and constant placeholders are constants (folded like
-  ``get_attr``); its user inputs are graph inputs;
-- parameters are counted once (by identity, so tied weights are shared), on the first
-  operator that reads them; buffers are not parameters. The parameter total therefore
-  equals ``sum(p.numel() for p in module.parameters())`` when forward uses them all;
-- unknown operations get a pessimistic cost and an ``UnknownOperatorWarning``.
+Rules: docs/IMPORT.md, "PyTorch: what becomes what".
 """
 from __future__ import annotations
 

@@ -1,36 +1,17 @@
 """Mixture-of-experts decoders (Mixtral, DeepSeek-V3): a Llama-style block whose FFN is
 ``experts`` SwiGLU experts of width ``expert_ffn``, each token routed to ``top_k`` of them,
-plus ``shared_experts`` every token goes through (DeepSeek); the first ``dense_layers``
-layers keep a dense FFN of width ``ffn``.
+plus ``shared_experts`` every token goes through; the first ``dense_layers`` keep a dense FFN.
 
-An MoE layer is the 12 operators of a dense one plus ``router`` (13):
-    norm1, qkv, attn_score, softmax, attn_context, proj, add1, norm2, router, ffn1, act, ffn2, add2
-- ``router``: the gate, a bias-free ``hidden x experts`` matmul over every token
-  (tensor-parallel role ``replicated``: every rank routes all its tokens);
-- ``ffn1``: every expert's fused gate and up projections (role ``column``), ``act`` the
-  SwiGLU (``sharded``), ``ffn2`` the down projections plus the gate-weighted sum of each
-  token's expert outputs (``row``: all-reduced after the forward). Their ``param_elems``
-  hold *all* experts (routed and shared); their FLOPs and activations only the
-  ``top_k + shared`` a token goes through (``costs.experts``).
-So tensor parallelism splits every expert over the group, as Megatron-LM does with
-expert-tensor-parallel size = tp and expert-parallel size 1: each rank holds 1/t of each
-expert, does 1/t of every token's expert work, and the layer costs the dense FFN's two
-all-reduces.
+An MoE layer is a dense layer's 12 operators plus ``router`` (a bias-free
+``hidden x experts`` matmul, tp role ``replicated``). ``ffn1`` / ``act`` / ``ffn2`` are
+the experts (roles column / sharded / row): ``param_elems`` holds every expert, FLOPs
+and activations only the ``top_k + shared`` a token goes through (``costs.experts``), so
+tensor parallelism splits every expert over the group (expert-tensor-parallel = tp,
+expert-parallel 1). Not modelled: expert parallelism and its all-to-alls, load
+imbalance, the gate's selection and token permutation, grouped-GEMM efficiency, MLA's
+KV-cache compression (MLA is standard attention over its published weights).
 
-Not modelled (yet): expert parallelism (experts placed on different devices) and its
-two all-to-alls per MoE layer each way; load imbalance (tokens are spread evenly over the
-experts, no capacity factor, no dropped tokens, no auxiliary loss); the gate's softmax /
-sigmoid and top-k selection and the token permutation copies (a few FLOPs and bytes per
-token and expert); grouped-GEMM efficiency below a dense matmul's.
-
-Attention is the Llama block's (RoPE free, grouped-query when ``kv_heads < heads``).
-DeepSeek's multi-head latent attention (MLA) is approximated by standard attention over
-``heads`` query/key heads of ``mla_qk_head_dim`` and value heads of ``mla_v_head_dim``
-(the dims MLA computes attention at when not absorbed, as in training) whose fused
-``qkv`` holds MLA's published per-layer weights (the low-rank down and up projections
-of Q and of the joint KV latent, and their two RMSNorms) at ``2 x tokens x weights``
-FLOPs (``costs.projection``); the KV cache's compression (what MLA is for at inference)
-is not modelled, nor the multi-token-prediction module (not in the 671 B).
+Details: docs/guides/own-model.md, "Mixture-of-experts layers".
 """
 from __future__ import annotations
 
