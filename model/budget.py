@@ -1,33 +1,17 @@
 """The period under a sensitivity budget: a proven lower bound and budget-feasible plans,
-by bisection on the period T (this module drives it; the pieces live apart:
-model.savings per-op options, model.knapsack the pure knapsacks, model.segments the
-per-segment tables, model.chain_dp R(T) and the plan of a chain).
+by bisection on the period T (this module drives it; model.savings, model.knapsack,
+model.segments and model.chain_dp hold the pieces).
 
-For a segment S of ops (one pipeline stage, on device kind c) and a period T, the least
-sensitivity that makes the stage's compute fit T is a multiple-choice knapsack:
-
-    minsens(S, T) = min sum_v s[v,q_v]  s.t.  sum_v t[v,q_v,c] <= T.
-
-Relative to each op's least-sensitive precision (base time t0, base sensitivity s0) an
-option saves dt = t0 - t[v,q,c] > 0 seconds for ds = s[v,q] - s0 >= 0, so minsens(S, T) =
-sum_S s0 + min{ sum ds : sum dt >= sum_S t0 - T }. It is read off the segment's exact
-Pareto front of (saved seconds, added sensitivity) (model.knapsack.segment_fronts; fronts are
-built incrementally along nested downsets). Where a front would exceed ``max_front``
-points the LP relaxation stands in for the bound (greedy on the convex-hull steps sorted
-by ds/dt, the last step taken fractionally: a lower bound on minsens).
-
-A plan with period <= T under budget B is a chain of <= K downsets (model.downsets) whose
-segments each satisfy memory (at the smallest bytes), the boundary link loads at the
-narrowest bytes <= T, and sum_segments minsens(S, T) <= B. Dropping casts, memory at
-the chosen precision and shared links keeps this a relaxation, so
-
-    R(T) = min over downset chains of sum_s minsens(S_s, T) > B   =>   period > T
-
-and bisection on T (R is non-increasing) gives ``budget_bound``: the largest T proven
-infeasible, a valid lower bound on every budget-feasible plan's period on the path. The
-chain attaining R at the smallest feasible T, with each segment's minimising precisions,
-is a plan (``budget_plans_and_bound``), re-partitioned exactly for its precisions (casts included)
-and scored with costs.evaluate.
+Per segment S (a stage on device kind c) the least sensitivity that makes its compute
+fit T is a multiple-choice knapsack, ``minsens(S, T)``, read off the segment's exact
+Pareto front of (saved seconds, added sensitivity), or its LP relaxation beyond
+``max_front`` points. ``R(T)``, the least sum of ``minsens`` over chains of <= K downsets
+that fit memory and link loads, is a relaxation and non-increasing in T, so
+``R(T) > B`` proves period > T: ``budget_bound`` is the largest T proven infeasible, a
+valid lower bound (seconds) on every budget-feasible plan's period on the path. The
+chain attaining R at the smallest feasible T is a plan (``budget_plans_and_bound``),
+re-partitioned exactly for its precisions and scored with costs.evaluate. The algebra:
+docs/concepts/milp.md, "The bound under a sensitivity budget".
 """
 from __future__ import annotations
 

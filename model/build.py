@@ -1,38 +1,17 @@
-"""The MILP, stated in Pyomo: one function per variable/constraint family.
+"""The MILP, stated in Pyomo: one ``add_<family>`` function per variable/constraint family.
 
-Stage k (0..K-1) runs on device ``path[k]``, or, with r replicated lanes (model.lanes), on
-devices (lane_0[k], ..., lane_{r-1}[k]) with ``path`` = lane_0; microbatch m stays in lane
-m % r. Encoding (DESIGN.md, "optimisation model"):
+Stage k runs on device ``path[k]`` (or on lane i's k-th device with r lanes, microbatch m
+in lane m % r). Binaries ``y[v,k]`` (stage(v) >= k) and ``prec[v,q]``; continuous
+``z[v,k,q]`` (integral at integral y/prec: binaries are never multiplied), boundary
+crossings ``xc``/``xq``, casts on the consumer, ``w[k]`` for 1F1B's in-flight count. The
+throughput objective minimises the period ``T`` >= every device and link load, the
+latency objective ``costs.evaluate.plan_latency_s``, either plus ``sensitivity_weight`` x
+sensitivity. Guarantee: at integral points the objective equals ``plan_cost(...).period_s``
+(resp. ``plan_latency_s``) of the extracted plan. Times are in model units (seconds x
+``m.tscale``, :func:`time_scale`), memory rows in units of device capacity. After the
+formulation: ``period_relax``, ``nogood`` and the user's ``extra_constraints``.
 
-- ``y[v,k]`` (binary, k = 1..K-1) = 1 iff stage(v) >= k; y(v,0) = 1, y(v,K) = 0.
-- ``prec[v,q]`` (binary) = 1 iff op v runs at precision q.
-- ``z[v,k,q]`` (continuous, integral at integral y/prec): op v on stage k at precision q;
-  rows sum to y(v,k) - y(v,k+1), columns to prec[v,q] (a transportation polytope with
-  0/1 margins, whose only point is the product) -- binaries are never multiplied.
-- ``xc[e,b]`` >= y(dst,b+1) - y(src,b+1): tensor e crosses boundary b (stage b -> b+1);
-  ``xq[e,b,q]`` >= xc-indicator + prec[src,q] - 1 for precisions wider than the narrowest,
-  so bytes on boundary b = sum_e elems_e (bpe_min xc + sum_q (bpe_q - bpe_min) xq).
-- ``cast[e,a,b,k]`` >= z[dst,k,b] + prec[src,a] - 1 (a != b): a cast of e charged on the
-  consumer's stage k, exactly as costs.evaluate does.
-- ``w[k]`` >= y(sink,k): stage k or a later one is used (for 1F1B's in-flight count).
-
-Replicas (r > 1, throughput only): ``device_load[k,c]`` is the load of stage k's devices of
-kind c = (compute + casts at kind c) / r; a cell (v,k,q) needs q on every device kind of
-stage k and op v alone to fit the smallest of its devices (every replica holds the whole
-stage); link l carries sum over lanes i and boundaries b whose route lane_i[b] ->
-lane_i[b+1] uses l of bytes_b / (r bw_l). This is costs.evaluate.plan_cost's average over
-the replica cycle, term by term. Constraints whose expression holds no variable are
-checked when built and skipped (a violated one makes the model infeasible).
-
-Beyond the formulation: ``period_relax`` (T >= a proven bound), ``nogood`` (cuts that
-forbid plans already found) and the user's own constraints (``extra_constraints``, like
-PyPSA's ``extra_functionality``), added last by :func:`add_extra_constraints`.
-
-Times are in model units (seconds x ``m.tscale``, see :func:`time_scale`) and memory
-rows in units of the device's capacity. The throughput objective minimises the period ``T`` >= every device load and every link
-load; the latency objective minimises costs.evaluate.plan_latency_s. Both may add
-``sensitivity_weight`` x sensitivity. At integral points the objective equals
-costs.evaluate.plan_cost(...).period_s (resp. plan_latency_s) of the extracted plan.
+Every variable and row: docs/concepts/milp.md, "Variables and rows".
 """
 from __future__ import annotations
 

@@ -1,50 +1,17 @@
 """The GPU-cluster plan space: Megatron-style data x tensor x pipeline parallel training
 plans, searched exactly under the analytic iteration (``costs.iteration``).
 
-Declared space (``ClusterPoint``): every stage has the same data-parallel degree ``dp``
-(``dp`` dividing the microbatch count, so every replica runs M / dp microbatches) and
-tensor-parallel degree ``tp`` (a divisor of the device count, at most ``MAX_TP``), ``pp`` stages (1 up to
-the number of layers) with ``dp * tp * pp`` no more than the devices, laid out as Megatron
-does (``costs.megatron``: tp innermost, then dp, then pp); the layers split into ``pp``
-contiguous groups of any sizes (ops before the first layer go with it, after the last
-with it); recomputation none / selective / full; ZeRO-1 on or off (dp > 1); sequence
-parallelism on or off (tp > 1); the gradient reduction a flat ring or hierarchical
-(dp > 1), overlapped with the backward or not. One compute precision per point (int8/fp8
-only on the matrix products under the default low-bit policy, the rest at 16 bits): the
-training default (``training_precision``: bf16, else fp16, else fp32 among the allowed
-ones), or the fp8 recipe (``training_recipes``). Schedule 1F1B, and where asked
-(``virtual_stages``) Megatron's interleaved 1F1B: pp x vp equal layer chunks, chunk c on
-rank c mod pp, for pp >= 2 with pp x vp dividing the layers and pp the microbatches a
-replica runs; such a point is one plan (its reduction options), bounded by
-``_Space.interleaved_lb_s``. The microbatch size is the problem's.
-
-Search, exact under the model. Per (tp, sequence parallel, recomputation) each layer's
-work ``w_l`` (forward + backward of one microbatch on one rank, its tensor-parallel
-all-reduces included) is computed once: it does not depend on dp, pp or the split. A
-point's iteration is at least ``LB0 = sum w + (m - 1) max(sum w / pp, max w_l) +
-optimizer`` (m = M / dp; the optimizer over 1/(tp pp) of the parameters, 1/dp more under
-ZeRO-1) + the gradient reduction of the first parameter op, which nothing hides
-(``exposure_lb_s``): points are visited in increasing LB0 and the search stops when LB0
-reaches the K-th best iteration found. A visited point with at most ``INNER_ENUM_MAX``
-splits of its layers into pp stages has every memory-feasible split evaluated (the
-analytic iteration under each communication option), cheapest slowest stage first,
-until a split's own bound reaches the K-th best; the point is then solved exactly.
-A point with more splits gets the split minimising its slowest stage under the memory
-capacity (bisection over the sums of consecutive layers with a greedy check, exact
-because a stage's work and memory only grow with its layers and later stages hold
-fewer microbatches) and keeps ``sum w + (m - 1) tau* + optimizer + exposure`` as its
-bound. The reported bound is the least of the best plan's iteration, those bounds, and
-the LB0 of points the clock left unvisited, so it holds over the whole declared space
-under the analytic model (it is the optimum itself when every visited point was solved
-exactly); the simulator then judges the best plans.
-
-The clock (``SearchClock``) is looked at between points, between a point's splits and
-between a split's options: an option whose forecast (``estimate_s``: chiefly the
-transfers the analytic iteration times one by one for overlapped buckets, 1.2 M for
-gpt3-175b dp 64 x tp 4 x pp 4 hierarchical on a100x1024, ~8 s) exceeds the time left is
-not estimated, and an estimate that reaches the deadline stops (``TimeUp``); the split
-then keeps its bound in the reported bound and ``cut_short`` says what was skipped.
-Until a first plan exists, the option forecast cheapest runs regardless.
+Declared space (``ClusterPoint``): one ``dp`` and ``tp`` for every stage, ``pp`` stages
+laid out as Megatron does (``costs.megatron``), any contiguous layer split,
+recomputation, ZeRO-1, sequence parallelism, flat or hierarchical (overlapped) gradient
+reduction, one precision recipe per point, 1F1B or interleaved 1F1B (``virtual_stages``).
+Points are visited in increasing lower bound (``LB0`` plus the unhideable reduction,
+``exposure_lb_s``) until it reaches the K-th best iteration; small points have every
+memory-feasible split evaluated, large ones the min-max split by bisection. Guarantee:
+the reported bound (seconds per iteration) holds over the whole declared space under the
+analytic model, and is the optimum when every visited point was solved exactly. The
+clock (``SearchClock``) stops between points, splits and options; ``cut_short`` says
+what was skipped. Space, search and clock: docs/guides/gpu-training.md.
 """
 from __future__ import annotations
 

@@ -2,36 +2,15 @@
 of different device kinds, each kind with its own precision per operator and each
 replica with its own share of the microbatches (replica groups, ``core.plan``).
 
-Declared space (training, 1F1B, tensor parallelism 1, no recomputation, no ZeRO):
-
-- **Device order.** Devices grouped by kind, the kinds in every order (within a kind,
-  the topology's order, so a kind's devices stay on their hosts).
-- **Pipeline depth** ``pp``: every divisor of the device count up to the number of
-  layers; stage k is the k-th block of ``D / pp`` consecutive devices of the order (a
-  block may mix kinds: its replicas then form groups).
-- **Precision per kind**: "wide" (each op at the highest-fidelity precision the kind
-  runs and the op may use), "fast" (each op at the precision that runs it fastest on
-  that kind: int8 matrix products on a T4 under the default low-bit policy) or "fast50"
-  (half of fast's lowered ops, those with the most time saved per unit of sensitivity);
-  chosen per kind independently. A ``sensitivity_budget`` keeps only the combinations within it.
-- **Shares**: per stage, ``core.plan.balanced_shares`` of the replicas' per-microbatch
-  seconds (the integer shares with the least slowest replica).
-- **Layer split**: every split of the layers over the stages on graphs of at most
-  ``EXACT_UNITS`` layers (and at most ``EXACT_LIMIT`` splits); else the split with the
-  least bottleneck (the slowest stage's slowest replica: its share x its seconds per
-  microbatch), exact by dynamic programming over the layers for that proxy, and the
-  splits one boundary away from it whose bottleneck is within ``NEIGHBOUR_SLACK``.
-- On small instances the space is wider and enumerated whole: every per-op precision
-  of each kind (when a kind has at most ``EXACT_LIMIT`` assignments) and every share
-  vector of a stage (at most ``EXACT_LIMIT``), besides the policies and balanced shares.
-- **Gradient reduction**: ring or hierarchical, overlapped with the backward.
-
-Every point is scored by the analytic iteration (``costs.iteration.estimate_iteration``,
-which replays mixed-fleet pipelines task by task); the simulator then judges the best.
-The reported bound is the fleet's ideal: the whole step's work at each kind's fastest
-precisions spread over all devices by speed, with no bubble and no communication. It
-holds over every plan of every space, so the status is "searched", never "optimal",
-unless the best plan reaches it.
+Declared space (training, 1F1B, tensor parallelism 1, no recomputation, no ZeRO): the
+kinds in every order, every pipeline depth dividing the device count, a precision policy
+per kind ("wide", "fast", "fast50"), balanced shares per stage, the least-bottleneck layer
+split and its neighbours (every split on small graphs), ring or hierarchical overlapped
+reduction; small instances are enumerated whole. Every point is scored by the analytic
+iteration (``costs.iteration.estimate_iteration``) and the simulator judges the best.
+The reported bound is the fleet's ideal (seconds: the step's work at each kind's fastest
+precisions spread over all devices by speed); it holds over every plan of every space,
+so the status is "searched", never "optimal", unless the best plan reaches it. The space in full: docs/guides/mixed-fleets.md ("The declared space").
 """
 from __future__ import annotations
 

@@ -1,29 +1,17 @@
 """model.solve: plan a Problem in four phases, each a function returning a frozen dataclass.
 
-1. fast (model.phase_fast): per replication factor r (inference streams: every divisor
-   of the device count; otherwise r = 1) and lane layout (topologies.paths.lane_layouts),
-   heuristic plans and a proven period bound on the single-lane surrogate (model.lanes);
-2. budget (model.phase_budget, under a sensitivity budget): budget-aware bounds and
-   plans (model.budget) within half of the time limit;
-3. MILP (model.phase_milp): the promising layouts' MILPs, warm-started, solved by HiGHS;
-   the others are pruned by their proven bounds;
-4. top-K (model.phase_topk): the K best distinct plans of the winner, by no-good cuts.
-The reported bound is the least over every layout explored of its proven bound, so it
-holds over the whole plan space the planner declares (model.inputs.layouts_to_explore).
+1. fast (model.phase_fast): heuristic plans and a proven period bound per replication
+   factor and lane layout; 2. budget (model.phase_budget, under a sensitivity budget):
+   budget-aware bounds and plans; 3. MILP (model.phase_milp): the promising layouts'
+   MILPs, warm-started, solved by HiGHS, the others pruned by their bounds; 4. top-K
+   (model.phase_topk): the K best distinct plans of the winner, by no-good cuts.
 
-``time_limit_s`` bounds the whole solve: every phase looks at one clock (model.progress.
-Clock) and, once it expires, keeps what it has with bounds that stay valid; what it left
-undone is listed in SolveResult.cut_short and the status is then time_limit unless the
-bound still proves the gap. Ctrl-C (distplan.core.interrupt.stop_on_interrupt, opened
-here unless a caller already did) once a plan exists expires the clock the same way and
-the status is "interrupted"; before that, or a second time, it raises KeyboardInterrupt.
-
-User constraints (SolveOptions.extra_constraints, model.build.add_extra_constraints)
-enter every MILP built. The heuristic, DP and budget phases ignore them: their bounds
-stay valid lower bounds (the hook only restricts, so they bound a superset of the
-constrained plans) but weaker, so with a user constraint the bound reported is in effect
-the MILP's own; their plans are used only where they satisfy the MILP
-(model.admission).
+Guarantees: the reported bound is the least proven bound over every layout explored, so
+it holds over the whole declared plan space. ``time_limit_s`` bounds the whole solve on
+one clock; once it (or a Ctrl-C after a first plan) expires, each phase keeps what it has
+with valid bounds and lists what it skipped in ``SolveResult.cut_short``. User
+constraints enter every MILP; the other phases' plans are used only where they satisfy
+it (model.admission). Phases, clock and user constraints: docs/concepts/milp.md.
 """
 from __future__ import annotations
 
