@@ -1,38 +1,16 @@
 """Topology files: ``load_topology(path)`` and ``save_topology(t, path)`` (YAML or JSON).
 
-Keys carry human units, converted to SI once, here; every key is checked (an unknown
-key is an error naming it and the allowed ones). Layout (``?`` = optional)::
+Keys carry human units (``peak_TFLOPs``, ``memory_GiB``, ``GBps``, ``latency_us``...),
+converted to SI once, here; every key is checked (an unknown key is an error naming it
+and the allowed ones). Values are plain numbers in the key's unit: text with a unit is
+refused with the number the key wants, and in a file so are figures only a unit slip
+explains (``IMPLAUSIBLE``). ``bidirectional`` (default true) adds the reverse link
+right after the forward one; writing that reverse too is a duplicate. The graph is
+checked in the file's terms (``links[3]``, a device without links, a one-way link with
+no way back). Guarantees: every error names the file and is one line;
+``load(save(t)) == t`` exactly, link order included.
 
-    version?: 1
-    name?: small-mesh                 # default: the file name without suffix
-    description?: ...
-    routing?: xy | shortest           # default shortest; xy needs pos on every device
-    kinds:
-      chiplet:
-        peak_TFLOPs: {fp16: 2, int8: 4}       # dense peak per supported precision
-        memory_GiB | memory_MiB | memory_GB: 0.0625   # exactly one
-        memory_GBps: 2000
-        efficiency?: 0.75                     # default 0.7
-        launch_overhead_us?: 1                # default 0
-        concurrency?: 1
-        source?: where the numbers come from
-    switches?: [sw0]                  # nodes that only forward
-    devices:
-      - {name: c0_0, kind: chiplet, pos?: [0, 0], node?: 0}
-    links:
-      - {src: c0_0, dst: c0_1, GBps: 100, latency_us | latency_ns ?: 0.02, bidirectional?: true}
-
-``bidirectional`` (default true) adds the reverse link right after the forward one; a
-file that also writes that reverse is refused (a duplicate link, said as such).
-``save_topology`` writes such pairs back as one entry, so ``load(save(t)) == t`` exactly,
-link order included. Every error names the file and is one line.
-
-Values are plain numbers in the key's unit. Text with a unit ("200Gbps" in ``GBps``) is
-refused with the number the key wants (bits are 1/8 byte), never read as the key's unit; in
-a file (``load_topology``), so are figures only a unit slip explains (``IMPLAUSIBLE``). The
-graph is checked here too, to say what is wrong in the file's terms (``links[3]``, a device
-without links, a one-way link with no way back, a switch declared as a device) before
-``Topology`` would refuse it in its own.
+Layout and examples: docs/guides/topology-files.md.
 """
 from __future__ import annotations
 

@@ -1,39 +1,15 @@
 """Device kinds and link figures the presets are built from, each with its source.
 
-Every number comes from docs/HARDWARE.md (vendor data sheets and papers) unless
-it is marked ASSUMPTION, in which case the reason is given next to it. Peaks are dense
-(no sparsity). int8 rates are TOPS, counted here as FLOP/s (one MAC = 2 ops either way).
+Every number comes from docs/HARDWARE.md (vendor data sheets and papers) unless it is
+marked ASSUMPTION, with the reason next to it. Units: peaks are dense FLOP/s (no
+sparsity; data-sheet rates quoted with 2:4 sparsity are halved; int8 TOPS counted as
+FLOP/s), memory is the marketed capacity in decimal bytes (80 GB = 80e9), bandwidths
+bytes/s, launch overheads seconds. ASSUMED: GPU efficiency 0.7 of dense peak (T4 0.6),
+5 us launch overhead per GPU task (a compiled or graph-captured runtime), and for the
+Simba-class ``CHIPLET`` 64 MiB stacked SRAM at 2 TB/s, fp8 at the int8 rate, fp16/bf16
+at half of it, fp32 at 1/8 of fp16, efficiency 0.75, 1 us per task.
 
-GPU efficiency (achievable fraction of dense peak on large matmuls): ASSUMPTION 0.7 for
-the SXM data-centre parts, typical of cuBLAS GEMMs at large sizes (70-80 % of tensor-core
-peak) discounted a little for whole transformer layers; 0.6 for the T4, whose 70 W cap
-keeps sustained clocks well below boost. The launch overhead per operator task is
-ASSUMPTION 5 us on GPUs (a few kernel launches at ~3-5 us each when not overlapped) and
-1 us on a chiplet (a task dispatch on a fixed-function accelerator). A calibration run on
-an H200 (bench/results/calibration-h200.txt) supports the efficiency: large matmuls reached
-72-81 % of dense peak at fp32/tf32/bf16/fp16/fp8 (int8 through torch._int_mm only 6 %, a
-library gap, not the hardware); its PyTorch-eager per-op overhead was ~17 us, so 5 us
-assumes a compiled or graph-captured runtime.
-
-The chiplet (``CHIPLET``) follows Simba (NVIDIA research, 2019; 6x6 chiplets, 4 TOPS int8
-per chiplet, ~100 GB/s network-on-package per chiplet and ~20 ns per hop, the last two
-*unconfirmed* third-party figures). Simba's buffers are well under 1 MB per chiplet, far
-too small to hold BERT weights on the package, so the SRAM is an ASSUMPTION: 64 MiB of
-stacked SRAM per chiplet, the size of one AMD 3D V-Cache die (64 MB of SRAM stacked on a
-Zen 3 CCD, ~2 TB/s to the die below), which we also take as its bandwidth. With it a
-BERT-base (110 M params, 220 MB at fp16) fits on 16 chiplets (1 GiB), its word embedding
-(23.4 M params, 47 MB at fp16) fits on one chiplet, and a GPT-2 small word embedding
-(38.6 M params) fits on one chiplet at int8 (38.6 MB) but not at fp16 (77 MB), so
-precision choice matters. Precisions: int8 at Simba's 4 TOPS; fp8 ASSUMED at the same
-8-bit rate; fp16/bf16 ASSUMED at half the 8-bit rate (2 TFLOP/s); fp32 ASSUMED at 1/8 of
-fp16 (0.25 TFLOP/s), a low-rate fallback path. Efficiency ASSUMED 0.75 (Simba reports high
-PE utilisation on its own dataflow; we discount it for operators it is not tuned for).
-H200, B200 and GB200 data sheets quote tensor-core rates with 2:4 sparsity; the kinds
-take half of them (dense), as NVIDIA's H100 sheet gives both. B200 is the HGX/DGX part
-(1,000 W), GB200 the same Blackwell GPU in a GB200 NVL72 rack (1,200 W, higher rates); both
-per GPU from the system's totals.
-GPU memory is the marketed capacity in decimal GB (80 GB = 80e9 bytes), a little below
-the physical GiB, which leaves room for the runtime.
+Sources, assumptions and the H200 calibration: docs/HARDWARE.md.
 """
 from __future__ import annotations
 

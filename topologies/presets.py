@@ -1,41 +1,16 @@
 """Named hardware presets: ``get_topology(name)`` and ``list_presets()``.
 
-Where each preset's numbers come from (details and assumptions in ``topologies.kinds``):
+``mcm4x4`` (the default) and ``mcm<R>x<C>`` (Simba-class chiplet meshes, XY routing),
+``ring<N>``, ``dgx-a100`` / ``dgx-h100`` (8 GPUs on an NVSwitch), ``a100x<N>`` (DGX A100
+nodes, one InfiniBand rail per GPU to one fabric switch), ``h100x<N>`` / ``h200x<N>`` /
+``b200x<N>`` (8-GPU nodes on a rail-optimised fat tree of 32-node units; ``-os<R>``
+oversubscribes above the leaf R:1), ``gb200-nvl72x<N>`` (NVL72 racks) and
+``hybrid-v100-t4`` (QSync's mixed fleet on PCIe). Device figures come from
+``topologies.kinds``; link bandwidths are per direction, latencies per hop, and figures
+without a source are marked ASSUMED.
 
-- ``mcm4x4`` (the default) and ``mcm<R>x<C>``: a multi-chip module of Simba-class
-  chiplets (NVIDIA's Simba, 2019: 4 TOPS int8 per chiplet) in an R x C mesh with XY
-  routing; network-on-package links of 100 GB/s per direction and 20 ns per hop
-  (Simba-class, *unconfirmed*). ASSUMED 64 MiB stacked SRAM per chiplet (one AMD 3D
-  V-Cache die) so BERT-base fits at fp16, its word embedding on one chiplet, and a GPT-2
-  small word embedding on one chiplet at int8 only. ASSUMED fp8 = int8 rate, fp16/bf16 at
-  half of it, fp32 at 1/8 of fp16; 1 us launch overhead per task.
-- ``ring<N>``: N of the same chiplets in a bidirectional ring of the same links.
-- ``dgx-a100`` / ``dgx-h100``: 8 GPUs (A100 SXM4 80 GB / H100 SXM5 80 GB data sheets), each
-  with a link to and from one NVSwitch node of NVLink total / 2 per direction (NVLink3
-  600 GB/s -> 300 GB/s; NVLink4 900 GB/s -> 450 GB/s); ASSUMED 0.5 us per link.
-- ``a100x<N>``: N/8 DGX A100 nodes (N a multiple of 8), devices carry ``node=i``; every GPU
-  has its own HDR InfiniBand port (a rail, 25 GB/s per direction) to one non-blocking
-  fabric switch ``ib``; ASSUMED 1 us per IB hop.
-- ``h100x<N>`` / ``h200x<N>`` / ``b200x<N>`` (N a multiple of 8, up to 131,072), as built
-  (DGX/HGX H100, H200, B200 and the DGX SuperPOD's rail-optimised fabric): 8 GPUs a node on
-  NVSwitch (NVLink4 450 GB/s per direction; NVLink5 900 GB/s on B200), 8 x 400 Gb/s rails
-  a node (one ConnectX-7 per GPU, 50 GB/s per direction); scalable units of 32 nodes with
-  one leaf switch per rail (32 ports down: half of a 64-port Quantum-2 switch), every leaf
-  trunked to a non-blocking spine layer (one switch ``spine``) at the leaf's 32 x 50 GB/s.
-  Suffix ``-os<R>`` oversubscribes above the leaf R:1 (trunks at 1/R of that): e.g.
-  ``h100x4096-os2``. ASSUMED 1 us per network hop; the spine layer is one switch (a
-  three-tier fabric's upper tiers taken as non-blocking).
-- ``gb200-nvl72x<N>``: N GB200 NVL72 racks (72 * N GPUs), each one NVLink switch domain
-  (``n<i>.nvswitch``, NVLink5 900 GB/s per direction per GPU); every GPU one 400 Gb/s rail
-  port (ConnectX-7), ASSUMED on rail ``j mod 8`` as on 8-GPU nodes (rank j of every 8-GPU
-  tensor-parallel group on rail j: 9 ports a rail a rack), units of 3 racks (27 ports down
-  a leaf), leaves trunked to the spine; ``-os<R>`` as above.
-- ``hybrid-v100-t4``: the mixed training/inference fleet of QSync: 4 V100 (fp16/fp32) on
-  one host and 4 T4 (int8/fp16/fp32) on another, each GPU on PCIe gen3 x16 (15.75 GB/s
-  per direction, ASSUMED 1 us), hosts joined by an ASSUMED 100 Gb/s network (2.5 us/hop).
-
-GPU efficiency 0.7 (T4 0.6) of dense peak and 5 us launch overhead are ASSUMPTIONS,
-explained in ``topologies.kinds``.
+Every preset, its figures and their sources: docs/guides/topology-files.md (the preset
+table) and docs/HARDWARE.md.
 """
 from __future__ import annotations
 
