@@ -9,22 +9,9 @@ A notebook needs only this module::
     print(report.table())
 
 The public API (``problem``, ``solve``, ``simulate``, ``check``, ``compare``,
-``from_module`` and their option/report types) lives in ``distplan.api`` and is
-loaded on first use, so ``import distplan.core`` stays light.
-
-Layers, bottom to top (an import only ever points down; ``tests/test_layers.py``
-enforces it)::
-
-    distplan.core                       errors, precisions, Plan, schedules, units
-    distplan.workloads, .topologies     graphs; devices, links, routes, paths
-    distplan.costs                      Problem, evaluate, check
-    distplan.model, .sim, .baselines    MILP planner; event simulator; searches
-    distplan.api                        problem/solve/simulate/check/compare
-    distplan.cli, .studies, .testing    command lines, sweeps, test helpers
-
-In a source checkout the middle parts are the top-level folders ``model/``,
-``costs/``, ``topologies/``, ``sim/`` ... (the project's specified layout); an
-installed wheel has them inside this package (``pyproject.toml`` maps them).
+``from_module`` and their option/report types) lives in ``distplan.api`` and is loaded on
+first use, so ``import distplan.core`` stays light. Imports only point down the layers
+(``tests/test_layers.py``). API: docs/reference/api.md; layers: docs/DESIGN.md.
 """
 from __future__ import annotations
 

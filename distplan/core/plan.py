@@ -1,40 +1,17 @@
 """A Plan: what runs where, when and at which precision; a versioned JSON document.
 
-Stages are positions along a pipeline; stage k runs on ``stages[k].devices``. With
-``replicas = len(devices) // tensor_parallel`` > 1 the stage is data-parallel: replica
-i is devices ``[i*tp:(i+1)*tp]``. A tensor from stage a to stage b > a is relayed hop by
+Stages are positions along a pipeline; stage k runs on ``stages[k].devices``, replica i
+on devices ``[i*tp:(i+1)*tp]``. A tensor from stage a to stage b > a is relayed hop by
 hop through the devices of stages a+1..b-1 (a stage may hold no operators and act only
-as a relay); each hop follows the topology's route between the two devices.
+as a relay), each hop on the topology's route. Replica groups: ``Stage.shares``
+(microbatches per step of each replica, assigned by :func:`weighted_round_robin`; every
+part of distplan asks :meth:`Stage.replica_of`) and ``Stage.replica_precision`` (per
+replica, op -> precision overriding ``Plan.op_precision``; read through
+:meth:`Plan.precision_of`). Plans are frozen; ``plan_to_dict`` / ``plan_from_dict``
+round-trip, and keys left out when ``None`` keep older plan files meaning the same.
 
-**Replica groups.** The replicas of a stage may be of different device kinds, and each
-may get its own share of the microbatches and its own precision for the stage's ops:
-
-- ``Stage.shares`` (``None``: round-robin, microbatch m on replica ``m % replicas``, as
-  every plan before replica groups): microbatches per step of each replica, each >= 1,
-  summing to ``Plan.microbatches``. Which microbatch goes where is
-  :func:`weighted_round_robin` (smooth weighted round-robin, nginx's rule): each
-  microbatch, every replica's credit grows by its share, the replica with the most
-  credit (the lowest index on a tie) takes the microbatch and pays the total. It spreads
-  each replica's microbatches evenly over the step, so all replicas are busy together;
-  with equal shares it is round-robin exactly. The sequence repeats every
-  ``sum(shares) / gcd(shares)`` microbatches (``Stage.cycle``). Every part of distplan
-  asks :meth:`Stage.replica_of`, nothing else.
-- ``Stage.replica_precision`` (``None``: none): one mapping per replica, op index (of
-  an op on this stage) -> precision, overriding ``Plan.op_precision[v]`` on that
-  replica. :meth:`Plan.precision_of` and :meth:`Plan.microbatch_precisions` read it.
-
-What a replica's precision changes: its compute times (``Problem.fwd_time_s[v, q, c]``
-with its own q and device kind), its activation and static bytes, the bytes it sends
-(at the producer replica's precision) and the casts on the consumer where producer and
-consumer precisions differ (also across a stage boundary between replicas of different
-precisions). Gradients of op v are reduced over the stage's replicas at the widest
-precision any replica computes v in (a narrower replica widens its gradients before the
-reduction; the widening is not charged).
-
-JSON (``plan_to_dict``): a stage document may add ``"shares": [5, 5, 3, 3]`` and
-``"replica_precision": [{}, {}, {"l0.qkv": "int8"}, {"l0.qkv": "int8"}]`` (op names,
-one mapping per replica); both are left out when ``None``, so plan files written before
-replica groups read and mean the same.
+The plan space: docs/concepts/plan-space.md; replica groups, what a replica's precision
+changes and the JSON keys: docs/guides/mixed-fleets.md, "Replica groups in a plan".
 """
 from __future__ import annotations
 

@@ -1,31 +1,16 @@
 """The corpus: planning instances with proven optima, one self-contained JSON file each.
 
-    for inst in load_corpus():                  # or load_corpus(["tiny-chain3-line2"])
-        problem = inst.problem()                 # the costs.Problem
-        inst.optimum_s, inst.bound_s, inst.proof # "brute-force" or "milp gap 0"
-        best = inst.plan()                       # one optimal Plan
+``load_corpus(names=None) -> list[CorpusInstance]``; an instance gives ``problem()``,
+``plan()`` (one optimal plan), ``optimum_s``, ``bound_s`` (seconds) and ``proof``
+(``"brute-force"`` or ``"milp gap 0"``). Files are ``distplan-corpus-instance`` version 1,
+keys checked strictly. The objective ``throughput`` minimises
+``costs.evaluate.plan_cost(problem, plan).period_s`` over the pipeline planner's space
+(``SolveOptions(space="pipeline")``). Guarantee: ``bound_s`` is a proven lower bound on
+every plan of that space and ``optimum_s`` the stored plan's period, so
+``bound_s <= optimum_s``, equal up to the proof's gap (zero for brute force, the
+solver's tolerance for the MILP).
 
-File format ``distplan-corpus-instance`` version 1 (keys checked strictly)::
-
-    {"format": "distplan-corpus-instance", "version": 1,
-     "name": "...", "description": "...",
-     "source": {...how the graph and topology were made (zoo name and arguments, or seed)...},
-     "graph": {... distplan-graph v1 (distplan.workloads.io) ...},
-     "topology": {... topology document (distplan.topologies.io), exact decimal numbers ...},
-     "options": {"precisions": ["fp16", "int8"], "microbatches": 16, "schedule": "stream"},
-                 (optional "low_bit_ops": "matmul"; absent: "all", every op may use int8)
-     "objective": "throughput",
-     "optimum_s": 4.76784144e-04, "bound_s": 4.76784144e-04,
-     "proof": "milp gap 0", "proof_detail": {...},
-     "plan": {... distplan-plan v1 (distplan.core.plan.plan_to_dict) ...}}
-
-The objective "throughput" minimises the period: ``costs.evaluate.plan_cost(problem,
-plan).period_s``. The space is the pipeline planner's (``distplan.testing.brute_force``;
-``SolveOptions(space="pipeline")``, which training on one kind of GPU no longer gets by
-default): single-device stages along the lane layouts of ``topologies.paths``,
-replicated lanes for inference streams. ``bound_s`` is a proven lower bound on every plan of that space;
-``optimum_s`` is the period of the stored plan, so ``bound_s <= optimum_s`` and the two
-agree up to the proof's gap (zero for brute force, the solver's tolerance for the MILP).
+File format and space: docs/guides/testing.md, "The corpus file format".
 """
 from __future__ import annotations
 

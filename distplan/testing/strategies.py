@@ -1,29 +1,17 @@
 """Hypothesis strategies for property tests against distplan (needs the ``test`` extra).
 
 Every strategy shrinks towards small counterexamples: one operator, one device, one
-stage, the first precision.
-
-Building blocks
-    ``graphs(max_ops, mode)``          random DAGs, wide number ranges (zeros included)
-    ``dag(max_ops, mode)``             random DAGs with every op doing some work
-    ``device_kinds(name)``             a random kind: precisions, peaks, memory, bandwidth
-    ``topologies(...)``                random connected topologies (chain + extra links)
-    ``topology(n_min, n_max)``         the same over the two generous kinds KIND_A, KIND_B
-Problems and plans
-    ``problems(...)``                  a costed ``distplan.costs.Problem``
-    ``feasible_plans(problem)``        plans that ``costs.check.plan_violations`` accepts
-    ``problem_and_feasible_plan(...)`` both at once
-    ``problem_and_plan(...)``          a problem and a random plan (not checked: memory
-                                       may overflow; for simulator tests)
-
-    from hypothesis import given
-    from distplan.testing.strategies import problem_and_feasible_plan
-    from distplan.testing.asserts import assert_feasible
+stage, the first precision. Building blocks: ``graphs``, ``dag``, ``device_kinds``,
+``topologies``, ``topology``; problems and plans: ``problems``, ``feasible_plans(problem)``
+(plans ``costs.check.plan_violations`` accepts), ``problem_and_feasible_plan``,
+``problem_and_plan`` (a random plan, not checked: for simulator tests)::
 
     @given(problem_and_feasible_plan(max_ops=5, max_devices=3))
     def test_my_scheduler(pair):
         problem, plan = pair
         assert_feasible(problem, my_scheduler(problem, plan))
+
+What each draws: docs/guides/testing.md, "The strategies".
 """
 from __future__ import annotations
 
