@@ -1,22 +1,14 @@
 """Replicated pipelines ("lanes") and the single-lane surrogate their bounds run on.
 
-A layout of r lanes (model.paths.lane_layouts) runs stage k on the devices
-(lane_0[k], ..., lane_{r-1}[k]); microbatch m stays in lane m % r, so per microbatch
-(costs.evaluate averages over the replica cycle) a device of stage k carries 1/r of
-the stage's compute and a link carries 1/r of the bytes of every lane boundary routed
-over it.
-
-``lane_problem(problem, r)`` is the Problem with every time divided by r and every link
-bandwidth multiplied by r. A single-lane plan on lane i of the surrogate has exactly
-the loads that lane i's devices and links carry in the r-lane plan, minus what the
-other lanes add to shared links; and its memory and precision constraints are those of
-lane i's devices only. Hence for every r-lane plan P:
-  plan_cost(lane_problem, P restricted to lane i) <= plan_cost(problem, P)   (feasible
-sets likewise nested), with equality when the lanes have the same device kinds position
-by position, the same link bandwidths and no shared links. Every lower bound the
-single-path machinery (model.downsets, model.budget) proves on the surrogate along a
-lane is thus valid for the r-lane layout, and its plans, lifted to all lanes
+With r lanes stage k runs on (lane_0[k], ..., lane_{r-1}[k]) and microbatch m stays in
+lane m % r. ``lane_problem(problem, r)`` divides every time by r and multiplies every
+link bandwidth by r. Guarantee: for every r-lane plan P,
+``plan_cost(lane_problem, P on lane i) <= plan_cost(problem, P)`` (feasible sets nested),
+with equality for alike lanes without shared links, so every lower bound proven on the
+surrogate along a lane holds for the r-lane layout, and its plans, lifted to all lanes
 (:func:`lift_plan`), are candidates to be re-scored exactly.
+
+The argument: docs/concepts/milp.md, "Lanes and the single-lane surrogate".
 """
 from __future__ import annotations
 

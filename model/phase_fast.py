@@ -1,22 +1,15 @@
 """Phase 1 of a solve: per replication factor r, a lane layout, heuristic plans and a
 proven period bound, all without the MILP.
 
-Each layout (model.inputs.layouts_to_explore) is judged on its single-lane surrogate
-(model.lanes): the topological-order DP (model.heuristic) and, for the throughput
-objective, the exact downset DP per precision candidate (model.downsets) give plans,
-lifted to every lane and re-scored exactly; the downset relaxation gives the bound.
-Layouts with equal surrogates (``surrogate_key``) are evaluated once (they have the
-same plans and bound up to a relabelling of devices). Every other layout stays a
-candidate: the MILP phase solves the promising ones and prunes the rest by their proven
-bounds, so the bound reported covers every layout explored, not only the best
-heuristic's. With user constraints (SolveOptions.extra_constraints) the candidates'
-plans are filtered by model.admission.
+Each layout is judged on its single-lane surrogate (model.lanes): the topological-order
+DP (model.heuristic) and, for throughput, the exact downset DP (model.downsets) give
+plans, lifted and re-scored exactly; the downset relaxation gives the bound. Layouts with
+equal surrogates (``surrogate_key``) are evaluated once; every other layout stays a
+candidate, so the reported bound covers every layout explored. Plans are filtered by
+model.admission under user constraints. When the clock expires, unevaluated layouts
+keep only ``floor_bound`` and the clock's status, never optimal unless it settles them.
 
-When the clock expires (time limit or Ctrl-C), the layouts not evaluated yet (at least
-one is) stay candidates without plans, with the bound every plan obeys
-(``floor_bound``): a relaxation bound proven on other layouts says nothing about them,
-and their status is the clock's (time_limit / interrupted), never optimal unless that
-floor itself settles them.
+Details: docs/concepts/milp.md, "Phases 1 and 4 in detail".
 """
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
 """Phase 4 of a solve: the K best distinct plans.
 
 Distinct means a different symmetry-free projection (model.extract.projection). A pool
-of known plans (HiGHS's saved solutions, every layout's heuristic and budget plans, the
-solved layouts' bests, one-move neighbours of the winner) supplies the next plan
-whenever its score is within the gap of the bound valid for every plan; otherwise the
-winner's MILP is re-solved with no-good cuts (model.build.add_nogood_cut) on the plans
-found so far, warm-started from the pool. Plans from other layouts fill what is left.
-Every pool plan passes costs.check and the budget, and, unless it is a solution of the
-winner's MILP (where HiGHS enforced them), model.admission's gate.
+of known plans supplies the next plan whenever its score is within the gap of the bound
+valid for every plan; otherwise the winner's MILP is re-solved with no-good cuts
+(model.build.add_nogood_cut), warm-started from the pool. Every plan passes costs.check,
+the budget and, unless HiGHS enforced them, model.admission's gate. Pool plans are
+scored once each, lazily, while the clock allows; once it expires the phase keeps what
+it has and says how many of the K it returns (SolveResult.cut_short).
 
-Pool plans are checked and scored once each, lazily, in the order offered (known plans
-first, then neighbours), and only while the clock allows: once it expires (time limit,
-Ctrl-C) the phase keeps the plans it has, fills up from those already scored, and says
-how many of the K it returns (SolveResult.cut_short). A plan accepted from a partly
-scored pool is still within the gap of the bound, which holds for every plan.
+Details: docs/concepts/milp.md, "Phases 1 and 4 in detail".
 """
 from __future__ import annotations
 
