@@ -1,20 +1,14 @@
 """Measured per-operator times: the ``distplan-profile`` file (version 1), strict on keys.
 
-    {"format": "distplan-profile", "version": 1,
-     "ops": {"l0.qkv": {"a100": {"bf16": {"fwd_s": 1.2e-4, "bwd_s": 2.5e-4},
-                                 "fp16": {"fwd_s": 1.1e-4}},
-                        "t4":   {"fwd_s": 6.0e-4, "bwd_s": 1.3e-3}}}}
+Keyed by operator name, then device kind name, then optionally the precision (a
+precision's own ``fwd_s``/``bwd_s`` wins over the kind's). Seconds per microbatch, at
+the graph's batch size; finite and >= 0. Kinds a topology does not have are not read;
+what the profile does not give (an op, a kind, a precision, a backward) falls back to
+the roofline (costs.compute.op_time_s). ``apply_profile(graph, profile)`` puts the times
+on the graph's operators (``Operator.times``), so a graph file, a plan file and every
+planner carry them.
 
-Keyed by operator name (of the graph it is applied to), then device kind name (the
-topology's kind, ``a100``, ``t4``, ``cpu`` ...), then optionally the precision: a kind's
-object holds ``fwd_s``/``bwd_s`` for every precision, precision names with their own
-``fwd_s``/``bwd_s``, or both (a precision's own time wins). Seconds per microbatch, at the
-graph's batch size; finite and >= 0. One file serves several machines: kinds a topology
-does not have are not read. What the profile does not give (an op, a kind, a precision,
-a backward) falls back to the roofline (costs.compute.op_time_s).
-
-``apply_profile(graph, profile)`` puts the times on the graph's operators
-(``Operator.times``), so a graph file, a plan file and every planner carry them.
+Format, checks and an example: docs/guides/own-model.md, "Bring measured costs".
 """
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """Input-only tensors recomputed where they are read, not sent.
 
 An exporter computes an attention mask (or position ids, a causal triangle) once, from
-the graph's inputs alone, and hands the one tensor to every layer: GPT-2 exported by
-``torch.onnx`` builds its 512 x 512 causal mask in front of layer 0 and all 12 layers'
-score additions read it. Placed on a pipeline, that tensor would cross and be held at
-every stage boundary, although no runtime sends it: each stage (each kernel, even)
-rebuilds it from the inputs it already has, as XLA duplicates cheap producers into the
-fusions that read them and Megatron builds its mask on every rank.
+the graph's inputs alone, and hands the one tensor to every layer; on a pipeline it would
+cross and be held at every stage boundary, although runtimes rebuild it where it is read.
+``clone_input_only`` gives every element-wise reader of such a tensor its own copy of the
+cheap sub-graph that makes it (the *cone*, at most ``max_cone_ops`` operators), so fusion
+(``workloads/fuse.py``) folds each copy into its reader's kernel; the first reader keeps
+the original, a matrix product keeps reading the one tensor. The copies add their FLOPs
+once per reader: recomputation is what a runtime pays.
 
-``clone_input_only`` gives every element-wise reader of such a tensor (the score
-additions) its own copy of the cheap sub-graph that makes it (the *cone*), so fusion
-(``workloads/fuse.py``) folds each copy into its reader's kernel; a matrix product
-reading it keeps reading the one tensor (a copy would be a kernel of its own). An operator is *input-only* when it has no
-parameters, no tied weights, its kind is one fusion folds into an element-wise kernel (``FUSIBLE_KINDS``) and every
-operator it reads is input-only (reading only graph inputs counts). Only cones of at
-most ``max_cone_ops`` operators are copied; the first reader keeps the original.
-The copies add their (element-wise) FLOPs once per reader: recomputation is what a
-runtime pays.
+What counts as input-only: docs/IMPORT.md (kernel fusion, input-only tensors).
 """
 from __future__ import annotations
 

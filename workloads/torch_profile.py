@@ -1,23 +1,14 @@
 """Measured times from PyTorch's profiler, matched to an imported graph by module path.
 
-The torch importer (workloads/torch_import.py) knows, for every operator of the Graph,
-the traced nodes it holds and the module whose forward ran each one
-(``import_module_with_paths``). A profiled run names its modules when they run under
-:func:`annotate_modules`: every module's forward is a ``record_function`` range called
-``distplan::<path>`` (``distplan::`` alone for the root), which ``torch.profiler``'s key
-averages and its exported Chrome trace both hold. Then:
+Under :func:`annotate_modules` every module's forward is a ``record_function`` range
+``distplan::<path>``, found in ``torch.profiler``'s key averages and its Chrome trace. A
+module's own time per forward (its ranges' total over the runs, less its direct
+children's) goes to the traced nodes whose innermost module it is, in proportion to
+their forward FLOPs plus touched elements; an operator's time is the sum over its
+nodes. Only the forward is read (``fwd_s``, seconds); what no module covers keeps the
+roofline. CPU times are CPU time, CUDA times device time.
 
-- a module's time per forward is its ranges' total divided by the runs (the root's
-  count); its **own** time is that less its direct children's (a Linear's own time is
-  its matmul; a BERT self-attention's own time is the score/softmax/context code its
-  forward runs between its Linear children);
-- a module's own time goes to the traced nodes whose innermost module it is, in
-  proportion to their forward FLOPs plus touched elements (views: nothing; all zero:
-  equal shares), and an operator's time is the sum over its nodes.
-
-Only the forward is read (``fwd_s``); what no module's own time covers keeps the
-roofline. CPU times are the ranges' CPU time; CUDA times their device time
-(``gpu_user_annotation`` events in a Chrome trace).
+The rule in full: docs/guides/own-model.md, "Measure a torch module".
 """
 from __future__ import annotations
 

@@ -1,24 +1,16 @@
 """Per-operator cost conventions of the zoo: FLOPs per element, backward factors, and
 small constructors that turn a shape into an ``Operator``.
 
-Forward FLOPs (per microbatch = one graph instance):
-- matmul of (m x k) by (k x n): ``2*m*n*k``, plus ``m*n`` for a bias add;
-- attention score ``Q K^T`` and context ``P V``: ``2*B*s*s*h`` each (exact, dense:
-  a causal mask does not halve the work);
-- elementwise operators: ``*_FLOPS_PER_ELEM`` below per output element (a documented
-  estimate; they are memory-bound on every device we model, so the exact constant
-  barely matters).
+Forward FLOPs per microbatch: a matmul (m x k) by (k x n) ``2*m*n*k`` plus ``m*n`` for a
+bias; attention score and context ``2*B*s*s*h`` each (dense: a causal mask does not halve
+the work); element-wise ops ``*_FLOPS_PER_ELEM`` per output element (memory-bound
+everywhere we model, so the constant barely matters). Backward FLOPs
+``BWD_FACTOR[kind] * fwd``: 2 for the matmul family (input and weight gradients),
+softmax, norms and activations, 1 for adds; embeddings scatter-add their gradient rows
+(plus twice their norm's FLOPs). ``touched_elems`` = elements read + written by the
+forward (inputs, weights even when tied, outputs); an embedding reads only its rows.
 
-Backward FLOPs (training only): ``BWD_FACTOR[kind] * fwd`` — 2x for the matmul family
-(input gradient plus weight gradient, each as large as the forward product; for the
-attention products the two operand gradients), 2x for softmax, norms and activations
-(they recompute or read the saved output and apply the chain rule), 1x for adds (the
-gradient is passed on with the residual sum); embeddings use the scatter-add of the
-gradient rows into the tables plus twice their norm's FLOPs.
-
-``touched_elems`` = elements read + written by the forward pass: inputs, weights (read
-even when tied and counted as nobody's parameters), outputs. For an embedding only the
-gathered rows are read, never the whole table.
+The importers share these rules: docs/IMPORT.md, "Cost rules".
 """
 from __future__ import annotations
 
