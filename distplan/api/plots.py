@@ -1,26 +1,16 @@
 """Report plots: the stage placement on the device grid and a timeline of the simulated
 schedule, read back from the Chrome trace the simulator writes (``sim.trace``).
 
-Both plots name the workload, its mode and the topology in the title, carry a legend,
-and stay readable from a handful of devices to 1,024:
-
-- placement: one cell per device, coloured by pipeline stage (grey: unused). Meshes use
-  the devices' ``pos``; clusters draw one block per node (devices of a node side by
-  side, nodes tiled into a near-square grid); other topologies a near-square grid in
-  device order. Up to ``LABEL_DEVICES_UP_TO`` devices a cell also names its device,
-  stage, op count and precisions and arrows follow the pipeline; beyond that the cells
-  are bare and the stages are told by a legend (up to ``LEGEND_STAGES_UP_TO`` stages)
-  or a colour bar.
-- timeline: one row per device or link track that ran something; with more than
-  ``max_rows`` tracks the rows are folded (devices by node, links by the node they
-  attach to, else runs of consecutive tracks), every folded row showing, per category,
-  when any of its tracks was busy, and the subtitle says how many tracks went into how
-  many rows. Colours: forward compute, backward compute, precision casts, transfers,
-  gradient all-reduce (the categories ``sim.simulate`` writes).
-
-Figures are built without pyplot (no global backend switch, nothing left open): every
-function returns its ``matplotlib.figure.Figure`` after writing the PNG, so a caller
-can read titles and legends back. Figure sizes are capped at ``MAX_FIG_IN`` inches.
+Both name the workload, its mode and the topology in the title, carry a legend, and stay
+readable from a handful of devices to 1,024. Placement: one cell per device coloured by
+stage (grey: unused), laid out by ``pos`` on meshes, by node on clusters, else a
+near-square grid; labels and arrows up to ``LABEL_DEVICES_UP_TO`` devices. Timeline: one
+row per busy device or link track, folded (by node, else by runs) beyond ``max_rows``
+with the subtitle saying how; colours for forward, backward, casts, transfers and
+gradient all-reduce. Figures are built without pyplot (no global backend, nothing left
+open): each function writes the PNG and returns its ``Figure``, at most ``MAX_FIG_IN``
+inches. Written by ``SolveReport.write_report`` (``solve.py --report DIR``):
+docs/guides/chiplets.md.
 """
 from __future__ import annotations
 

@@ -1,25 +1,17 @@
 """Ctrl-C (SIGINT) and SIGTERM during a long run: the first one stops it with the best
 result so far, a second one aborts.
 
-``stop_on_interrupt()`` is a context manager that, in the main thread, replaces
-Python's default SIGINT handler (and SIGTERM's default action) for its duration. Its
-``Stop`` is shared by nested blocks (the CLI, ``distplan.solve``, ``distplan.api.pareto``
-and ``model.solve`` each open one; the outermost owns the handlers). SIGTERM is treated
-as SIGINT; ``Stop.signum`` records which came first and ``Stop.exit_status`` is then
-128 + it (130 for SIGINT, 143 for SIGTERM):
-
-- a signal while nothing worth keeping exists (``Stop.armed`` is False), or a second
-  one, raises ``Interrupted`` (a KeyboardInterrupt carrying the signal's number;
-  ``Stop.aborted`` is then True);
-- a first signal after ``Stop.arm()`` (a plan exists) only sets ``Stop.requested``:
-  the long computation sees it at its next check (``model.progress.Clock.expired``,
-  HiGHS's interrupt callback) and returns what it has;
-- inside ``Stop.raising()`` (a step with no check of its own whose partial work can be
-  dropped, such as one simulation while ranking plans that exist already) the first
-  signal also raises ``Interrupted`` at once, after setting ``Stop.requested``.
-
-Outside the main thread, or for a signal whose handler someone else already replaced,
-the block changes nothing and its Stop is never requested by that signal.
+``stop_on_interrupt()`` is a context manager that, in the main thread, replaces the
+default SIGINT handler (and SIGTERM's default action) for its duration; nested blocks
+(the CLI, ``distplan.solve``, ``distplan.api.pareto``, ``model.solve``) share one ``Stop``
+and the outermost owns the handlers. SIGTERM counts as SIGINT; ``Stop.exit_status`` is
+128 + the first signal's number (130, 143). A signal before ``Stop.arm()`` (nothing worth
+keeping yet), or a second one, raises ``Interrupted`` (a KeyboardInterrupt;
+``Stop.aborted``); a first one after it only sets ``Stop.requested``, which the long
+computation sees at its next check and returns what it has; inside ``Stop.raising()``
+the first one also raises at once. Outside the main thread, or for a signal whose
+handler someone else replaced, the block changes nothing.
+What the user sees: docs/guides/chiplets.md (time limit and Ctrl-C).
 """
 from __future__ import annotations
 
