@@ -1,23 +1,17 @@
 """Simulated annealing over stage assignments and precisions.
 
 State: a device path family, an acyclic op -> stage assignment (stages compacted onto
-the path's first K devices) and a precision per op. Moves, each proposing one
-neighbour:
-- ``shift``: shift the boundary between stages b and b+1 by one operator (the last
-  movable op of b goes to b+1, or the first movable op of b+1 to b);
-- ``move``: move a random op to a neighbouring stage (possibly a new one, while K is
-  below the device count);
-- ``swap``: swap an op of stage b with an op of stage b+1;
-- ``precision``: change one op's precision, or a whole stage's;
-- ``split`` / ``merge``: split a stage in two along the topological order, or merge
-  two neighbouring stages (changes K);
-- ``path``: switch to another device path family.
-A move that would send a tensor backwards is not proposed; precisions a device cannot
-run are repaired to its fastest one; a neighbour that breaks memory or the sensitivity
-budget is rejected by the feasibility gate (never scored). Metropolis acceptance on the
-relative change of 1/throughput with a temperature falling geometrically from
-``t_start`` to ``t_end`` over the budget. Starts from a random feasible partition (``init="random"``, the classic baseline
-of the MCM partitioning paper) or from the DP partitioner's best plan (``init="dp"``).
+the path's first K devices) and a precision per op. Moves: ``shift`` a stage boundary,
+``move`` or ``swap`` ops between neighbouring stages, change one op's or a stage's
+``precision``, ``split`` / ``merge`` stages, switch ``path``. A move that would send a
+tensor backwards is not proposed; precisions a device cannot run are repaired to its
+fastest one; a neighbour that breaks memory or the sensitivity budget is rejected
+before scoring. Metropolis acceptance on the relative change of 1/throughput, the
+temperature falling geometrically from ``t_start`` to ``t_end`` over the budget. Starts
+from a random feasible partition (``init="random"``) or the DP's best plan
+(``init="dp"``). Returns only feasible plans.
+
+The baselines side by side: docs/guides/optimality-studies.md.
 """
 from __future__ import annotations
 
