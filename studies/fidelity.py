@@ -2,21 +2,16 @@
 simulated through the what-if path (``api.configs.whatif``) and compared with the
 figure their paper reports.
 
-Every row is a published configuration with its citation (``Row``); nothing here is
-fitted per row. The device figures are the presets' (``topologies.kinds``: A100 dense
-bf16 peak 312 TFLOP/s, one efficiency for every matmul, ``GPU_EFFICIENCY``), sourced in
-docs/HARDWARE.md. Two kinds of figure are compared:
-
-- ``iteration_s``: seconds per optimizer step (Korthikanti et al. 2022, Table 5);
-- ``paper_tflops``: per-GPU TFLOP/s as Narayanan et al. 2021 count them (their Eq. 3,
-  ``F = 96 B s l h^2 (1 + s/6h + V/16lh)``, which includes the recomputed forward),
-  i.e. F / (GPUs x simulated iteration time).
-
-``stored`` is the simulated figure this module last produced (``--markdown PATH`` names
-the rows whose ``stored`` a run moved); ``tests/test_fidelity.py`` keeps it from drifting.
-``--markdown PATH`` writes the table between the ``BEGIN`` / ``END`` marker comments of
-PATH (docs/concepts/fidelity.md), so the page is this module's output, never a copy. Run
+Every row is a published configuration with its citation (``Row``); nothing is fitted
+per row (device figures are the presets', ``topologies.kinds``). Compared: ``iteration_s``
+(seconds per optimizer step, Korthikanti et al. 2022) and ``paper_tflops`` (per-GPU
+TFLOP/s as Narayanan et al. 2021 count them, their Eq. 3, over the simulated iteration).
+``stored`` is the simulated figure this module last produced; ``tests/test_fidelity.py``
+keeps it from drifting. ``--markdown PATH`` writes the table between the ``BEGIN`` /
+``END`` markers of PATH and names the rows whose ``stored`` moved. Run
 ``python -m distplan.studies.fidelity [--rows K1,K2] [--json] [--markdown [PATH]] [--cap-s S]``.
+
+The table and how to regenerate it: docs/concepts/fidelity.md.
 """
 from __future__ import annotations
 
