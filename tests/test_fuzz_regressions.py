@@ -318,3 +318,50 @@ def test_studies_out_that_is_a_file(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 2 and len(lines) == 1 and "--out 'existing.json' is a file" in lines[0], err
+
+
+# --- found by tests/test_fuzz_reliability.py (issue 26) ------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    """A solved two-plan report of a 3-op chain on mcm2x2."""
+    import distplan
+    from conftest import chain_graph
+
+    p = distplan.problem(chain_graph(3), "mcm2x2")
+    return p, distplan.solve(p, distplan.SolveOptions(time_limit_s=10, top_k=2))
+
+
+def test_write_report_to_an_existing_file(tiny_report, tmp_path):
+    """report.write_report(folder) where a file of that name exists: was a FileExistsError
+    traceback from mkdir; now one DistplanError naming the folder, and the file is kept."""
+    _, rep = tiny_report
+    f = tmp_path / "plan.json"
+    f.write_text("keep")
+    with pytest.raises(DistplanError, match=r"folder .*plan.json' is a file, not a folder"):
+        rep.write_report(f)
+    assert f.read_text() == "keep"
+
+
+@pytest.mark.parametrize("call", ["check", "simulate"])
+def test_check_and_simulate_need_a_plan(tiny_report, call):
+    """distplan.check(p, None) / distplan.simulate(p, None): were AttributeError tracebacks
+    ('NoneType' has no 'op_stage'); a plan is required, so None is refused by name."""
+    import distplan
+
+    p, _ = tiny_report
+    with pytest.raises(DistplanError, match=r"^plan must be a Plan, got None"):
+        getattr(distplan, call)(p, None)
+
+
+@pytest.mark.parametrize("stop", ["--describe", "--list"])
+@pytest.mark.parametrize("flags,name", [(["--compare", "random"], "--compare"), (["--budget", "5"], "--budget"),
+                                        (["--plan-out", "p.json"], "--plan-out"), (["--trace=t.json"], "--trace"),
+                                        (["--pareto", "3"], "--pareto"), (["--candidates", "4"], "--candidates"),
+                                        (["--report", "rep"], "--report")])
+def test_describe_and_list_refuse_solve_and_output_flags(tmp_path, capsys, monkeypatch, stop, flags, name):
+    """--describe and --list stop before solving: --budget, --plan-out, --compare... were
+    silently ignored beside them (exit 0, nothing written); now one error naming the flag."""
+    monkeypatch.chdir(tmp_path)
+    _one_error_line(capsys, ["--workload", "mlp-xs", "--topology", "mcm2x2", stop, *flags],
+                    f"{name} does not apply with {stop}", "leave it out")
+    assert list(tmp_path.iterdir()) == []

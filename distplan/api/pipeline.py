@@ -87,13 +87,15 @@ def check_problem_plan(problem: object, plan: object | None = None) -> None:
 
 def check(problem: Problem, plan: Plan) -> None:
     """Raise ``InfeasiblePlan`` (a DistplanError) naming every broken constraint."""
-    check_problem_plan(problem, plan)
+    check_problem_plan(problem)
+    check_instance("plan", plan, Plan, PLAN_HINT)   # a plan is needed: None is not one
     check_plan(problem, plan)
 
 
 def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) -> SimResult:
     """Check ``plan``, then replay it in the event simulator (realistic by default)."""
-    check_problem_plan(problem, plan)
+    check_problem_plan(problem)
+    check_instance("plan", plan, Plan, PLAN_HINT)   # a plan is needed: None is not one
     if options is not None:
         check_instance("options", options, SimOptions, "use distplan.SimOptions(...)")
     check_plan(problem, plan)

@@ -314,7 +314,14 @@ class SolveReport:
         from distplan.api.plots import write_report
 
         self._simulated(rank, "a report")
-        return write_report(self.problem, self.plans[rank - 1], _path("folder", folder))
+        out = Path(_path("folder", folder))
+        if out.exists() and not out.is_dir():
+            raise DistplanError(f"folder {str(out)!r} is a file, not a folder; give write_report a folder name")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DistplanError(f"folder {str(out)!r} cannot be made: {e.strerror or e}") from None
+        return write_report(self.problem, self.plans[rank - 1], out)
 
     def ranked(self, rank: int) -> RankedPlan:
         """The plan of ``rank``: 1 (the winner) to ``len(plans)``; anything else (0, -1,

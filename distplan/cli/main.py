@@ -264,6 +264,10 @@ def main(argv: list[str] | None = None, prog: str = "solve.py") -> int:
     return rc
 
 
+#: what --list and --describe refuse: they stop before any solve, so these would be ignored
+STOP_REFUSES = ("--compare", "--pareto", "--plan-out", "--trace", "--report", "--budget", "--candidates")
+
+
 def check_flags(args: argparse.Namespace) -> None:
     """Flags that do not apply to this run are errors (``refuse_flags``: one rule, the
     flag and why); the default ``--plan-out`` is dropped where no plan is written."""
@@ -322,7 +326,11 @@ def check_outputs(args: argparse.Namespace) -> None:
 def _main(argv: list[str] | None, prog: str, started: float) -> int:
     args = parse_args(argv, prog)
     try:
-        if not (args.list or args.describe):
+        if args.list or args.describe:   # they stop before solving: a flag for the solve or its outputs is an error
+            stop, what = ("--list", "lists the presets") if args.list else ("--describe", "describes the problem")
+            refuse_flags(args, STOP_REFUSES, f"with {stop}: it {what} and stops before solving, so nothing is "
+                         "compared, solved or written")
+        else:
             check_flags(args)
             check_outputs(args)
             if args.pareto is not None and not args.compare:   # before the workload is read: its figures alone
