@@ -1,18 +1,15 @@
 """The built-in workload zoo: graphs generated from model configs, parameterised by
 batch size (sequences, or rows for an MLP, per microbatch) and sequence length.
 
-Defaults: batch 1 for transformers; batch 1024 rows for the DistIR MLPs (the smallest
-batch of DistIR's grid search — a one-row MLP is a degenerate matrix-vector product);
-sequence length 128 for BERT, 1024 for GPT-2, 2048 for GPT-3 and Llama (4096 for
-llama2-70b, 8192 for the Llama 3 models, 32768 for Mixtral, 4096 for DeepSeek); MLPs
-have none. See ``costs.py`` for how FLOPs, backward FLOPs and touched elements are
-counted, ``catalog.py`` for the model shapes and their sources, ``moe.py`` for what a
-mixture-of-experts layer models (and does not: no expert parallelism yet).
+Defaults: batch 1 for transformers, 1024 rows for the DistIR MLPs (the smallest batch of
+DistIR's grid search); sequence length 128 for BERT, 1024 for GPT-2, 2048 for GPT-3 and
+Llama (4096 for llama2-70b, 8192 for Llama 3, 32768 for Mixtral, 4096 for DeepSeek).
+``costs.py`` counts FLOPs and elements, ``catalog.py`` holds the shapes and their
+sources, ``moe.py`` says what a mixture-of-experts layer models. Approximations: a tied
+LM head (GPT-2, GPT-3) counts its weight once, on ``embed``; BERT's head is its pooler
+(counted, as in the published 110 M / 340 M), the MLM head is not modelled.
 
-Approximations: a tied LM head (GPT-2, GPT-3) counts its weight once, on ``embed``
-(``head.param_elems == 0``), so a plan that puts them on different devices under-counts
-that device's memory by one vocab x hidden matrix. BERT's head is its pooler (counted,
-as in the published 110 M / 340 M sizes); the MLM head is not modelled.
+Every model, its shape and defaults: docs/guides/own-model.md.
 """
 from __future__ import annotations
 

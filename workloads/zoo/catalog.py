@@ -1,25 +1,16 @@
 """The named models of the zoo and the shape generators behind ``gpt3-HxLxA`` and
-``llama-HxLxA`` names. Configs only; graphs are built in ``mlp.py`` / ``transformer.py``.
+``llama-HxLxA`` names. Configs only; graphs are built in ``mlp.py`` / ``transformer.py``
+(``moe.py`` for mixture-of-experts layers).
 
-Sources: BERT (Devlin et al. 2018; HF bert-base-uncased: vocab 30522, 512 positions,
-2 token types); GPT-2 (HF gpt2*: vocab 50257, 1024 positions, tied head); GPT-3
-(Brown et al. 2020, Table 2.1: vocab 50257, 2048 positions, ffn 4h, tied head, dense
-attention everywhere — the paper's alternating locally banded layers are not modelled);
-Llama (Touvron et al. 2023: vocab 32000, RMSNorm, SwiGLU with ffn = 8h/3 rounded up to a
-multiple of 256, no biases, untied head, RoPE so no position table); Llama 3 (Llama Team,
-"The Llama 3 Herd of Models", 2024, Table 3: 8B / 70B / 405B with 32 / 80 / 126 layers,
-model dimension 4096 / 8192 / 16384, FFN dimension 14336 / 28672 / 53248, 32 / 64 / 128
-attention heads, 8 key/value heads (grouped-query attention), vocabulary 128,000 (the
-released tokenizer: 128,256 entries), trained at 8,192 tokens; the same Llama block);
-Mixtral 8x7B (Jiang et al., "Mixtral of Experts", 2024, Table 1: 32 layers, dim 4096, 32
-heads, 8 KV heads, head 128, 8 experts of SwiGLU 14336, top-2, vocabulary 32,000, context
-32,768; 46.7 B parameters, 12.9 B active); DeepSeek-V3 (DeepSeek-AI, "DeepSeek-V3
-Technical Report", 2024, s4.2, and the released config.json: 61 layers, hidden 7168, 128
-heads, MLA with query rank 1536, KV rank 512, per-head query/key 128 + 64 RoPE and value
-128; 1 shared + 256 routed experts of width 2048, top-8; the first 3 layers dense with FFN
-18432; vocabulary 129,280; pre-trained at 4K tokens; 671 B parameters, 37 B active; the
-multi-token-prediction module is not in the 671 B nor here). See ``moe.py`` for what an
-MoE layer models.
+Every config is a published one: BERT (Devlin et al. 2018, HF bert-base-uncased),
+GPT-2 (HF gpt2*), GPT-3 (Brown et al. 2020, Table 2.1; dense attention everywhere),
+Llama (Touvron et al. 2023; ffn = 8h/3 rounded up to 256), Llama 3 (2024, Table 3),
+Mixtral 8x7B (Jiang et al. 2024, Table 1) and DeepSeek-V3 (technical report 2024 and its
+released config.json). Left out: GPT-3's alternating banded attention layers and
+DeepSeek's multi-token-prediction module (not in its 671 B either).
+
+Shapes and sources, model by model: docs/guides/own-model.md (the zoo table and
+"Sources of the shapes").
 """
 from __future__ import annotations
 
