@@ -1,19 +1,13 @@
 """Simulating many plans of one problem (a search's candidates): each event run made once.
 
-A plan's figures come from one event run of its program (``sim.program``: node types,
-durations, bytes, buffers, collectives, schedule offsets) expanded over its reduced
-plan (``sim.symmetry``). The run reads nothing else: precisions reach it only through
-the program's durations and bytes. So two plans whose programs are equal field by
-field, and whose reduced plans agree on everything but the op precisions, run the same
-events; :class:`RunMemo` runs them once (bf16 and fp16 plans on a GPU that runs both
-at one speed, or a recomputation policy that recomputes nothing in this graph) and
-measures each plan's figures from that run (``sim.simulate``'s own measurement: its
-memory, its optimizer step), so every result equals ``sim.simulate``'s.
-
-``settle=False`` skips the longer runs the steady-state period may need
-(``SimResult``): ``period_s``, ``steady`` and ``throughput_per_s`` are then the plan's
-own run's, every other figure is unchanged (a training step's score reads none of the
-three).
+A plan's figures come from one event run of its program (``sim.program``) expanded over
+its reduced plan (``sim.symmetry``); precisions reach the run only through the program's
+durations and bytes. So two plans whose programs are equal field by field, and whose
+reduced plans agree on everything but the op precisions, run the same events:
+:class:`RunMemo` runs them once and measures each plan's figures from that run, so every
+result equals ``sim.simulate``'s. ``settle=False`` skips the longer runs the steady-state
+period may need: ``period_s``, ``steady`` and ``throughput_per_s`` are then the plan's
+own run's, every other figure unchanged (a training step's score reads none of them).
 """
 from __future__ import annotations
 
