@@ -1,18 +1,17 @@
 """Grid search over data x tensor x pipeline degrees and microbatch counts, the way
 DistIR (Santhanam et al. 2021) explores strategies.
 
-A grid point (dp, tp, pp, microbatches, precision, and in training recomputation /
-ZeRO-1 / sequence parallelism) with dp * tp * pp <= devices, each degree a divisor of
-the device count: the layers are split into ``pp`` stages of equal layer counts
+A grid point is (dp, tp, pp, microbatches, precision, and in training recomputation /
+ZeRO-1 / sequence parallelism), each degree a divisor of the device count and dp * tp *
+pp <= devices: the layers split into ``pp`` stages of equal layer counts
 (``costs.megatron.stage_of_ops``; equal operator counts without layer names), training
-keeps the problem's microbatch count (the global batch), and stage k takes
-the next ``dp * tp`` devices along a device path family, as ``dp`` replicas of ``tp``
-tensor-parallel devices (``distplan.core.plan.Stage``); every op runs at one precision
-(each allowed precision in turn, or each op's fastest). Points are visited in a
-seeded random order (so a budget that ends early still samples the whole grid
-evenly); infeasible points are rejected by the feasibility gate; the best scored one
-is returned. Tensor parallelism needs a scorer that models it (the simulator does; the
-analytic period does not and such points are skipped).
+keeps the problem's microbatch count, stage k takes the next ``dp * tp`` devices along a
+device path family as ``dp`` replicas of ``tp`` devices, and every op runs at one
+precision (each allowed one in turn, or each op's fastest). Points are visited in a
+seeded random order (a budget that ends early still samples the grid evenly); infeasible
+points are rejected by the feasibility gate; the best scored one is returned.
+Tensor-parallel points need a scorer that models them (the simulator does; with the
+analytic period they are skipped).
 """
 from __future__ import annotations
 

@@ -9,9 +9,8 @@
 - ``solve_time_vs_size.png``: the MILP's wall seconds against the graph's operator
   count, one series per topology.
 
-Every title names the workloads, topologies and modes the CSV covers; series are per
-workload/topology (and mode, when the study mixes modes); legends sit beside the axes
-and list at most ``MAX_LEGEND_ENTRIES`` series. Figures are built without pyplot
+Titles name the workloads, topologies and modes the CSV covers; legends sit beside the
+axes (at most ``MAX_LEGEND_ENTRIES`` series). Built without pyplot
 (:func:`study_figures` returns them; :func:`make_plots` writes them).
 """
 from __future__ import annotations
