@@ -1,21 +1,17 @@
 """Exhaustive search over the planner's plan space: the oracle for tiny instances.
 
-The space is the one ``distplan.model.solve`` searches under its default options and
-the throughput objective, restated here from the documented rules (not from the
-planner's code, so a planner bug cannot hide in both):
+The space ``distplan.model.solve`` searches under its default options and the throughput
+objective, restated from the documented rules (not the planner's code, so a planner bug
+cannot hide in both): replication factors r, every divisor of the device count for an
+inference stream ('stream' schedule), else 1; for each r every layout of
+``topologies.paths.lane_layouts(topology, r)`` (r lanes of K = D / r devices, stage k on
+(lane_0[k], ..., lane_{r-1}[k])); every stage assignment with stage(u) <= stage(v) on
+every tensor (inner stages without operators stay as relays, trailing empty ones are
+dropped) and every precision assignment among ``problem.precisions``. A plan counts when
+``costs.check.plan_violations`` finds nothing; its score is
+``costs.evaluate.plan_cost(problem, plan).period_s``::
 
-* replication factors r: every divisor of the device count for an inference stream
-  ('stream' schedule), else r = 1;
-* for each r, every layout of ``distplan.topologies.paths.lane_layouts(topology, r)``:
-  r lanes of K = D / r devices, stage k on the devices (lane_0[k], ..., lane_{r-1}[k]);
-* every stage assignment 0 <= stage(v) < K with stage(u) <= stage(v) on every tensor
-  (intermediate stages without operators stay as relays, trailing empty ones are
-  dropped), and every precision assignment among ``problem.precisions``;
-* a plan counts when ``distplan.costs.check.plan_violations`` finds nothing; its score
-  is ``distplan.costs.evaluate.plan_cost(problem, plan).period_s``.
-
-    best = brute_force_optimum(problem)       # -> BruteForceResult
-    best.period_s, best.plan, best.n_feasible
+    best = brute_force_optimum(problem)   # .period_s, .plan, .n_feasible
 """
 from __future__ import annotations
 

@@ -1,25 +1,17 @@
 """An independent oracle for the GPU-cluster training space: every plan of the declared
 space (docs/guides/gpu-training.md, "The declared space") built from the documented
-rules alone, judged by the checker and the analytic iteration, and the best kept.
-
-Nothing here reads the planner (``model.cluster``'s space, points, splits or memory
-shortcuts): the plans are written out as the guide states them.
-
-- dp divides the microbatch count, tp divides the device count (at most ``max_tp``), pp
-  from 1 to the layer count, dp x tp x pp <= devices;
-- Megatron's layout: stage k holds devices k*dp*tp .. (k+1)*dp*tp - 1, dp replicas of
-  tp consecutive devices;
-- layers (``l<i>.`` prefixes; ops before the first layer join it, after the last join
-  it) split into pp contiguous non-empty groups, every split;
-- recomputation none / selective / full; ZeRO-1 on or off (dp > 1); sequence
-  parallelism on or off (tp > 1);
-- gradient reduction (dp > 1): a flat ring, or hierarchical when the replicas span two
-  or more nodes with the same number, more than one, on each; overlapped or not;
-- 1F1B; and interleaved 1F1B (pp >= 2) at each asked vp >= 2 when pp x vp
-  divides the layer count and pp the microbatches a replica: pp x vp equal chunks of
-  layers, chunk c on the devices of stage c mod pp (Megatron's rule);
-- every op at the one training precision (its fallback where an op may not use it);
-- feasible when the checker (``costs.check.plan_violations``, memory included) passes.
+rules alone (nothing here reads ``model.cluster``), judged by the checker and the
+analytic iteration, the best kept. dp divides the microbatch count, tp the device count
+(at most ``max_tp``), pp from 1 to the layer count, dp x tp x pp <= devices; stage k
+holds devices k*dp*tp .. (k+1)*dp*tp - 1, dp replicas of tp consecutive devices; layers
+(``l<i>.`` prefixes; ops before the first or after the last join it) split into pp
+contiguous non-empty groups, every split; recomputation none / selective / full; ZeRO-1
+(dp > 1) and sequence parallelism (tp > 1) on or off; gradient reduction (dp > 1) a flat
+ring, or hierarchical when the replicas span two or more nodes with the same number (>
+1) on each, overlapped or not; 1F1B, and interleaved 1F1B (pp >= 2) at each asked vp >=
+2 when pp x vp divides the layers and pp the microbatches a replica (chunk c on stage c
+mod pp); every op at the one training precision (its fallback where it may not);
+feasible when ``costs.check.plan_violations`` (memory included) passes.
 """
 from __future__ import annotations
 
