@@ -183,12 +183,9 @@ def stream_flow_control(prog: Program, plan: Plan) -> list[tuple[int, int, int, 
     is longer than the busiest server's work per microbatch (the period every steady
     state has, and the plan's when nothing else binds), depth 1 would slow the plan
     down, and the hop gets depth 2 (double buffering: the next input arrives while the
-    consumer runs), one copy of e beyond the charge. (One credit loop from the consumer
-    back to the producer's first link, the rule before issue 21, chained the producer's
-    double buffer to the far consumer: the producer's microbatch m + 3 waited for the
-    consumer's m, however many stages apart, and BERT's ONNX attention mask, relayed to
-    the fourth stage of mcm4x4, slowed the plan by 22 %.) A copy whose next microbatch relays through other devices (stages
-    of different replica counts) keeps that one loop.
+    consumer runs), one copy of e beyond the charge. A copy whose next microbatch relays
+    through other devices (stages of different replica counts) keeps one credit loop from
+    the consumer back to the producer's first link.
 
     Built only where it cannot deadlock: no tensor-parallel stage and every device runs
     its tasks in microbatch order (all of its node types in one round, as when it hosts
