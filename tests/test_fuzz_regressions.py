@@ -365,3 +365,19 @@ def test_describe_and_list_refuse_solve_and_output_flags(tmp_path, capsys, monke
     _one_error_line(capsys, ["--workload", "mlp-xs", "--topology", "mcm2x2", stop, *flags],
                     f"{name} does not apply with {stop}", "leave it out")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stage", [2.5, None, "s0", [["c0_0"]], 7])
+def test_plan_file_stage_must_be_a_mapping(tmp_path, capsys, stage):
+    """A plan file whose stage is not a mapping (``"stages": [2.5]``): was an AttributeError
+    traceback ('float' has no 'get') in the replay; now one error naming the stage."""
+    import json
+
+    from distplan.cli import replay
+
+    doc = _plan_doc(tmp_path)
+    doc["stages"][0] = stage
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    rc = replay.main([str(tmp_path / "bad.json")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "stage 0 must be a mapping" in lines[0]

@@ -321,6 +321,9 @@ def _stage_doc(s: Stage, topo, ops=None) -> dict[str, Any]:
 
 
 def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
+    if not isinstance(s, dict):
+        raise DistplanError(f"{where} must be a mapping (devices, tensor_parallel, ...), got "
+                            f"{type(s).__name__}")
     shares = s.get("shares")
     if shares is not None:
         if not isinstance(shares, list):
