@@ -381,3 +381,26 @@ def test_plan_file_stage_must_be_a_mapping(tmp_path, capsys, stage):
     rc = replay.main([str(tmp_path / "bad.json")])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "stage 0 must be a mapping" in lines[0]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="workloads: a graph file's batch_size and seq_len are read unchecked beyond "
+                          "'a positive integer' (seq_len not at all): reported, issue 26 (reliability fuzz)")
+@pytest.mark.parametrize("key,value", [("seq_len", "x"), ("seq_len", -1), ("seq_len", 10**30),
+                                       ("batch_size", True), ("batch_size", 10**30)])
+def test_known_graph_file_batch_and_sequence_unchecked(tmp_path, key, value):
+    import json
+
+    import distplan
+    from conftest import chain_graph
+    from distplan.workloads.io import save_graph
+
+    save_graph(chain_graph(3), tmp_path / "g.json")
+    doc = json.loads((tmp_path / "g.json").read_text())
+    doc[key] = value
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    try:
+        distplan.problem(str(tmp_path / "g.json"), "mcm2x2")
+    except DistplanError:
+        return
+    raise AssertionError(f"a graph file with {key}={value!r} was accepted")
