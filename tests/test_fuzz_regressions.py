@@ -340,6 +340,8 @@ def test_write_report_to_an_existing_file(tiny_report, tmp_path):
     with pytest.raises(DistplanError, match=r"folder .*plan.json' is a file, not a folder"):
         rep.write_report(f)
     assert f.read_text() == "keep"
+    with pytest.raises(DistplanError, match=r"folder '.*xxx' cannot be made: File name too long"):
+        rep.write_report(tmp_path / ("x" * 300))   # was an OSError traceback (ENAMETOOLONG) from stat/mkdir
 
 
 @pytest.mark.parametrize("call", ["check", "simulate"])

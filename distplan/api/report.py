@@ -315,12 +315,12 @@ class SolveReport:
 
         self._simulated(rank, "a report")
         out = Path(_path("folder", folder))
-        if out.exists() and not out.is_dir():
-            raise DistplanError(f"folder {str(out)!r} is a file, not a folder; give write_report a folder name")
         try:
+            if out.exists() and not out.is_dir():
+                raise DistplanError(f"folder {str(out)!r} is a file, not a folder; give write_report a folder name")
             out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise DistplanError(f"folder {str(out)!r} cannot be made: {e.strerror or e}") from None
+        except OSError as e:   # a name too long, no permission...
+            raise DistplanError(f"folder {str(out)[:80]!r} cannot be made: {e.strerror or e}") from None
         return write_report(self.problem, self.plans[rank - 1], out)
 
     def ranked(self, rank: int) -> RankedPlan:
