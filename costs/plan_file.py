@@ -154,9 +154,16 @@ def problem_from_document(d: Any, source: str = "plan", graph: Graph | None = No
         raise DistplanError(f"{source}: malformed problem block ({type(e).__name__}: {e})") from None
 
 
-def load_plan_file(path: str | Path, graph: Graph | None = None,
+def load_plan_file(path: str | Path, graph: Graph | Problem | None = None,
                    topology: Topology | None = None) -> tuple[Plan, Problem]:
-    """Read a plan file and the problem it identifies (see :func:`problem_from_document`)."""
+    """Read a plan file and the problem it identifies (see :func:`problem_from_document`).
+    ``graph`` may be a Problem: the file must be for its graph and topology, and the plan
+    is read against it (its precisions, microbatches and schedule); that Problem is returned."""
     d = read_plan_json(path)
+    if isinstance(graph, Problem):
+        if topology is not None:
+            raise DistplanError("load_plan: give a Problem, or a graph and a topology, not both")
+        problem_from_document(d, str(path), graph.graph, graph.topology)   # the file is for them
+        return plan_from_dict(d, graph, source=str(path)), graph
     problem = problem_from_document(d, str(path), graph, topology)
     return plan_from_dict(d, problem, source=str(path)), problem

@@ -151,3 +151,14 @@ def test_a_coarse_plan_is_rechecked_against_the_budget_on_the_fine_graph(tiny, r
     assert ranked == () and "exceeds the budget" in dropped[0][1]
     ranked, dropped = distplan.api.rank_plans(tiny, [plan], sensitivity_budget=s)
     assert len(ranked) == 1 and dropped == ()
+
+
+def test_load_plan_takes_the_problem_as_the_readme_documents(tmp_path):
+    # load_plan(path, problem) blamed the file ("malformed problem block (AttributeError ...)")
+    p = distplan.problem("mlp-xs", "mcm2x2")
+    f = tmp_path / "plan.json"
+    distplan.solve(p, distplan.SolveOptions(time_limit_s=20, top_k=1)).write_plan(f)
+    plan, back = distplan.load_plan(f, p)
+    assert back is p and distplan.simulate(p, plan).throughput_per_s > 0
+    with pytest.raises(distplan.DistplanError, match="another topology"):
+        distplan.load_plan(f, distplan.problem("mlp-xs", "mcm4x4"))

@@ -118,8 +118,21 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         ops.append(Operator(**od))
     return Graph(
         name=d["name"], ops=tuple(ops), tensors=tuple(tensors), mode=d.get("mode", "inference"),
-        batch_size=d.get("batch_size", 1), seq_len=d.get("seq_len"), dropout=_flag(d.get("dropout", False), source),
+        batch_size=_size(d.get("batch_size", 1), "batch_size", source),
+        seq_len=None if d.get("seq_len") is None else _size(d["seq_len"], "seq_len", source),
+        dropout=_flag(d.get("dropout", False), source),
     )
+
+
+#: the largest batch size or sequence length a graph file may state (no real model comes near)
+MAX_SIZE = 1 << 31
+
+
+def _size(x: Any, key: str, source: str) -> int:
+    """A graph file's batch_size / seq_len: a whole number from 1 to MAX_SIZE (not a bool)."""
+    if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_SIZE:
+        raise DistplanError(f"{source}: {key} must be a whole number from 1 to {MAX_SIZE:,}, got {brief(x)}")
+    return x
 
 
 def _flag(x: Any, source: str) -> bool:
