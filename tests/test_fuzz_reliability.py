@@ -33,7 +33,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import time
 import traceback
 import warnings
@@ -69,26 +68,7 @@ PAIR = {"name": "pair", "kinds": {"c": {"peak_TFLOPs": {"fp32": 1, "fp16": 2, "i
         "links": [{"src": "a", "dst": "b", "GBps": 50, "latency_ns": 100}]}
 
 
-class Hang(BaseException):
-    """A case ran far past what a tiny input may take."""
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float):
-    if not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def fire(signum, frame):
-        raise Hang(f"still running after {seconds:.0f} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+from test_fuzz_cli import Hang, watchdog  # noqa: E402  (the CLI fuzz suite's SIGALRM watchdog)
 
 
 class CaseFailed(Exception):
