@@ -191,7 +191,7 @@ def vision_and_recurrent(name: str, cases: dict, seq: int, time_limit_s: int, fo
                          may_not_fit=(topology, mode) in may_not_fit)
 
 
-@pytest.mark.parametrize("name,seq", [("vit", 0), ("lstm", 32)])
+@pytest.mark.parametrize("name,seq", [("vit", 0), pytest.param("lstm", 32, marks=pytest.mark.slow)])
 def test_small_vision_and_recurrent_models_plan(name, seq, tmp_path):
     """ViT (transformers.ViTModel) and an LSTM language model, small configs."""
     vision_and_recurrent(name, SMALL, seq, 5, tmp_path)

@@ -69,7 +69,7 @@ _TOPOLOGIES = {"a100x16": 16, "a100x32": 32, "h100x32": 32, "uplink4x4": 16, "up
                "skewed4x4": 16}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dp=st.sampled_from([2, 3, 4, 6, 8, 16]), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]),
        per_replica=st.integers(1, 3), topology=st.sampled_from(sorted(_TOPOLOGIES)),
        link_model=st.sampled_from(["fifo", "fair", "free"]), recompute=st.sampled_from(["none", "full"]),
