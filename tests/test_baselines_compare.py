@@ -99,7 +99,7 @@ def tiny_instances(draw):
     return Graph("tiny", ops, tensors), topo
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=tiny_instances(), seed=st.integers(0, 5))
 def test_sa_and_random_never_beat_the_milp_optimum(inst, seed):
     """Tiny instances, generous budgets, the MILP's own cost model as the scorer: a baseline

@@ -130,6 +130,7 @@ def test_pareto_is_monotone_and_every_point_within_its_budget():
         assert p.sensitivity <= p.budget * (1 + 1e-9) + 1e-12
 
 
+@pytest.mark.slow
 def test_least_sensitivity_meets_the_target_with_the_least_sensitivity():
     """--objective sensitivity: among every plan of the space within the iteration target,
     the chosen one has the least sensitivity (checked against the whole space)."""

@@ -22,6 +22,7 @@ from distplan.workloads.onnx_import import import_onnx  # noqa: E402
 from distplan.workloads.zoo import get_workload  # noqa: E402
 
 
+@pytest.mark.slow
 def test_onnx_gpt2_within_5_percent_of_zoo_gpt2():
     # int8 on any op: under the default policy a coarse group (a matmul with its bias and
     # GELU) is charged its members' fp16 bytes, and on memory-bound chiplets the coarse
