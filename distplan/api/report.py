@@ -47,17 +47,6 @@ def _sim_figures(r: RankedPlan) -> dict[str, Any]:
             "peak_memory_bytes": float(max(x.peak_memory_bytes)) if x else None}
 
 
-def _precision_mix(op_precision) -> str:
-    """One precision, or each with its op count, lowest count first ("fp8 on 96 ops,
-    bf16 on 195")."""
-    counts: dict[str, int] = {}
-    for p in op_precision:
-        counts[p] = counts.get(p, 0) + 1
-    if len(counts) == 1:
-        return next(iter(counts))
-    return ", ".join(f"{p} on {n} ops" for p, n in sorted(counts.items(), key=lambda x: x[1]))
-
-
 def _cell(x: float | None, width: int, fmt: str = ".5g", sign: str = "") -> str:
     """A table cell: ``-`` for a figure that is not there (a plan not simulated)."""
     return f"{'-':>{width}}" if x is None or not math.isfinite(x) else f"{x:>{sign}{width}{fmt}}"
@@ -68,12 +57,26 @@ def lanes(plan: Plan) -> int:
     return max(s.replicas for s in plan.stages)
 
 
-def precision_mix(plan: Plan) -> str:
-    """``int8:120 fp16:26``: op count per precision, most used first."""
+def precision_counts(plan: Plan) -> dict[str, int]:
+    """Op count per precision, in order of first use."""
     counts: dict[str, int] = {}
     for p in plan.op_precision:
         counts[p] = counts.get(p, 0) + 1
-    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return counts
+
+
+def precision_mix(plan: Plan) -> str:
+    """``int8:120 fp16:26``: op count per precision, most used first."""
+    return " ".join(f"{k}:{v}" for k, v in sorted(precision_counts(plan).items(), key=lambda kv: -kv[1]))
+
+
+def _cluster_precisions(plan: Plan) -> str:
+    """One precision, or each with its op count, least used first ("fp8 on 96 ops, bf16
+    on 195 ops")."""
+    counts = precision_counts(plan)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{p} on {n} ops" for p, n in sorted(counts.items(), key=lambda x: x[1]))
 
 
 def plan_difference(problem: Problem, winner: Plan, plan: Plan, max_names: int = 2) -> str:
@@ -250,7 +253,7 @@ class SolveReport:
             err = model / x.iteration_s - 1 if x is not None and x.iteration_s > 0 else None
             how = [r.plan.predicted.get("cluster_point", "?")]
             if s.path_name == CLUSTER_SPACE:
-                how.append(_precision_mix(r.plan.op_precision))
+                how.append(_cluster_precisions(r.plan))
             elif any(st.shares for st in r.plan.stages):
                 how.append("shares " + " / ".join(",".join(map(str, st.shares)) for st in r.plan.stages if st.shares))
             if r.plan.stages[0].replicas > 1:
