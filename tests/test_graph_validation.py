@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from conftest import write_unreadable, CHIP, chain_graph
@@ -132,3 +133,62 @@ def test_unreadable_graph_files_are_one_error(tmp_path, content):
     write_unreadable(path, content)
     with pytest.raises(DistplanError, match="graph file"):
         load_graph(path)
+
+
+# --- issue 26: unknown op kinds and numbers whose costs overflow ---------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from distplan.workloads.graph import MAX_ELEMS, MAX_WORK, OP_KINDS  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(min_size=1, max_size=12).filter(lambda k: k not in OP_KINDS))
+def test_an_unknown_op_kind_is_refused_by_name(kind):
+    """A graph file with kind "nosuch" or "Matmul" was accepted and costed as a generic op."""
+    with pytest.raises(DistplanError, match=r"operator 'a' has kind .* unknown; use one of matmul"):
+        Graph("g", (Operator("a", kind, 1.0),), ())
+
+
+@pytest.mark.parametrize("kind", OP_KINDS)
+def test_every_known_kind_is_accepted(kind):
+    assert Graph("g", (Operator("a", kind, 1.0),), ()).ops[0].kind == kind
+
+
+ELEMS_FIELDS = ("param_elems", "out_elems", "touched_elems")
+WORK_FIELDS = ("fwd_flops", "bwd_flops")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(ELEMS_FIELDS + WORK_FIELDS),
+       st.one_of(st.floats(min_value=MAX_ELEMS, max_value=1.7976931348623157e308), st.integers(min_value=2**63)))
+def test_numbers_beyond_any_real_graph_are_refused(field, value):
+    """out_elems 1.7e308 (a float: only ints were bounded) made the activation bytes inf;
+    fwd_flops and touched_elems 1.7e308 made the task times inf."""
+    if field in WORK_FIELDS and value < MAX_WORK:
+        value = MAX_WORK
+    op = Operator(**{"name": "a", "kind": "matmul", "fwd_flops": 1.0, field: value})
+    with pytest.raises(DistplanError, match=rf"operator 'a' {field} is .*beyond any real graph"):
+        Graph("g", (op,), ())
+
+
+def test_graph_file_out_elems_1_7e308_is_refused(tmp_path):
+    d = _doc()
+    d["ops"][0]["out_elems"] = 1.7e308
+    with pytest.raises(DistplanError, match="out_elems is 1.7e\\+308, beyond any real graph"):
+        graph_from_dict(d)
+
+
+def test_the_largest_numbers_accepted_give_finite_costs():
+    """Just under the bounds, every cost the Problem holds is finite (where the device
+    kind runs the precision and the op may use it)."""
+    from distplan.costs.problem import build_problem
+    from distplan.topologies.presets import get_topology
+    big = MAX_ELEMS - 2**20
+    g = Graph("g", (Operator("a", "matmul", MAX_WORK * 0.99, MAX_WORK * 0.99, big, big, float(big)),
+                    Operator("b", "matmul", 1.0)), (Tensor("a", "b", big),), mode="training")
+    p = build_problem(g, get_topology("mcm2x2"))
+    runs = p.op_allowed[:, :, None] & p.supported[None, :, :]
+    assert np.isfinite(p.fwd_time_s[runs]).all() and np.isfinite(p.bwd_time_s[runs]).all()
+    for arr in (p.static_bytes, p.act_bytes, p.send_bytes, p.edge_elems):
+        assert np.isfinite(arr).all()

@@ -209,20 +209,31 @@ class Graph:
                      dropout=self.dropout)
 
 
-def _plain_number(value: object) -> bool:
-    """A finite float or int in [0, 2**63): what ``_check_number`` accepts, tested fast (a
+#: the largest element count a graph may hold (int or float): what an int64 counts
+MAX_ELEMS = 2**63
+#: the largest FLOP count or measured time (seconds) of one operator: beyond any real
+#: graph, and small enough that every cost computed from it stays finite (1.7e308
+#: FLOPs or elements overflowed the costs to inf)
+MAX_WORK = 1e30
+
+
+def _plain_number(value: object, limit: float = MAX_ELEMS) -> bool:
+    """A float or int in [0, ``limit``): what ``_check_number`` accepts, tested fast (a
     large graph checks millions of numbers)."""
     t = type(value)
-    return (t is float and 0.0 <= value < math.inf) or (t is int and 0 <= value < 2**63)
+    return (t is float or t is int) and 0 <= value < limit
 
 
-def _check_number(value: float, what: str) -> None:
+def _check_number(value: float, what: str, limit: float = MAX_ELEMS) -> None:
+    """A number in [0, ``limit``) (MAX_ELEMS for element counts, MAX_WORK for FLOPs and
+    seconds), or a DistplanError naming ``what``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise DistplanError(f"{what} must be a number, got {brief(value)}")
-    if isinstance(value, int) and value >= 2**63:
-        raise DistplanError(f"{what} is {brief(value)}, beyond any real graph (at most 2**63 - 1)")
     if math.isnan(value) or math.isinf(value) or value < 0:
         raise DistplanError(f"{what} must be finite and >= 0, got {brief(value)}")
+    if value >= limit:
+        most = "2**63 - 1" if limit == MAX_ELEMS else f"{limit:.0e}"
+        raise DistplanError(f"{what} is {brief(value)}, beyond any real graph (at most {most})")
 
 
 def _check_times(op: Operator) -> None:
@@ -247,7 +258,7 @@ def _check_times(op: Operator) -> None:
             raise DistplanError(f"{where}: a times row needs fwd_s or bwd_s")
         for i, key in ((2, "fwd_s"), (3, "bwd_s")):
             if row[i] is not None:
-                _check_number(row[i], f"{where}: {key}")
+                _check_number(row[i], f"{where}: {key}", MAX_WORK)
 
 
 def _validate(g: Graph) -> None:
@@ -268,9 +279,13 @@ def _validate(g: Graph) -> None:
         if op.name in names:
             raise DistplanError(f"graph {g.name!r}: duplicate operator name {op.name!r}")
         names.add(op.name)
-        for attr in ("fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems"):
-            if not _plain_number(getattr(op, attr)):   # the message is formatted only for a bad one
-                _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+        if op.kind not in OP_KINDS:
+            raise DistplanError(f"graph {g.name!r}: operator {op.name!r} has kind {brief(op.kind)}, unknown; use one "
+                                f"of {', '.join(OP_KINDS)} ('other' for anything else)")
+        for attr, limit in (("fwd_flops", MAX_WORK), ("bwd_flops", MAX_WORK), ("param_elems", MAX_ELEMS),
+                            ("out_elems", MAX_ELEMS), ("touched_elems", MAX_ELEMS)):
+            if not _plain_number(getattr(op, attr), limit):   # the message is formatted only for a bad one
+                _check_number(getattr(op, attr), f"operator {op.name!r} {attr}", limit)
         if op.tied_to is not None and all_names is None:
             all_names = {o.name for o in g.ops if isinstance(o.name, str)}
         if op.tied_to is not None and (op.tied_to == op.name or op.tied_to not in all_names):
@@ -283,7 +298,7 @@ def _validate(g: Graph) -> None:
                                 f"{', '.join(TP_ROLES)} or leave it out")
         for attr in ("fwd_s", "bwd_s"):
             if getattr(op, attr) is not None:
-                _check_number(getattr(op, attr), f"operator {op.name!r} {attr}")
+                _check_number(getattr(op, attr), f"operator {op.name!r} {attr}", MAX_WORK)
         _check_times(op)
         if op.send_elems is not None:
             _check_number(op.send_elems, f"operator {op.name!r} send_elems")
