@@ -267,3 +267,31 @@ def test_a_self_link_is_named_as_such():
     k = DeviceKind("c", {"fp16": 1e12}, 1e9, 1e11)
     with pytest.raises(DistplanError, match="connects 'a' to itself"):
         Topology("t", {"c": k}, (Device("a", "c"),), (Link("a", "a", 1e9),))
+
+
+# --- issue 26: a latency or launch overhead past any real one -----------------------------
+@pytest.mark.parametrize("old,new,fragment", [
+    ("latency_ns: 20", "latency_ns: 1e30", r"link s->b latency must be >= 0 and at most 3600 s"),
+    ("latency_ns: 20", "latency_ns: 1.7e308", r"link s->b latency must be >= 0 and at most 3600 s"),
+    ("latency_us: 2", "latency_us: 3600000001", r"link a->s latency must be >= 0 and at most 3600 s"),
+    ("launch_overhead_us: 1.5", "launch_overhead_us: 1e300", r"launch_overhead_s must be >= 0 and at most 3600"),
+])
+def test_a_delay_past_an_hour_is_refused(tmp_path, old, new, fragment):
+    """latency_ns 1e30 (1e21 s) was accepted: the simulator's float clock then lost
+    every microsecond task beside it."""
+    with pytest.raises(DistplanError, match=fragment):
+        load_topology(write(tmp_path, edit(old, new)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(min_value=0, max_value=3600), st.floats(min_value=3600, exclude_min=True, allow_infinity=False))
+def test_delays_up_to_an_hour_are_kept_and_past_it_refused(ok_s, bad_s):
+    kind = DeviceKind("k", {"fp16": 1e12}, 2**30, 1e11, launch_overhead_s=ok_s)
+    devices = (Device("a", "k"), Device("b", "k"))
+    t = Topology("t", {"k": kind}, devices, (Link("a", "b", 1e9, ok_s), Link("b", "a", 1e9, ok_s)))
+    assert t.links[0].latency_s == ok_s
+    with pytest.raises(DistplanError, match="latency must be >= 0 and at most 3600"):
+        Topology("t", {"k": kind}, devices, (Link("a", "b", 1e9, bad_s), Link("b", "a", 1e9, 0.0)))
+    with pytest.raises(DistplanError, match="launch_overhead_s must be >= 0 and at most 3600"):
+        Topology("t", {"k": DeviceKind("k", {"fp16": 1e12}, 2**30, 1e11, launch_overhead_s=bad_s)}, devices,
+                 (Link("a", "b", 1e9, 0.0), Link("b", "a", 1e9, 0.0)))

@@ -24,6 +24,10 @@ ROUTINGS = ("xy", "shortest")
 #: the least peak x efficiency, memory, memory bandwidth and link bandwidth accepted (per
 #: second, or bytes): below it a figure is a typo, and task times overflow to inf
 MIN_RATE = 1e-6
+#: the longest link latency or launch overhead accepted (seconds): an hour is past any
+#: real link (a geostationary hop is 0.6 s); beyond it a figure is a unit slip, and the
+#: simulator's clock (seconds in a float) loses the microsecond tasks beside it
+MAX_DELAY_S = 3600.0
 
 
 #: the most tasks a device kind may run at once (DeviceKind.concurrency): the simulator
@@ -212,8 +216,7 @@ def _validate(t: Topology) -> None:
                 raise DistplanError(f"{where}: device kind {k.name!r}: {attr} must be > 0, got {v!r}")
         if not (0 < k.efficiency <= 1):
             raise DistplanError(f"{where}: device kind {k.name!r}: efficiency must be in (0, 1]")
-        if not (k.launch_overhead_s >= 0 and math.isfinite(k.launch_overhead_s)):
-            raise DistplanError(f"{where}: device kind {k.name!r}: launch_overhead_s must be >= 0")
+        _check_delay(k.launch_overhead_s, f"{where}: device kind {k.name!r}: launch_overhead_s")
         # rates far below one unit per second are typos, and make task times overflow to inf
         for p, v in k.peak_flops_per_s.items():
             if v * k.efficiency < MIN_RATE:
@@ -272,8 +275,7 @@ def _validate(t: Topology) -> None:
         if l.bw_bytes_per_s < MIN_RATE:
             raise DistplanError(f"{where}: link {l.src}->{l.dst} bandwidth is {l.bw_bytes_per_s:.3g} byte/s; "
                                 f"at least {MIN_RATE:g}")
-        if not (l.latency_s >= 0 and math.isfinite(l.latency_s)):
-            raise DistplanError(f"{where}: link {l.src}->{l.dst} latency must be >= 0")
+        _check_delay(l.latency_s, f"{where}: link {l.src}->{l.dst} latency")
     if t.routing == "xy":
         have = {(l.src, l.dst) for l in t.links}
         for d in t.devices:
@@ -380,3 +382,11 @@ def _validate_mesh(where: str, at: dict[tuple, str]) -> None:
             if (r, c) not in at:
                 raise DistplanError(f"{where}: XY routing needs a device at every mesh position of rows "
                                     f"{rows[0]}..{rows[-1]} x columns {cols[0]}..{cols[-1]}; none at {[r, c]}")
+
+
+def _check_delay(value: object, what: str) -> None:
+    """A latency or launch overhead: a number of seconds from 0 to ``MAX_DELAY_S``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (ok and 0 <= value <= MAX_DELAY_S):
+        raise DistplanError(f"{what} must be >= 0 and at most {MAX_DELAY_S:g} s (an hour; a real link or "
+                            f"launch takes micro- to milliseconds), got {value!r} s")
