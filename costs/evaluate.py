@@ -5,7 +5,9 @@ quantity the MILP linearises, and the memory each device is charged
 The period is the largest device load (its stages' compute at their precisions plus the
 casts on the consumer) or link load (each crossing tensor's bytes at the producer's
 precision over every link of its relay hops, the gradient back in training), averaged
-over one cycle of replica assignment (``Plan.cycle``). In the simulator's ideal mode the
+over one cycle of replica assignment (``Plan.cycle``). Under ``comm`` "exposed" each
+transfer (per source op and receiving stage, sent directly) adds its time to both end
+devices' loads instead (costs.exposed). In the simulator's ideal mode the
 steady-state period equals it. Tensor parallelism is outside this model
 (``costs.iteration.estimate_iteration`` covers dp x tp x pp training).
 
@@ -19,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
-from distplan.costs.memory import (StageMemory, activation_factors, inflight_microbatches, stream_activation_bytes,
-                                   remat_per_op_bytes, saved_elems, training_stage_memory)
+from distplan.costs.exposed import add_exposed_loads, transfers
+from distplan.costs.memory import (StageMemory, activation_factors, follows_1f1b_phases, inflight_microbatches,
+                                   stream_activation_bytes, remat_per_op_bytes, saved_elems, training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
@@ -140,6 +143,7 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
     saved = saved_elems(problem.graph, again)   # once per plan, for every stage
     remat: dict[tuple[int, bool, tuple[str, ...]], np.ndarray] = {}
     single = np.zeros(problem.n_devices)   # the one microbatch under way on each device (StageMemory.single)
+    phases = follows_1f1b_phases(problem, plan)   # the 1F1B phase rule (one stage per device)
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
         seen: set[int] = set()
@@ -162,7 +166,8 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
             sm = memo[k, precs]
             n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]), plan.virtual_stages)
             one_at_a_time = plan.schedule in ("1f1b", "interleaved")
-            per = sm.peak_bytes(n, 1 if one_at_a_time else n)
+            per = (sm.peak_1f1b_bytes(n, max(1, counts[i])) if phases
+                   else sm.peak_bytes(n, 1 if one_at_a_time else n))
             for d in set(st.replica_group(i)) - seen:
                 if one_at_a_time:   # a device runs one microbatch of one of its stages at a time:
                     mem[d] += per - sm.single + sm.stash      # every stage's stashes, and the most
@@ -198,6 +203,8 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
     dev = np.zeros(problem.n_devices)
     link = np.zeros(len(topo.links))
     again = recomputed(problem, plan)
+    exposed = problem.exposed
+    pairs = transfers(problem, plan.op_stage) if exposed else None
     for m in range(cyc):
         qs = [problem.q_index(p) for p in plan.microbatch_precisions(m)]
         where = [s.replica_devices(m)[0] for s in plan.stages]
@@ -210,10 +217,14 @@ def plan_cost(problem: Problem, plan: Plan) -> PlanCost:
             ku, kv = plan.op_stage[u], plan.op_stage[v]
             d = where[kv]
             dev[d] += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[d])
+            if exposed:
+                continue
             nbytes = problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]
             for b in range(ku, kv):
                 for l, busy in boundary_load_s(problem, where[b], where[b + 1], nbytes):
                     link[l] += busy
+        if exposed:   # direct sends, per source op and receiving stage, on both end devices
+            add_exposed_loads(problem, plan.op_stage, where, qs, dev, link, pairs)
     dev /= cyc
     link /= cyc
     period = float(max(dev.max(initial=0.0), link.max(initial=0.0)))

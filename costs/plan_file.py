@@ -148,6 +148,7 @@ def problem_from_document(d: Any, source: str = "plan", graph: Graph | None = No
         return build_problem(graph, topology, ProblemOptions(
             precisions=tuple(blk["precisions"]),
             low_bit_ops=str(blk.get("low_bit_ops", "all")),   # files from before the policy: any op at int8
+            comm=str(blk.get("comm", "overlapped")),
             microbatches=_whole(blk.get("microbatches", d["microbatches"]), f"{source}: microbatches"),
             schedule=sched if sched in SCHEDULES else None))
     except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -40,6 +40,11 @@ LOW_BIT_KINDS = MATMUL_KINDS + ("embedding",)
 #: kernel of its own, no extra memory round trip. "all": any operator may compute in low
 #: bit, and every cast is a kernel of its own (launch + read + write).
 LOW_BIT_OPS = ("matmul", "all")
+#: how a stage-crossing transfer is charged: "overlapped" (the default) puts its bytes on
+#: links only, overlapped with compute; "exposed" also adds its time to the device loads
+#: of the sending and of the receiving stage, once per source op and receiving stage, sent
+#: directly (costs.exposed)
+COMM_MODES = ("overlapped", "exposed")
 
 
 def low_bit(prec: str) -> bool:
@@ -54,8 +59,9 @@ def op_allows(kind: str, prec: str, low_bit_ops: str) -> bool:
 
 @dataclass(frozen=True)
 class ProblemOptions:
-    """What the user asks for: precisions allowed, microbatches, pipeline schedule, and
-    which operators may use the formats under 16 bits (``LOW_BIT_OPS``).
+    """What the user asks for: precisions allowed, microbatches, pipeline schedule,
+    which operators may use the formats under 16 bits (``LOW_BIT_OPS``), and whether
+    transfers add to device loads (``comm``, one of ``COMM_MODES``).
 
     ``schedule`` defaults to 'stream' for inference and '1f1b' for training.
     """
@@ -64,6 +70,7 @@ class ProblemOptions:
     microbatches: int = 16
     schedule: str | None = None
     low_bit_ops: str = "matmul"
+    comm: str = "overlapped"
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +102,7 @@ class Problem:
     link_bw_bytes_per_s: np.ndarray  # (L,)
     link_latency_s: np.ndarray    # (L,)
     low_bit_ops: str = "matmul"
+    comm: str = "overlapped"
     _extra: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -122,7 +130,12 @@ class Problem:
         """The options this problem was built with (rebuild a variant with
         ``dataclasses.replace(problem.options, microbatches=...)``)."""
         return ProblemOptions(precisions=self.precisions, microbatches=self.microbatches, schedule=self.schedule,
-                              low_bit_ops=self.low_bit_ops)
+                              low_bit_ops=self.low_bit_ops, comm=self.comm)
+
+    @property
+    def exposed(self) -> bool:
+        """Do transfers add to the device loads (``comm`` "exposed", costs.exposed)?"""
+        return self.comm == "exposed"
 
     def fallback_q(self, v: int, q: int, c: int | None = None) -> int | None:
         """``q`` if op ``v`` may compute at it, else the nearest higher-fidelity precision
@@ -296,6 +309,8 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
                             f"({MAX_MICROBATCHES:,} at most); a step of that many microbatches is not a real run")
     if options.low_bit_ops not in LOW_BIT_OPS:
         raise DistplanError(f"low_bit_ops must be one of {', '.join(LOW_BIT_OPS)}, got {options.low_bit_ops!r}")
+    if options.comm not in COMM_MODES:
+        raise DistplanError(f"comm must be one of {', '.join(COMM_MODES)}, got {options.comm!r}")
     training = graph.mode == "training"
     if training and graph.bwd_flops == 0 and graph.fwd_flops > 0:
         raise DistplanError(f"graph {graph.name!r} has no backward FLOPs (every bwd_flops is 0), so training would "
@@ -399,8 +414,9 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     for a in arrays.values():
         a.setflags(write=False)
     return Problem(graph=graph, topology=topology, precisions=precs, microbatches=options.microbatches,
-                   schedule=schedule, kind_names=kind_names, low_bit_ops=options.low_bit_ops, **arrays)
+                   schedule=schedule, kind_names=kind_names, low_bit_ops=options.low_bit_ops,
+                   comm=options.comm, **arrays)
 
 
 __all__ = ["Problem", "ProblemOptions", "build_problem", "SCHEDULES", "PRECISION_NAMES", "MATMUL_KINDS",
-           "LOW_BIT_KINDS", "LOW_BIT_OPS", "low_bit", "op_allows"]
+           "LOW_BIT_KINDS", "LOW_BIT_OPS", "COMM_MODES", "low_bit", "op_allows"]

@@ -9,7 +9,8 @@ latency objective ``costs.evaluate.plan_latency_s``, either plus ``sensitivity_w
 sensitivity. Guarantee: at integral points the objective equals ``plan_cost(...).period_s``
 (resp. ``plan_latency_s``) of the extracted plan. Times are in model units (seconds x
 ``m.tscale``, :func:`time_scale`), memory rows in units of device capacity. After the
-formulation: ``period_relax``, ``nogood`` and the user's ``extra_constraints``.
+formulation: ``period_relax``, ``nogood`` and the user's ``extra_constraints``. Under
+``comm`` "exposed" transfers add to the device loads (model.exposed_rows).
 
 Every variable and row: docs/concepts/milp.md, "Variables and rows".
 """
@@ -27,6 +28,7 @@ from distplan.costs.memory import activation_factors, last_reader, stream_copies
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
+from distplan.model.exposed_rows import add_exposed, add_exposed_period
 
 
 @dataclass(frozen=True)
@@ -499,6 +501,8 @@ def add_period(m, problem: Problem, spec: ModelSpec) -> None:
     K T >= sum_v min load(v) (min_op_time_s)."""
     m.period_dev = pyo.Constraint(m.STAGE_KINDS, rule=lambda m, k, c: m.T >= m.device_load[k, c])
     m.period_link = pyo.Constraint(m.USED_LINKS, rule=lambda m, l: m.T >= m.link_load[l])
+    if hasattr(m, "comm_load"):
+        add_exposed_period(m, problem, spec)
     best = min_op_time_s(problem, m)
     if not np.isfinite(best).all():
         return   # an op with no allowed cell: stage_assign makes the model infeasible
@@ -637,7 +641,10 @@ def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
     add_crossings(m, problem, spec)
     add_casts(m, problem, spec)
     add_stage_load(m, problem, spec)
-    add_link_load(m, problem, spec)
+    if problem.exposed and spec.objective == "throughput":
+        add_exposed(m, problem, spec)   # transfers on the device loads, direct sends (model.exposed_rows)
+    else:
+        add_link_load(m, problem, spec)
     add_tied_copies(m, problem, spec)
     if problem.schedule == "1f1b":
         add_used_stages(m, problem, spec)

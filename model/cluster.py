@@ -515,7 +515,7 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
         if b != b0 and b >= 1 and gb % b == 0:
             out[b] = build_problem(problem.graph.with_batch_size(b), problem.topology, ProblemOptions(
                 precisions=problem.precisions, microbatches=gb // b, schedule=problem.schedule,
-                low_bit_ops=problem.low_bit_ops))
+                low_bit_ops=problem.low_bit_ops, comm=problem.comm))
     return out
 
 

@@ -26,6 +26,11 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
     """"pipeline", "cluster" or "fleet" for ``options.space`` ("auto": cluster for training
     with the throughput objective, or inference with the latency objective, on one kind of
     GPU; fleet for training with the throughput objective on several kinds; else pipeline)."""
+    if problem.exposed:   # costs.exposed is modelled in the pipeline space only
+        if options.space in ("cluster", "fleet") or options.objective == "sensitivity":
+            raise DistplanError("exposed communication (comm 'exposed') is modelled in the pipeline plan space; "
+                                "use --space pipeline with the throughput or latency objective")
+        return "pipeline"
     cluster_objective = "throughput" if problem.training else "latency"
     kinds = {problem.topology.kind_of(d).name for d in range(problem.n_devices)}
     if options.space == "fleet" or options.objective == "sensitivity" or (

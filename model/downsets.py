@@ -11,7 +11,8 @@ where cut_s(J) is the link load of boundary s-1 -> s (tensors leaving J). Used t
   the model as the cut ``T >= bound``);
 - with a fixed precision per op it gives the best plan for that precision vector (a
   warm start).
-Graphs with more than ``max_downsets`` downsets are skipped (returns None).
+Graphs with more than ``max_downsets`` downsets are skipped (returns None). Exposed
+communication adds each segment's transfers (model.exposed_dp).
 """
 from __future__ import annotations
 
@@ -162,7 +163,8 @@ def stage_factors(problem: Problem, K: int, relax_1f1b: bool = False) -> list[tu
 def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_cost: np.ndarray,
                  edge_bytes: np.ndarray, mem_static: np.ndarray, mem_act: np.ndarray,
                  mem_send: np.ndarray, factors: list[tuple[float, float]],
-                 mem_tied: np.ndarray | None = None) -> tuple[float, list[int]] | None:
+                 mem_tied: np.ndarray | None = None, comm: np.ndarray | None = None
+                 ) -> tuple[float, list[int]] | None:
     """Min over downset chains of the max stage/boundary load.
 
     ``op_cost[v, c]`` seconds of op v on kind c (incl. casts it performs), ``edge_bytes[e]``
@@ -170,6 +172,9 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     copies stage s holds (``segment_memory``; an inference stream's stage also the bytes that cross into
     it, as costs.memory counts). Boundary load = bytes x max over its links
     of 1/bw (exact when no two boundaries share a link, a lower bound otherwise).
+    ``comm`` (N, N): exposed send and receive seconds of each segment
+    (model.exposed_dp.comm_matrix), added to its load; with it no boundary load is
+    charged (exposed transfers go direct: each link carries at most what its ends send).
     Returns (value, op -> stage).
     """
     N, V = mat.shape
@@ -190,12 +195,14 @@ def partition_dp(problem: Problem, path: tuple[int, ...], mat: np.ndarray, op_co
     for s in range(K):
         c = kinds[s]
         cap = problem.device_mem_bytes[path[s]]
-        if s == 0:
+        if s == 0 or comm is not None:
             base = f
         else:
             inv = bottleneck_s_per_byte(problem, boundary_links(problem, path[s - 1], path[s]))
             base = np.maximum(f, out_bytes * inv)
         seg = np.where(BAD[c][:, None] - BAD[c][None, :] > 0.5, math.inf, W[c][:, None] - W[c][None, :])
+        if comm is not None:
+            seg = seg + comm
         val = np.maximum(base[None, :], seg)
         mem = mems[s] + out_bytes[None, :] if stream and s else mems[s]   # + what crosses into the stage
         val[~sub | (mem > cap * (1 + 1e-12))] = math.inf
@@ -246,8 +253,18 @@ def relaxation_bound(problem: Problem, path: tuple[int, ...], mat: np.ndarray) -
     eb = problem.edge_elems * (narrow[problem.edges[:, 0]] if len(problem.edges) else 0.0)
     r = partition_dp(problem, path, mat, cost, eb, least(problem.static_bytes),
                      least(problem.act_bytes), least(problem.send_bytes),
-                     stage_factors(problem, len(path), relax_1f1b=True), least(problem.tied_bytes))
+                     stage_factors(problem, len(path), relax_1f1b=True), least(problem.tied_bytes),
+                     exposed_comm(problem, path, mat, least(problem.send_bytes)))
     return math.inf if r is None else r[0]
+
+
+def exposed_comm(problem: Problem, path: tuple[int, ...], mat: np.ndarray, send: np.ndarray) -> np.ndarray | None:
+    """Under ``comm`` "exposed", each segment's send and receive seconds at ``send``
+    bytes per op (model.exposed_dp); None otherwise."""
+    if not problem.exposed:
+        return None
+    from distplan.model.exposed_dp import comm_matrix, op_comm_s   # it reads sent_matrix from here
+    return comm_matrix(problem, mat, op_comm_s(problem, path, send))
 
 
 def fixed_precision_plan(problem: Problem, path: tuple[int, ...], mat: np.ndarray,
@@ -265,5 +282,5 @@ def fixed_precision_plan(problem: Problem, path: tuple[int, ...], mat: np.ndarra
     cost = np.nan_to_num(cost, nan=math.inf, posinf=math.inf)
     r = partition_dp(problem, path, mat, cost, eb, problem.static_bytes[pick],
                      problem.act_bytes[pick], problem.send_bytes[pick], stage_factors(problem, len(path)),
-                     problem.tied_bytes[pick])
+                     problem.tied_bytes[pick], exposed_comm(problem, path, mat, problem.send_bytes[pick]))
     return None if r is None else r[1]

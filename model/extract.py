@@ -8,6 +8,7 @@ from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.model.lanes import lane_stages
 from distplan.model.build import assign_memory, mem_unit_bytes
+from distplan.model.exposed_rows import assign_sends, exposed_loads
 
 
 def make_plan(problem: Problem, path: tuple[int, ...], op_stage, op_prec_idx, predicted=None,
@@ -73,7 +74,11 @@ def assign_plan(m, problem: Problem, plan: Plan) -> None:
     if hasattr(m, "bused"):
         for b in m.BOUNDS:
             m.bused[b].set_value(max([m.xc[e, b].value for e in m.EDGES], default=0))
+    if hasattr(m, "send"):
+        assign_sends(m, problem, stage, q_of)
     loads = [pyo.value(m.device_load[k, c]) for (k, c) in m.STAGE_KINDS]
+    if hasattr(m, "comm_load"):
+        loads += exposed_loads(m, problem)
     if hasattr(m, "link_load"):
         loads += [pyo.value(m.link_load[l]) for l in m.USED_LINKS]
     m.T.set_value(max(loads + [0.0]))

@@ -8,7 +8,8 @@ no two boundaries share a link; every candidate is re-scored with costs.evaluate
 inference stream's segment holds what the checker charges it (its liveness peak, the
 older sent copies and the bytes crossing into it, costs.memory).
 Several precision assignments are tried: each uniform precision, fastest per op, and a
-greedy fill of the sensitivity budget.
+greedy fill of the sensitivity budget. Exposed communication adds each segment's
+transfers to its load (model.exposed_dp; a relaxation, every plan re-scored exactly).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.model.extract import make_plan
 from distplan.costs.check import plan_violations
+from distplan.model.exposed_dp import comm_matrix, op_comm_s
 
 
 def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
@@ -57,6 +59,10 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
         diff[u + 1] += nb
         diff[v + 1] -= nb
     cut_bytes = np.cumsum(diff)[: V + 1]             # bytes crossing a cut before position i
+    comm = None
+    if problem.exposed and not latency:   # segment [i, j)'s sends and receives (model.exposed_dp)
+        prefix = np.tri(V + 1, V, -1, dtype=bool)      # row n: the first n ops, a downset
+        comm = comm_matrix(problem, prefix, op_comm_s(problem, path, problem.send_bytes[pick])).T
     f = np.full(V + 1, inf)
     choice = np.zeros((K, V + 1), dtype=np.int64)
     # Per stage, every (segment start i, end j) at once: seg[i, j] is the segment's time, inf
@@ -73,6 +79,8 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
         if m is None:
             P, NB = cost_c[c]
             seg = np.where(NB[None, :] - NB[:, None] > 0, inf, P[None, :] - P[:, None])
+            if comm is not None:
+                seg = seg + comm
             if live is not None:   # and one microbatch of what crosses into the stage
                 mem = live + cut_bytes[:, None]
             else:
@@ -103,6 +111,8 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
             if latency:
                 lat_s, s_per_byte = store_forward_coefficients(problem, r)
                 link = cut_bytes * s_per_byte + np.where(cut_bytes > 0, lat_s, 0.0)
+            elif comm is not None:   # direct sends: on the segments' loads, not on the boundary
+                link = np.zeros(V + 1)
             else:
                 link = cut_bytes * bottleneck_s_per_byte(problem, r)
             prev = f

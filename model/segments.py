@@ -162,7 +162,7 @@ def build_tables(problem: Problem, path: tuple[int, ...], mat: np.ndarray, t_max
                           problem.send_bytes.min(axis=1), factors, problem.tied_bytes.min(axis=1))
     link_need, mem_ok = [], []
     for s in range(K):
-        if s == 0:
+        if s == 0 or problem.exposed:   # exposed transfers go direct, never relayed (costs.exposed)
             link_need.append(np.zeros(N))
         else:
             link_need.append(out_bytes * bottleneck_s_per_byte(problem, boundary_links(problem, path[s - 1], path[s])))

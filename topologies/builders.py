@@ -166,3 +166,15 @@ def hosts_on_network(name: str, hosts: list[tuple[DeviceKind, int]], host_bw_byt
     host switch ``h<i>.pcie``; every host switch is linked to the network switch ``net``."""
     return _two_level(name, hosts, lambda i, k, j: f"h{i}.{k.name}{j}", lambda i: f"h{i}.pcie", "net",
                       host_bw_bytes_per_s, host_latency_s, net_bw_bytes_per_s, net_latency_s, description)
+
+
+def fully_connected(name: str, n: int, kind: DeviceKind, bw_bytes_per_s: float, latency_s: float,
+                    description: str = "") -> Topology:
+    """``n`` devices ``a<i>`` with a duplex link between every pair (every route one hop)."""
+    devices = [Device(f"a{i}", kind.name) for i in range(n)]
+    links: list[Link] = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            links += duplex(f"a{i}", f"a{j}", bw_bytes_per_s, latency_s)
+    return Topology(name, {kind.name: kind}, tuple(devices), tuple(links), routing="shortest",
+                    description=description)

@@ -152,7 +152,7 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
         c = coarsen(problem.graph, target_ops=target)
         coarse = effective_coarse_memory(build_problem(c.coarse, problem.topology, ProblemOptions(
             precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
-            low_bit_ops=problem.low_bit_ops)), problem, c)
+            low_bit_ops=problem.low_bit_ops, comm=problem.comm)), problem, c)
         coarse = effective_coarse_times(coarse, problem, c)
     check_first_plan_fits(coarse, deadline, options.time_limit_s)
     if options.progress:

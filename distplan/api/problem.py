@@ -8,7 +8,7 @@ from distplan.api.resolve import resolve_topology, resolve_workload
 from distplan.core.errors import DistplanError
 from distplan.core.schedules import SCHEDULES
 from distplan.core.validate import check_choice, check_int, check_ints, check_str
-from distplan.costs.problem import LOW_BIT_OPS, Problem, ProblemOptions, build_problem
+from distplan.costs.problem import COMM_MODES, LOW_BIT_OPS, Problem, ProblemOptions, build_problem
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 from distplan.workloads.profile import Profile, apply_profile, as_profile, check_kinds
@@ -19,7 +19,7 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             precisions: Sequence[str] | str | None = None, microbatches: int = 16,
             schedule: str | None = None, low_bit_ops: str = "matmul",
-            profile: "str | Path | dict | Profile | None" = None) -> Problem:
+            profile: "str | Path | dict | Profile | None" = None, comm: str = "overlapped") -> Problem:
     """Build the Problem both the planner and the simulator read.
 
     ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
@@ -37,12 +37,16 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     of that op on that device kind (and precision, where given); the rest keep the
     roofline. An op it names that the graph lacks, or a profile naming none of the
     topology's kinds, is an error.
+    ``comm``: "overlapped" (the default: transfers load links only, overlapped with
+    compute) or "exposed" (each transfer also adds its time to the sending and the
+    receiving device's load, once per source op and receiving stage, sent directly;
+    costs.exposed).
 
     Every argument is checked first (core.validate; :func:`check_problem_arguments`).
     """
     check_problem_arguments(workload, batch_size=batch_size, seq_len=seq_len, mode=mode,
                             input_shapes=input_shapes, precisions=precisions, microbatches=microbatches,
-                            schedule=schedule, low_bit_ops=low_bit_ops)
+                            schedule=schedule, low_bit_ops=low_bit_ops, comm=comm)
     if isinstance(workload, Graph):
         if batch_size is not None or seq_len is not None or input_shapes:
             raise DistplanError("batch_size, seq_len and input_shapes apply to a workload name or file, "
@@ -67,12 +71,12 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     else:
         precs = tuple(p.strip() for p in precisions.split(",")) if isinstance(precisions, str) else tuple(precisions)
     return build_problem(graph, topo, ProblemOptions(precisions=precs, microbatches=microbatches,
-                                                     schedule=schedule, low_bit_ops=low_bit_ops))
+                                                     schedule=schedule, low_bit_ops=low_bit_ops, comm=comm))
 
 
 def check_problem_arguments(workload: object, *, batch_size: object, seq_len: object, mode: object,
                             input_shapes: object, precisions: object, microbatches: object, schedule: object,
-                            low_bit_ops: object) -> None:
+                            low_bit_ops: object, comm: object = "overlapped") -> None:
     """:func:`problem`'s arguments, each of its type and range, or a DistplanError naming
     it: counts are positive ints (not "16", 2.5 or True), names are strings, and a graph
     file (.json, .onnx) fixes its own batch and sequence."""
@@ -82,6 +86,7 @@ def check_problem_arguments(workload: object, *, batch_size: object, seq_len: ob
     check_int("microbatches", microbatches)
     check_choice("schedule", schedule, SCHEDULES, optional=True)
     check_choice("low_bit_ops", low_bit_ops, LOW_BIT_OPS)
+    check_choice("comm", comm, COMM_MODES)
     if precisions is not None and not isinstance(precisions, str) and not (
             isinstance(precisions, (list, tuple)) and precisions and all(isinstance(p, str) for p in precisions)):
         raise DistplanError(f"precisions must be a string such as 'fp16,int8' or a list of precision names, "

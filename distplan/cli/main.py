@@ -18,6 +18,8 @@ from distplan.core.interrupt import current_stop, exit_status, signal_name, stop
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
                                ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
+from distplan.model.applies import check_options_apply
+from distplan.model.cluster_solve import resolve_space
 from distplan.model.highs import abandoned_alive
 
 #: written to stderr when a first Ctrl-C asks the run to stop with what it has
@@ -54,6 +56,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     w.add_argument("--low-bit-ops", choices=("matmul", "all"), default="matmul",
                    help="which operators may compute at int8/fp8: matrix products only (default; norms, softmax, "
                         "activations and residual adds stay in 16 bits, as int8 inference engines run them) or all")
+    w.add_argument("--comm", choices=("overlapped", "exposed"), default="overlapped",
+                   help="overlapped (default): transfers load the links only, overlapped with compute; exposed: "
+                        "each transfer also adds its time to the sending and the receiving device's load (once "
+                        "per source op and receiving stage, sent directly)")
     w.add_argument("--microbatches", type=int, default=16)
     w.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="pipeline schedule (default: stream for inference, 1f1b for training)")
@@ -156,7 +162,10 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
               progress=None if args.quiet or args.json else _say)
     if args.threads is not None:
         kw["threads"] = args.threads
-    return api.SolveOptions(**kw)
+    opts = api.SolveOptions(**kw)
+    # a flag the plan space never reads is an error naming it (the rule model.solve applies)
+    check_options_apply(problem, opts, resolve_space(problem, opts), cli=True)
+    return opts
 
 
 def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
@@ -286,6 +295,10 @@ def check_flags(args: argparse.Namespace) -> None:
         refuse_flags(args, ("--plan-out", "--trace"),
                      "with --pareto: it prints the frontier and plots it to pareto.png (in --report's folder), "
                      "and writes no plan or trace")
+        refuse_flags(args, ("--sensitivity-budget",), "with --pareto: it sets each frontier point's budget itself")
+        if args.objective != "throughput":
+            raise DistplanError(f"--objective {args.objective} does not apply with --pareto: the frontier trades "
+                                "sensitivity for simulated throughput; leave it out")
     if args.mode == "inference":
         refuse_flags(args, ("--iteration-target", "--microbatch-sizes", "--virtual-stages"),
                      "in inference: only the training search (--mode training) of the cluster and fleet spaces "
@@ -350,7 +363,7 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
             problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
                                   mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
                                   microbatches=args.microbatches, schedule=args.schedule,
-                                  low_bit_ops=args.low_bit_ops, profile=args.profile)
+                                  low_bit_ops=args.low_bit_ops, profile=args.profile, comm=args.comm)
         if args.describe:
             from distplan.api.describe import describe
 

@@ -348,6 +348,7 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
             "workload": g.name, "mode": g.mode, "batch_size": g.batch_size, "seq_len": g.seq_len,
             "topology": topo.name, "precisions": list(problem.precisions),
             "low_bit_ops": problem.low_bit_ops,
+            **({"comm": problem.comm} if getattr(problem, "comm", "overlapped") != "overlapped" else {}),
         },
         "microbatches": plan.microbatches, "schedule": plan.schedule,
         "stages": [_stage_doc(s, topo, g.ops) for s in plan.stages],
