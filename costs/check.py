@@ -7,7 +7,8 @@ precision when ``Stage.replica_precision`` overrides it); replica groups are wel
 ``Stage.replica_precision``: one mapping per replica, naming ops of that stage, at
 precisions the problem allows, the low-bit policy lets the op use and every device of
 the replica runs); no tensor flows to an earlier stage; memory per device
-(costs.evaluate.plan_memory_bytes) fits its capacity.
+(costs.evaluate.plan_memory_bytes) fits its capacity; under exposed communication,
+only the plans it is modelled for (``exposed_violations``).
 """
 from __future__ import annotations
 
@@ -92,6 +93,8 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
             out.append(f"tensor {a!r}->{b!r} flows from stage {plan.op_stage[u]} back to stage "
                        f"{plan.op_stage[v]}; move {b!r} to stage >= {plan.op_stage[u]} or {a!r} to stage "
                        f"<= {plan.op_stage[v]}")
+    if getattr(problem, "comm", "overlapped") == "exposed":
+        out += exposed_violations(plan)
     if plan.schedule == "explicit":
         out += _order_violations(problem, plan)
     if plan.schedule == "interleaved":
@@ -104,6 +107,17 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
         if used > cap * (1 + 1e-12):
             out.append(f"device {topo.devices[d].name}: needs {used / 2**20:.2f} MiB but holds "
                        f"{cap / 2**20:.2f} MiB (short by {(used - cap) / 2**20:.2f} MiB)")
+    return out
+
+
+def exposed_violations(plan: Plan) -> list[str]:
+    """Exposed communication (costs.exposed) is modelled for pipelines of whole-op stages
+    in the schedules' own order: no tensor parallelism, no explicit or interleaved order."""
+    out = [f"stage {k}: tensor_parallel {s.tensor_parallel} is not modelled with exposed communication "
+           "(comm 'exposed'); use tensor_parallel 1" for k, s in enumerate(plan.stages) if s.tensor_parallel > 1]
+    if plan.schedule in ("explicit", "interleaved"):
+        out.append(f"schedule {plan.schedule!r} is not modelled with exposed communication (comm 'exposed'); "
+                   "use stream, 1f1b or gpipe")
     return out
 
 

@@ -23,6 +23,7 @@ from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.tensor_parallel import (TP_ALLREDUCE_KINDS, tp_backward_allreduce, tp_divides,
                                             tp_forward_allreduce, tp_output_share)
 from distplan.costs.problem import Problem
+from distplan.costs.routes import links_s
 from distplan.costs.memory import (MASK_BYTES_PER_ELEM, kept_output_elems, remat_groups, remat_per_op_bytes,
                                    saved_elems)
 from distplan.costs.recompute import recomputed, zero_saved_bytes
@@ -193,6 +194,16 @@ class _Builder:
             pending_relay = (b, last)
         return last, first
 
+    def exposed_xfer(self, preds: list[int], a: int, b: int, nbytes: float, p: int, phase: int, e: int,
+                     op_send: int, op_recv: int) -> tuple[int, int]:
+        """Exposed communication (costs.exposed): a send task on device a and a receive task
+        on device b, each as long as the transfer on the route a -> b (``links_s``), with
+        its link hops between. Returns (receive node, send node)."""
+        t = links_s(self.pb, self.route(a, b), nbytes) if a != b else 0.0
+        send = self.prog.add(a, t, K_XFER, p, op_send, preds, phase, e, nbytes)
+        last, _ = self.chain(send, [a, b], nbytes, p, phase, e, op_send)
+        return self.prog.add(b, t, K_XFER, p, op_recv, [last], phase, e, nbytes), send
+
     # --- one microbatch pattern -----------------------------------------------
     def pattern(self, p: int) -> None:
         pb, plan, prog = self.pb, self.plan, self.prog
@@ -205,6 +216,7 @@ class _Builder:
         kept_in: list[tuple[int, int, int]] = []   # (reader, rank, buffer) held until the reader's backward
         out_at: list[list[int]] = [[] for _ in range(V)]
         releases: list[list[list[int]]] = [[] for _ in range(V)]
+        sent: dict[tuple[int, int, int], tuple[int, int]] = {}   # exposed: (source, stage, rank) -> (arrival, send)
         for v in range(V):
             k = plan.op_stage[v]
             G = where[k]
@@ -222,6 +234,15 @@ class _Builder:
                     first = None
                     if ku == k:
                         ju, src = j, out_at[u][j]
+                    elif pb.exposed:   # one direct transfer per source and receiving stage (costs.exposed)
+                        ju = j % len(Gu)
+                        nb = float(elems[e] * bpe[qs[u]] / tv)
+                        got = sent.get((u, k, j))
+                        if got is None:
+                            got = sent[u, k, j] = self.exposed_xfer([out_at[u][ju]], Gu[ju], d,
+                                                                    float(pb.send_bytes[u, qs[u]]), p, 0, e, u, v)
+                            releases[u][ju].append(got[1])
+                        src, first = got
                     else:
                         ju = j % len(Gu)
                         path = [Gu[ju]] + [where[b][j % len(where[b])] for b in range(ku + 1, k + 1)]
@@ -329,6 +350,7 @@ class _Builder:
             tv = len(G)
             bpreds: list[list[int]] = [[Fn[v][j]] for j in range(len(Fn[v]))]
             patch_buf: list[list[int]] = [[] for _ in range(tv)]
+            grads: dict[tuple[int, int], list[tuple[int, int]]] = {}   # exposed: (stage, rank) -> (edge, grad node)
             for e in self.out_edges[v]:
                 w = self.edges[e][1]
                 kw = plan.op_stage[w]
@@ -343,6 +365,10 @@ class _Builder:
                                             pb.cast_fixed_s[kinds[dw]], len(Gw))
                         src = prog.add(dw, ct, K_CAST_B, p, w, [src], 1, e)
                     first = None
+                    if kw != k and pb.exposed and elems[e] > 0:   # summed on stage kw, sent back once below
+                        prog.buffers.append(Buffer(dw, nb, src, False, (), False))   # freed by the send
+                        grads.setdefault((kw, j), []).append((e, src, len(prog.buffers) - 1))
+                        continue
                     if kw != k:
                         path = [dw] + [where[b][j % len(where[b])] for b in range(kw - 1, k - 1, -1)]
                         last, first = self.chain(src, path, nb, p, 1, e, v)
@@ -354,6 +380,16 @@ class _Builder:
                         prog.buffers.append(Buffer(d, nb, last, True, (), False))
                         patch_buf[j].append(len(prog.buffers) - 1)
                         bpreds[j].append(last)
+            for (kw, j), got in grads.items():   # exposed: one gradient transfer per reading stage
+                Gw = where[kw]
+                dw, d = Gw[j % len(Gw)], G[j]
+                last, send = self.exposed_xfer([x for _, x, _ in got], dw, d, float(pb.send_bytes[v, qs[v]]), p, 1,
+                                               got[0][0], self.edges[got[0][0]][1], v)
+                for _, _, bi in got:
+                    prog.buffers[bi].frees = (send,)
+                prog.buffers.append(Buffer(d, float(pb.send_bytes[v, qs[v]]), last, True, (), False))
+                patch_buf[j].append(len(prog.buffers) - 1)
+                bpreds[j].append(last)
             op = pb.graph.ops[v]
             tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
             for j, d in self.ranks(G):

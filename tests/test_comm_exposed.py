@@ -185,3 +185,11 @@ def test_optimum_equals_oracle(pb):
                 microbatches=st.integers(1, 8)))
 def test_optimum_equals_oracle_many(pb):
     check_against_oracle(exposed(pb))
+
+
+def test_checker_refuses_what_exposed_does_not_model():
+    topo = fully_connected("fc2", 2, KIND, 1e6, 0.0)
+    plan = Plan((0, 0, 0), ("fp16",) * 3, (Stage((0, 1), tensor_parallel=2),), 1, "stream")
+    over = build_problem(three_ops(), topo, ProblemOptions(precisions=("fp16",), microbatches=1))
+    assert not plan_violations(over, plan)
+    assert any("tensor_parallel 2 is not modelled with exposed" in x for x in plan_violations(exposed(over), plan))
