@@ -132,6 +132,10 @@ def surrogate_key(problem: Problem, r: int, lanes: Lanes,
         used += [l for x in routes for l in x]
         out.append((tuple(int(problem.device_kind[d]) for d in p), tuple(float(problem.device_mem_bytes[d]) for d in p),
                     tuple(tuple(sorted(float(problem.link_bw_bytes_per_s[l]) for l in x)) for x in routes)))
+        if problem.exposed:   # direct sends between any two stages, and their latencies (costs.exposed)
+            out.append(tuple(tuple(sorted((float(problem.link_bw_bytes_per_s[l]), float(problem.link_latency_s[l]))
+                                          for l in boundary_links(problem, a, b)))
+                             for i, a in enumerate(p) for b in p[i + 1:]))
     out.append(len(used) - len(set(used)))
     return tuple(out)
 

@@ -81,67 +81,76 @@ def test_comm_is_checked_and_kept():
 
 
 # --- the oracle -------------------------------------------------------------------------
-def oracle_period_s(problem, path, stage, qs) -> float:
-    """The period of a plan from the rules (module docstring), not from costs.evaluate."""
+def oracle_period_s(problem, lanes, stage, qs) -> float:
+    """The period of a plan from the rules (module docstring), not from costs.evaluate:
+    stage k on lane i's k-th device, microbatch m in lane m % r, so every device and link
+    carries 1/r of its lane's per-microbatch loads."""
     topo, g = problem.topology, problem.graph
+    r = len(lanes)
     dev = [0.0] * problem.n_devices
     link = [0.0] * len(topo.links)
-    for v, k in enumerate(stage):
-        dev[path[k]] += problem.op_time_s(v, qs[v], problem.device_kind[path[k]])
-    for e, (u, v) in enumerate(problem.edges.tolist()):   # casts on the consumer
-        dev[path[stage[v]]] += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[path[stage[v]]])
     out: dict[int, list[float]] = {}
     for t in g.tensors:
         out.setdefault(g.index(t.src), []).append(t.elems)
     pairs = {(g.index(t.src), stage[g.index(t.dst)]) for t in g.tensors
              if t.elems > 0 and stage[g.index(t.dst)] > stage[g.index(t.src)]}
-    for u, k in pairs:
-        a, b = path[stage[u]], path[k]
-        op = g.ops[u]
-        elems = op.send_elems if op.send_elems is not None else min(op.out_elems, math.fsum(out[u]))
-        nbytes = elems * problem.bytes_per_elem[qs[u]]
-        routes = [topo.route(a, b)] + ([topo.route(b, a)] if problem.training else [])
-        t = 0.0
-        for r in routes:
-            for l in r:
-                t += nbytes / topo.links[l].bw_bytes_per_s + topo.links[l].latency_s
-                link[l] += nbytes / topo.links[l].bw_bytes_per_s
-        dev[a] += t
-        dev[b] += t
+    for path in lanes:
+        for v, k in enumerate(stage):
+            dev[path[k]] += problem.op_time_s(v, qs[v], problem.device_kind[path[k]]) / r
+        for e, (u, v) in enumerate(problem.edges.tolist()):   # casts on the consumer
+            d = path[stage[v]]
+            dev[d] += problem.cast_time_s(e, qs[u], qs[v], problem.device_kind[d]) / r
+        for u, k in pairs:
+            a, b = path[stage[u]], path[k]
+            op = g.ops[u]
+            elems = op.send_elems if op.send_elems is not None else min(op.out_elems, math.fsum(out[u]))
+            nbytes = elems * problem.bytes_per_elem[qs[u]]
+            routes = [topo.route(a, b)] + ([topo.route(b, a)] if problem.training else [])
+            t = 0.0
+            for route in routes:
+                for l in route:
+                    t += nbytes / topo.links[l].bw_bytes_per_s + topo.links[l].latency_s
+                    link[l] += nbytes / topo.links[l].bw_bytes_per_s / r
+            dev[a] += t / r
+            dev[b] += t / r
     return max(dev + link)
 
 
-def oracle_optima_s(problem) -> dict[tuple[int, ...], float]:
-    """Per path (lane 0 of every one-lane layout), the least oracle period over every
-    monotone stage map and every precision each op may use on its device; plans the
-    checker refuses do not count."""
+def oracle_optima_s(problem, replicas: int | None = 1) -> dict[tuple, float]:
+    """Per layout (lanes of every replication factor: the divisors of the device count
+    for a stream unless ``replicas`` fixes it), the least oracle period over every
+    monotone stage map and every precision each op may use on every device of its stage;
+    plans the checker refuses do not count."""
     V, Q = problem.n_ops, len(problem.precisions)
     preds = problem.graph.preds()
+    D = problem.n_devices
+    rs = [replicas] if replicas else [r for r in range(1, D + 1) if D % r == 0 and problem.schedule == "stream"] or [1]
     out = {}
-    for _, lanes in lane_layouts(problem.topology, 1):
-        path = lanes[0]
-        K = len(path)
-        best = math.inf
-        for stage in itertools.product(range(K), repeat=V):
-            if any(stage[u] > stage[v] for v in range(V) for u in preds[v]):
-                continue
-            choices = [[q for q in range(Q) if problem.op_allowed[v, q]
-                        and problem.supported[q, problem.device_kind[path[stage[v]]]]] for v in range(V)]
-            for qs in itertools.product(*choices):
-                S = max(stage) + 1
-                plan = Plan(stage, tuple(problem.precisions[q] for q in qs), tuple(Stage((path[k],))
-                            for k in range(S)), problem.microbatches, problem.schedule)
-                if plan_violations(problem, plan):
+    for r in rs:
+        for _, lanes in lane_layouts(problem.topology, r):
+            K = len(lanes[0])
+            best = math.inf
+            for stage in itertools.product(range(K), repeat=V):
+                if any(stage[u] > stage[v] for v in range(V) for u in preds[v]):
                     continue
-                best = min(best, oracle_period_s(problem, path, stage, qs))
-        out[path] = best
+                choices = [[q for q in range(Q) if problem.op_allowed[v, q] and all(
+                    problem.supported[q, problem.device_kind[lane[stage[v]]]] for lane in lanes)] for v in range(V)]
+                for qs in itertools.product(*choices):
+                    S = max(stage) + 1
+                    plan = Plan(stage, tuple(problem.precisions[q] for q in qs),
+                                tuple(Stage(tuple(lane[k] for lane in lanes)) for k in range(S)),
+                                problem.microbatches, problem.schedule)
+                    if plan_violations(problem, plan):
+                        continue
+                    best = min(best, oracle_period_s(problem, lanes, stage, qs))
+            out[lanes] = best
     return out
 
 
-def check_against_oracle(problem) -> None:
-    per_path = oracle_optima_s(problem)
-    want = min(per_path.values())
-    r = solve(problem, SolveOptions(replicas=1, rel_gap=1e-7, time_limit_s=60, top_k=1))
+def check_against_oracle(problem, replicas: int | None = 1) -> None:
+    per_layout = oracle_optima_s(problem, replicas)
+    want = min(per_layout.values())
+    r = solve(problem, SolveOptions(replicas=replicas, rel_gap=1e-7, time_limit_s=60, top_k=1))
     if not math.isfinite(want):
         assert not r.plans
         return
@@ -150,8 +159,9 @@ def check_against_oracle(problem) -> None:
     assert got == pytest.approx(want, rel=1e-6)
     assert r.bound_s <= want * (1 + 1e-6)
     mat = enumerate_downsets(problem)
-    for path, best in per_path.items():   # the downset relaxation bounds each path's optimum
-        assert relaxation_bound(problem, path, mat) <= best * (1 + 1e-6)
+    for lanes, best in per_layout.items():   # the downset relaxation (one lane) bounds each path's optimum
+        if len(lanes) == 1:
+            assert relaxation_bound(problem, lanes[0], mat) <= best * (1 + 1e-6)
 
 
 def test_optimum_equals_oracle_hand_instance():
@@ -173,14 +183,28 @@ def test_optimum_equals_oracle_hand_instance():
 SMALL = dict(max_ops=4, max_devices=3, microbatches=st.integers(1, 8))
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(problems(mode=st.sampled_from(["inference", "training"]), **SMALL))
 def test_optimum_equals_oracle(pb):
     check_against_oracle(exposed(pb))
 
 
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(problems(mode="inference", max_ops=3, max_devices=4, microbatches=st.integers(1, 8)))
+def test_optimum_equals_oracle_with_lanes(pb):
+    """Inference streams: every replication factor (lanes), as the planner explores them."""
+    check_against_oracle(exposed(pb), replicas=None)
+
+
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(problems(mode="inference", max_ops=4, max_devices=4, microbatches=st.integers(1, 8)))
+def test_optimum_equals_oracle_with_lanes_many(pb):
+    check_against_oracle(exposed(pb), replicas=None)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(problems(mode=st.sampled_from(["inference", "training"]), max_ops=5, max_devices=3,
                 microbatches=st.integers(1, 8)))
 def test_optimum_equals_oracle_many(pb):
