@@ -4,8 +4,10 @@ line from the process's start, the grid baseline), what the clock cut short is s
 (``cut_short``), the bound stays honest, and Ctrl-C keeps the best plan so far.
 
 The target (the issue's): wall time <= limit + 10 % + model build time. ``SLACK_S``
-absorbs scheduling noise on a loaded 2-core machine. The heavy cases of the issue
-(llama-7b on dgx-h100 at 30 s, a budgeted bert-large at 60 s) are marked slow.
+absorbs scheduling noise, scaled by the load average where the machine is busier than
+its cores (``load_slack_s``; issue 26: these bounds failed under load and passed alone).
+The heavy cases of the issue (llama-7b on dgx-h100 at 30 s, a budgeted bert-large at
+60 s) are marked slow.
 """
 from __future__ import annotations
 
@@ -32,8 +34,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SLACK_S = 1.0
 
 
+def load_slack_s() -> float:
+    """``SLACK_S``, scaled by the load average over the cores when the machine is busier
+    than its cores (the same bound on an idle machine; on a loaded one every phase's
+    clock check comes later in wall time, by about the load factor)."""
+    try:
+        load = max(os.getloadavg()[0], 0.0)
+    except OSError:
+        return SLACK_S
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return SLACK_S * max(1.0, load / cores)
+
+
 def within(elapsed_s: float, limit_s: float, build_s: float) -> bool:
-    return elapsed_s <= 1.1 * limit_s + build_s + SLACK_S
+    """The issue's target: limit + 10 % + build, with ``load_slack_s`` (SLACK_S when idle)."""
+    return elapsed_s <= 1.1 * limit_s + build_s + load_slack_s()
 
 
 def timed(f, *args, **kw):
@@ -129,11 +144,33 @@ def test_pipeline_stops_ranking_at_the_deadline(monkeypatch):
     assert secs <= 1.5 + 2 * 0.5 + SLACK_S, f"{secs:.1f} s"   # at most the plan being simulated runs over
 
 
-def test_pipeline_gives_the_milp_what_is_left():
+def test_pipeline_gives_the_milp_what_is_left(monkeypatch):
+    """The MILP's limit is exactly the time left until the deadline less the ranking
+    margin (checked by value, whatever the load), the solve keeps to that limit, and
+    the whole call to the time limit. It failed on a loaded machine and passed alone
+    (issue 26): the wall-clock bounds now take a slack scaled by the load average."""
+    from distplan.api import pipeline
+
+    calls: list[tuple[float, float]] = []
+    real = pipeline.milp_solve
+
+    def spy(problem, options):
+        calls.append((time.perf_counter(), options.time_limit_s))
+        return real(problem, options)
+
+    monkeypatch.setattr(pipeline, "milp_solve", spy)
     p = api.problem("bert-base", "mcm4x4")
-    rep, secs = timed(api.solve, p, SolveOptions(time_limit_s=4))
-    assert rep.solver.seconds <= 4
-    assert within(secs, 4, rep.solver.build_seconds)
+    opts = SolveOptions(time_limit_s=4)
+    t0 = time.perf_counter()
+    rep = api.solve(p, opts)
+    secs = time.perf_counter() - t0
+    assert len(calls) == 1
+    called_at, limit = calls[0]
+    left = max(t0 + 4 - called_at - pipeline.ranking_margin_s(p, opts), pipeline.MIN_SOLVE_S)
+    assert 0 <= limit - left < 0.25, (limit, left)   # what is left, less the margin: no more, hardly less
+    slack = load_slack_s()
+    assert rep.solver.seconds <= 1.1 * limit + slack, (rep.solver.seconds, limit, slack)
+    assert secs <= 1.1 * 4 + rep.solver.build_seconds + slack, f"{secs:.1f} s (slack {slack:.1f} s)"
 
 
 # --- the command line: the limit counts from the process's start ---------------------
