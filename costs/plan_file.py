@@ -20,6 +20,7 @@ from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, _whole, plan_from_dict, plan_to_dict, read_plan_json
 from distplan.core.schedules import SCHEDULES
+from distplan.core.validate import check_instance, check_path
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.topologies.io import topology_from_dict, topology_to_dict
 from distplan.topologies.textformat import dump_json
@@ -77,6 +78,9 @@ def save_plan(plan: Plan, problem: Problem, path: str | Path) -> None:
     """Write ``plan`` for ``problem`` as a self-contained version-2 plan file, atomically
     (core.atomic: a failed write leaves the file there before intact) and as strict JSON
     (no nan or infinity: a non-finite predicted figure is written as null)."""
+    check_instance("plan", plan, Plan, "take one from a report (report.best.plan) or distplan.load_plan")
+    check_instance("problem", problem, Problem, "build one with distplan.problem(workload, topology, ...)")
+    check_path("path", path)
     indent = 1 if problem.n_ops <= COMPACT_ABOVE_OPS else None   # json's C encoder only writes compact JSON
     write_json_atomic(path, plan_document(plan, problem), "plan file", indent=indent, default=float)
 
@@ -160,6 +164,12 @@ def load_plan_file(path: str | Path, graph: Graph | Problem | None = None,
     """Read a plan file and the problem it identifies (see :func:`problem_from_document`).
     ``graph`` may be a Problem: the file must be for its graph and topology, and the plan
     is read against it (its precisions, microbatches and schedule); that Problem is returned."""
+    check_path("path", path, "a plan file's name")
+    if graph is not None and not isinstance(graph, (Graph, Problem)):
+        raise DistplanError(f"graph must be a Problem, a Graph or None, got {type(graph).__name__}; give "
+                            "load_plan the Problem the plan is for, or nothing (the file embeds its problem)")
+    if topology is not None:
+        check_instance("topology", topology, Topology)
     d = read_plan_json(path)
     if isinstance(graph, Problem):
         if topology is not None:

@@ -275,3 +275,46 @@ def test_whatif_flags_beside_a_plan_file(solved, capsys, flags, needle):
 def test_replay_flags_without_a_plan_file(capsys, flags, needle):
     rc = replay.main(["--workload", "mlp-xs", "--topology", "dgx-a100", "--dp", "2", *flags])
     _one_error(rc, capsys.readouterr().err, needle)
+
+
+# --------------------------------------------------------------------------- issue 26, the rest of the API
+@pytest.mark.parametrize("call,needle", [
+    (lambda p, rep, f: distplan.compare(p, 5, budget_s=1), r"^methods must be a name such as 'random,sa'"),
+    (lambda p, rep, f: distplan.compare(p, [], budget_s=1), r"^methods must be"),
+    (lambda p, rep, f: distplan.compare(p, ["random", 3], budget_s=1), r"^methods must be"),
+    (lambda p, rep, f: distplan.compare(p, "random", budget_s=1, progress=5), r"^progress must be a function"),
+    (lambda p, rep, f: distplan.compare(p, "random", budget_s=1, sensitivity_budget=NAN),
+     r"^sensitivity_budget must be a finite number >= 0"),
+    (lambda p, rep, f: distplan.compare(p, "random", budget_s=1, sensitivity_budget=5.0,
+                                        solve_options=distplan.SolveOptions()), r"differs from solve_options"),
+    (lambda p, rep, f: distplan.load_plan(5), r"^path must be a plan file's name"),
+    (lambda p, rep, f: distplan.load_plan(None), r"^path must be a plan file's name"),
+    (lambda p, rep, f: distplan.load_plan(str(f), "tiny.json"), r"^graph must be a Problem, a Graph or None"),
+    (lambda p, rep, f: distplan.load_plan(str(f), p.graph, "mcm2x2"), r"^topology must be a Topology"),
+    (lambda p, rep, f: distplan.save_plan(rep.best.plan, p, 5), r"^path must be a file name"),
+    (lambda p, rep, f: distplan.save_plan("plan", p, "x.json"), r"^plan must be a Plan"),
+    (lambda p, rep, f: distplan.save_plan(rep.best.plan, "p", "x.json"), r"^problem must be a Problem"),
+    (lambda p, rep, f: rep.write_plan("a\0b.json"), r"^path must be a file name .*NUL byte"),
+    (lambda p, rep, f: rep.write_report("a\0b"), r"^folder must be .*NUL byte"),
+    (lambda p, rep, f: distplan.problem("a\0b.json", "mcm2x2"), r"^workload must be .*NUL byte"),
+    (lambda p, rep, f: distplan.problem("mlp-xs", "a\0b.yaml"), r"^topology must be .*NUL byte"),
+])
+def test_api_calls_name_the_argument(solved, tmp_path, monkeypatch, call, needle):
+    """Each was a TypeError, AttributeError or ValueError traceback (compare(p, 5):
+    'can only join an iterable'; load_plan(5); save_plan('plan', ...); a NUL byte in a
+    name: 'embedded null byte')."""
+    p, rep, plan_file = solved
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DistplanError, match=needle):
+        call(p, rep, plan_file)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("n,options,needle", [
+    (2.5, None, r"^n must be a positive whole number"), ("3", None, r"^n must be"),
+    (3, 5, r"^options must be a SolveOptions"),
+])
+def test_pareto_arguments(solved, n, options, needle):
+    from distplan.api.pareto import pareto
+    with pytest.raises(DistplanError, match=needle):
+        pareto(solved[0], n, options)

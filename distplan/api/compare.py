@@ -20,9 +20,10 @@ from typing import Any
 
 from distplan.costs.problem import Problem
 from distplan.api.pipeline import check_problem_plan, solve
-from distplan.core.validate import check_float, check_instance, check_int
+from distplan.core.errors import DistplanError
+from distplan.core.validate import check_callable, check_float, check_instance, check_int
 from distplan.api.report import _json_safe
-from distplan.baselines import parse_methods, run_baseline
+from distplan.baselines import METHODS, parse_methods, run_baseline
 from distplan.baselines.scoring import sim_rate
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.model import SolveOptions
@@ -138,8 +139,18 @@ def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "d
     check_float("budget_s", budget_s, 0.0, above=True)
     check_int("seed", seed, None)
     check_int("candidates", candidates, optional=True)
+    sensitivity_budget = check_float("sensitivity_budget", sensitivity_budget, 0.0, optional=True,
+                                     none_means="no budget")
+    check_callable("progress", progress, "a function of one line of text")
     if solve_options is not None:
         check_instance("solve_options", solve_options, SolveOptions, "use distplan.SolveOptions(...)")
+        if sensitivity_budget is not None and sensitivity_budget != solve_options.sensitivity_budget:
+            raise DistplanError(f"sensitivity_budget {sensitivity_budget:g} differs from solve_options."
+                                f"sensitivity_budget {solve_options.sensitivity_budget}; give it in one place")
+    if not (isinstance(methods, str) or (isinstance(methods, (list, tuple)) and methods
+                                         and all(isinstance(m, str) for m in methods))):
+        raise DistplanError(f"methods must be a name such as 'random,sa' or a list of names "
+                            f"({', '.join(METHODS)}), got {methods!r} ({type(methods).__name__})"[:300])
     methods = parse_methods(methods if isinstance(methods, str) else ",".join(methods))
     opts = solve_options or SolveOptions(seed=seed, sensitivity_budget=sensitivity_budget)
     opts = dataclasses.replace(opts, time_limit_s=budget_s)

@@ -9,7 +9,7 @@ from typing import Any
 
 from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
-from distplan.core.validate import is_int
+from distplan.core.validate import check_path, is_int
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
@@ -117,11 +117,8 @@ def _json_safe(x: Any) -> Any:
 
 
 def _path(name: str, value: object) -> str | Path:
-    """A file or folder argument: a str or a Path (an open file or None is refused)."""
-    if not isinstance(value, (str, Path)) or not str(value):
-        raise DistplanError(f"{name} must be a file name (a str or pathlib.Path), got {value!r} "
-                            f"({type(value).__name__})"[:200])
-    return value
+    """A file or folder argument: a str or a Path (an open file, None or a NUL byte is refused)."""
+    return check_path(name, value)
 
 
 @dataclass(frozen=True)
@@ -162,6 +159,7 @@ class SolveReport:
         return _json_safe({
             "workload": g.name, "mode": g.mode, "topology": p.topology.name,
             "precisions_allowed": list(p.precisions), "microbatches": p.microbatches,
+            **({"comm": p.comm} if p.exposed else {}),
             "solver": {"space": {CLUSTER_SPACE: "cluster", FLEET_SPACE: "fleet"}.get(s.path_name, "pipeline"), "status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
                        "gap": s.gap, "seconds": s.seconds, "build_seconds": s.build_seconds,
                        "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops,
@@ -189,7 +187,8 @@ class SolveReport:
             return self._cluster_table()
         winner = self.best.plan
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, "
-                 f"{p.topology.n_devices} devices, precisions {','.join(p.precisions)}",
+                 f"{p.topology.n_devices} devices, precisions {','.join(p.precisions)}"
+                 + (", exposed communication" if p.exposed else ""),
                  f"{'rank':>4} {'MILP period':>12} {'sim period':>12} {'ideal sim':>12} {'samples/s':>11} "
                  + (f"{'per step/s':>11} " if p.training else "")
                  + f"{'stages':>6} {'lanes':>5} {'peak MiB':>9}  precision mix / differs from the winner in"]

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from distplan.core.errors import DistplanError
+from distplan.core.validate import check_path
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 
@@ -14,6 +15,7 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
                      mode: str = "inference", input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
     """A zoo name (``bert-base``), a graph JSON file, or (with the extra) an ``.onnx`` file
     (``input_shapes`` fixes its symbolic input dimensions)."""
+    check_path("workload", spec, "a workload name or a graph file's name")
     if input_shapes and Path(spec).suffix.lower() != ".onnx":
         raise DistplanError(f"input shapes apply to .onnx workloads only, not {spec!r}")
     suffix = Path(spec).suffix.lower()
@@ -39,6 +41,7 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
 
 def resolve_topology(spec: str) -> Topology:
     """A preset name (``mcm4x4``) or a topology file (``.yaml``, ``.yml``, ``.json``)."""
+    check_path("topology", spec, "a preset name or a topology file's name")
     if Path(spec).suffix.lower() in (".yaml", ".yml", ".json"):
         from distplan.topologies.io import load_topology
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -113,6 +114,17 @@ def check_ints(name: str, value: Any, minimum: int = 1, *, optional: bool = Fals
     return tuple(int(v) for v in value)
 
 
+def check_path(name: str, value: Any, what: str = "a file name") -> Any:
+    """A file or folder name: a non-empty str or ``os.PathLike`` without a NUL byte (an
+    open file, a number or None is refused; the OS refuses a NUL with a ValueError)."""
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str) or not text or "\0" in text:
+        why = " (it holds a NUL byte)" if isinstance(text, str) and "\0" in text else ""
+        raise DistplanError(f"{name} must be {what} (a str or pathlib.Path){why}, got {_got(value)} "
+                            f"({type(value).__name__})")
+    return value
+
+
 def check_instance(name: str, value: Any, cls: type, hint: str = "") -> Any:
     """An instance of ``cls``; ``hint`` says how to get one (``"build it with ..."``)."""
     if not isinstance(value, cls):
@@ -122,4 +134,4 @@ def check_instance(name: str, value: Any, cls: type, hint: str = "") -> Any:
 
 
 __all__ = ["check_bool", "check_int", "check_float", "check_choice", "check_str", "check_callable",
-           "check_ints", "check_instance", "is_int"]
+           "check_ints", "check_instance", "check_path", "is_int"]
