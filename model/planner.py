@@ -23,6 +23,7 @@ from distplan.core.gap import gap
 from distplan.core.interrupt import stop_on_interrupt
 from distplan.costs.problem import Problem
 from distplan.model.admission import PlanGate
+from distplan.model.applies import check_options_apply
 from distplan.model.cluster_solve import resolve_space, solve_cluster
 from distplan.model.fleet_solve import solve_fleet
 from distplan.model.inputs import check_inputs
@@ -67,6 +68,7 @@ def solve(problem: Problem, options: SolveOptions | None = None) -> SolveResult:
     with stop_on_interrupt() as stop:
         clock, say = Clock(options.time_limit_s, stop=stop), Log(options.progress)
         space = resolve_space(problem, options)
+        check_options_apply(problem, options, space)   # an option the space never reads: an error, not ignored
         if space == "cluster":
             return solve_cluster(problem, options, clock, say)
         if space == "fleet":

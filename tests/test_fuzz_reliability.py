@@ -44,6 +44,7 @@ import pytest
 import yaml
 
 import distplan
+from distplan.api.pareto import pareto
 from distplan.cli import main as cli_main
 from distplan.cli import replay as cli_replay
 from distplan.core.errors import DistplanError
@@ -296,11 +297,22 @@ def case_api_args(rng: random.Random, ctx: Ctx) -> str:
              ("load_plan(plan_file, graph=junk)", lambda: distplan.load_plan(str(ctx.plan_file), j)
               if j is not None else None),
              ("problem(junk, 'mcm2x2')", lambda: distplan.problem(j, "mcm2x2")),
-             ("problem(graph, junk)", lambda: distplan.problem(str(ctx.graph), j))]
+             ("problem(graph, junk)", lambda: distplan.problem(str(ctx.graph), j)),
+             ("compare(p, junk)", lambda: distplan.compare(p, j, budget_s=1)),   # junk methods: refused first
+             ("load_plan(junk)", lambda: distplan.load_plan(j) if not isinstance(j, (str, Path)) else None),
+             ("save_plan(junk, p, path)", lambda: distplan.save_plan(j, p, str(ctx.scratch / "never.json"))),
+             ("save_plan(plan, junk, path)", lambda: distplan.save_plan(plan, j, str(ctx.scratch / "never.json"))),
+             ("save_plan(plan, p, junk)", lambda: distplan.save_plan(plan, p, j) if not isinstance(j, (str, Path))
+              else None),
+             ("pareto(p, junk)", lambda: pareto(p, j, distplan.SolveOptions(time_limit_s=1))
+              if bad_for("count", j) else None),
+             ("pareto(p, 2, junk)", lambda: pareto(p, 2, j) if j is not None else None)]
     name, fn = rng.choice(calls)
     outcome, got = api_call(fn, f"{name} with junk={j!r}")
     if outcome == "ok" and name.startswith(("solve(junk)", "simulate(junk", "check(junk", "check(p, junk)",
-                                            "simulate(p, junk)")) and j is not None:
+                                            "simulate(p, junk)", "compare(p, junk)", "load_plan(junk)",
+                                            "save_plan(junk", "save_plan(plan, junk", "pareto(p, 2, junk)")) \
+            and j is not None and not (name == "load_plan(junk)" and isinstance(j, (str, Path))):
         raise CaseFailed(f"{name} with junk={j!r}: accepted")
     return outcome
 
@@ -312,7 +324,10 @@ SOLVE_RULES: list[tuple[list[str], list[list[str]]]] = [
     (["--compare", "random"], [["--pareto", "3"], ["--plan-out", "p.json"], ["--trace", "t.json"],
                                ["--report", "rep"]]),
     ([], [["--candidates", "10"], ["--budget", "5"], ["--budget=0.5"], ["--candidates=2"]]),
-    (["--pareto", "3"], [["--plan-out", "p.json"], ["--trace", "t.json"]]),
+    (["--pareto", "3"], [["--plan-out", "p.json"], ["--trace", "t.json"], ["--objective", "latency"],
+                         ["--objective=sensitivity"], ["--sensitivity-budget", "5"]]),
+    # the auto space sends a training graph on chiplets to the pipeline MILP, which reads neither
+    (["--mode", "training"], [["--virtual-stages", "2"], ["--microbatch-sizes", "1,2"], ["--virtual-stages=3,4"]]),
     ([], [["--iteration-target", "5%"], ["--microbatch-sizes", "1,2"], ["--virtual-stages", "2"]]),
     (["--mode", "training"], [["--iteration-target", "5%"], ["--iteration-target", "0.01"]]),
     (["--mode", "training", "--space", "pipeline"], [["--microbatch-sizes", "1,2"], ["--virtual-stages", "2"]]),
@@ -436,13 +451,16 @@ def mutate(rng: random.Random, doc: dict, kind: str) -> tuple[str, str, bool]:
         where = rng.choice(nums)
         value = rng.choice([10 ** 18, 10 ** 30, 2 ** 63, 2 ** 64 + 1, 1e300, 1.7e308, 10 ** 9])
         _at(doc, where[:-1])[where[-1]] = value
-        return json.dumps(doc), f"{value!r} at {where!r}", False
+        # issue 26: no graph or topology figure reaches 1e30 (out_elems 1.7e308 overflowed to inf,
+        # latency_ns 1e30 was taken as 1e21 s)
+        return json.dumps(doc), f"{value!r} at {where!r}", kind in ("graph", "topology") and value >= 1e30
     if how == "unknown":
         strs = [p for p in paths if isinstance(_at(doc, p), str) and p[-1] not in ("format", "description", "name")]
         if strs:
             where = rng.choice(strs)
             _at(doc, where[:-1])[where[-1]] = rng.choice(["zz", "o9", "nosuch", "FP16", "c9_9", "Matmul"])
-            return json.dumps(doc), f"unknown name at {where!r}", False
+            # an unknown op kind, mode, op or device name in a graph or topology: refused (kind 'Matmul' was not)
+            return json.dumps(doc), f"unknown name at {where!r}", kind in ("graph", "topology")
         how = "extra_key"
     if how == "cycle" and kind == "graph":
         n = len(doc["ops"])

@@ -21,6 +21,7 @@ from distplan.core.atomic import save_figure
 from distplan.core.errors import DistplanError
 from distplan.core.interrupt import Interrupted, stop_on_interrupt
 from distplan.core.plan import Plan
+from distplan.core.validate import check_callable, check_instance, check_int
 from distplan.costs.evaluate import plan_sensitivity
 from distplan.costs.problem import Problem
 from distplan.model import SolveOptions
@@ -67,7 +68,18 @@ def pareto(problem: Problem, n: int, options: SolveOptions | None = None,
     whole frontier (each solve gets an equal share of what is left). A Ctrl-C or
     SIGTERM once the fastest plan is simulated stops the frontier there: the budgets
     not solved yet take the plans found so far (``Frontier.interrupted`` says so)."""
-    check_points(n, (options or SolveOptions()).time_limit_s)
+    check_instance("problem", problem, Problem, "build one with distplan.problem(workload, topology, ...)")
+    check_int("n", n)
+    options = check_instance("options", options, SolveOptions, "use distplan.SolveOptions(...)") \
+        if options is not None else SolveOptions()
+    check_callable("progress", progress, "a function of one line of text")
+    if options.objective != "throughput":
+        raise DistplanError(f"options.objective {options.objective!r} does not apply to the frontier, which trades "
+                            "sensitivity for simulated throughput; use the default objective 'throughput'")
+    if options.sensitivity_budget is not None:
+        raise DistplanError("options.sensitivity_budget does not apply to the frontier: it sets each point's "
+                            "budget itself; leave it None")
+    check_points(n, options.time_limit_s)
     with stop_on_interrupt() as stop:
         return _pareto(problem, n, options, progress, stop)
 

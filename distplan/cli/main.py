@@ -18,6 +18,8 @@ from distplan.core.interrupt import current_stop, exit_status, signal_name, stop
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
                                ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
+from distplan.model.applies import check_options_apply
+from distplan.model.cluster_solve import resolve_space
 from distplan.model.highs import abandoned_alive
 
 #: written to stderr when a first Ctrl-C asks the run to stop with what it has
@@ -160,7 +162,10 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
               progress=None if args.quiet or args.json else _say)
     if args.threads is not None:
         kw["threads"] = args.threads
-    return api.SolveOptions(**kw)
+    opts = api.SolveOptions(**kw)
+    # a flag the plan space never reads is an error naming it (the rule model.solve applies)
+    check_options_apply(problem, opts, resolve_space(problem, opts), cli=True)
+    return opts
 
 
 def run_compare(problem: api.Problem, args: argparse.Namespace) -> int:
@@ -290,6 +295,10 @@ def check_flags(args: argparse.Namespace) -> None:
         refuse_flags(args, ("--plan-out", "--trace"),
                      "with --pareto: it prints the frontier and plots it to pareto.png (in --report's folder), "
                      "and writes no plan or trace")
+        refuse_flags(args, ("--sensitivity-budget",), "with --pareto: it sets each frontier point's budget itself")
+        if args.objective != "throughput":
+            raise DistplanError(f"--objective does not apply with --pareto (got {args.objective}): the frontier "
+                                "trades sensitivity for simulated throughput; leave it out")
     if args.mode == "inference":
         refuse_flags(args, ("--iteration-target", "--microbatch-sizes", "--virtual-stages"),
                      "in inference: only the training search (--mode training) of the cluster and fleet spaces "
