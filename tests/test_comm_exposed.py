@@ -217,3 +217,11 @@ def test_checker_refuses_what_exposed_does_not_model():
     over = build_problem(three_ops(), topo, ProblemOptions(precisions=("fp16",), microbatches=1))
     assert not plan_violations(over, plan)
     assert any("tensor_parallel 2 is not modelled with exposed" in x for x in plan_violations(exposed(over), plan))
+
+
+def test_describe_says_exposed():
+    from distplan.api.describe import describe
+    pb = build_problem(three_ops(), fully_connected("fc2", 2, KIND, 1e6, 0.0),
+                       ProblemOptions(precisions=("fp16",), comm="exposed"))
+    assert "exposed communication" in describe(pb)
+    assert "exposed" not in describe(build_problem(pb.graph, pb.topology, ProblemOptions(precisions=("fp16",))))

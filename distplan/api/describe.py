@@ -45,7 +45,8 @@ def describe(problem: Problem) -> str:
         f"topology   {t.name}: {t.n_devices} devices ("
         + ", ".join(f"{n} x {k}" for k, n in sorted(kinds.items())) + f"), {len(t.links)} links",
         f"peak       {', '.join(peaks) or 'none for the allowed precisions'}",
-        f"precisions {', '.join(problem.precisions)}; {problem.microbatches} microbatches, schedule {problem.schedule}",
+        f"precisions {', '.join(problem.precisions)}; {problem.microbatches} microbatches, schedule {problem.schedule}"
+        + ("; exposed communication (transfers on the device loads)" if problem.exposed else ""),
         f"period lower bound (fastest total compute / devices): {lb:.4g} s "
         f"-> at most {g.batch_size / lb:.4g} samples/s" if lb > 0 else "period lower bound: 0 s",
     ]
