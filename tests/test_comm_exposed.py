@@ -225,3 +225,14 @@ def test_describe_says_exposed():
                        ProblemOptions(precisions=("fp16",), comm="exposed"))
     assert "exposed communication" in describe(pb)
     assert "exposed" not in describe(build_problem(pb.graph, pb.topology, ProblemOptions(precisions=("fp16",))))
+
+
+def test_plan_file_keeps_comm(tmp_path):
+    from distplan.costs.plan_file import load_plan_file, save_plan
+    pb = build_problem(three_ops(), fully_connected("fc3", 3, KIND, 1e6, 1e-4),
+                       ProblemOptions(precisions=("fp16",), microbatches=1, comm="exposed"))
+    plan = Plan((0, 1, 2), ("fp16",) * 3, (Stage((0,)), Stage((1,)), Stage((2,))), 1, "stream")
+    save_plan(plan, pb, tmp_path / "p.json")
+    back, pb2 = load_plan_file(tmp_path / "p.json")
+    assert pb2.comm == "exposed"
+    assert plan_cost(pb2, back).period_s == pytest.approx(6.2e-3)
