@@ -322,7 +322,8 @@ class StageMemory:
     while a microbatch is in flight; ``sending`` the tensors sent on and the gradients
     sent back or received for them, which pile up only behind a slow link (``keeps_up``
     False: the link needs longer per microbatch than the stage's compute, or overlapped
-    reductions share it), else at most two microbatches' worth."""
+    reductions share it), else at most two microbatches' worth. ``flow`` splits the
+    boundary traffic by kind for the 1F1B phase rule (``peak_1f1b_bytes``)."""
 
     stash: float
     single: float
@@ -331,6 +332,7 @@ class StageMemory:
     boundary: float
     sending: float = 0.0
     keeps_up: bool = False
+    flow: "Flow | None" = None
 
     def peak_bytes(self, inflight: int, overlapping: int) -> float:
         """Bytes the stage holds at most with ``inflight`` microbatches in flight. Under
@@ -341,6 +343,56 @@ class StageMemory:
         if overlapping <= 1:
             return (inflight - 1) * self.stash + self.single + inflight * self.boundary + sends * self.sending
         return inflight * (self.stash + self.boundary + self.sending) + overlapping * max(self.forward, self.backward)
+
+    def peak_1f1b_bytes(self, inflight: int, microbatches: int) -> float:
+        """The most a stage holds under the simulator's 1F1B order (``inflight`` = min(M,
+        K - k) warm-up forwards, then one backward and one forward, then the cool-down
+        backwards), phase by phase: the other microbatches' stashes, tensors and gradients
+        that the order and the data dependencies let be alive at once beside the current
+        microbatch's own profile (docs/concepts/memory.md, "1F1B phases"). Needs ``flow``."""
+        f = self.flow
+        n, M = inflight, microbatches
+        S, R = self.stash, f.received
+        fs, gr, gs = f.sent, f.grad_in, f.grad_out
+        peaks = []
+        for i in range(n):   # warm-up forward i: i stashes, the mbs up to min(n, M-1) may have arrived
+            others = i if not self.keeps_up else min(i, 1)
+            early = max(0, min(n, M - 1) - i)
+            # a gradient back means the next stage ran every forward up to it: no send in transit
+            peaks.append(i * S + early * R + f.forward_peak + max(others * fs, max(0, i - n + 3) * gr))
+        if M > n:   # steady state: forward x = j+n-1 after backward j-1, then backward j
+            # a sent tensor still in transit holds back the next stage, so no gradient that
+            # needs it has come back; a gradient still in transit to the previous stage holds
+            # back the forward that would send the next microbatch's input
+            peaks.append((n - 1) * S + f.forward_peak + max(fs, 2 * gr) + max(2 * gs, R))
+            ahead = max(gs, R) + f.backward_peak
+            ahead = max(ahead, 2 * R + f.backward_after)   # j+n+1 arrives only after every gradient of j left
+            peaks.append((n - 1) * S + (max(fs, gr) if f.grad_first else 2 * fs + gr) + ahead)
+        for c in range(n):   # cool-down backward M-n+c: the next stage may have sent every gradient
+            back = c + 1 if not self.keeps_up else min(c + 1, 1)
+            peaks.append((n - 1 - c) * S + max(fs, (n - 1 - c) * gr) + f.backward_peak + back * gs)
+        return max(peaks) + n * f.relayed
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Per microbatch and rank, what crosses a stage's boundaries (bytes): ``received``
+    tensors from the previous stage (kept or not), ``relayed`` ones passing through (both
+    ways), ``sent`` outputs to the next stage not kept for the backward (alive until their
+    transfer ends), ``grad_in`` gradients received for them, ``grad_out`` gradients sent
+    back; ``forward_peak``/``backward_peak`` the stage's own microbatch profile with its
+    own such buffers; ``grad_first`` whether the stage's first backward task reads a
+    received gradient (so it starts only once the next stage's backward has)."""
+
+    received: float
+    relayed: float
+    sent: float
+    grad_in: float
+    grad_out: float
+    forward_peak: float
+    backward_peak: float
+    grad_first: bool
+    backward_after: float = 0.0   # the backward's profile after its last gradient sent back
 
 
 def _share(problem, v: int, tp: int, sp: bool) -> float:
@@ -455,6 +507,10 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     sending = 0.0        # tensors sent on and gradients sent back or received for them
     out_s = back_s = 0.0   # their link time per microbatch, forward and back
     sends = set()
+    received = relayed = grad_in = grad_out = 0.0
+    unkept_to = np.zeros(n)    # [t]: received copies nobody keeps whose reader is op t
+    grad_in_at = np.zeros(n)   # [t]: gradients received for op t's sent output (freed by its backward)
+    grad_out_at = np.zeros(n)  # [t]: gradients op t's backward sends back
     here = st.replica_group(0)[0]
     for e, (u, w) in enumerate(edges):
         su, sw = stage[u], stage[w]
@@ -465,17 +521,24 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
             grads[pos[w] + 1] -= b
         elif sw == k and su < k:     # received (kept for the backward, or until read), its gradient sent back
             sending += b
+            received += b
+            grad_out += b
+            grad_out_at[pos[w]] += b
             back_s += route_s(problem, here, plan.stages[k - 1].replica_group(0)[0], b)
             if saved[e] > 0:
                 stash += b
                 recv_kept[pos[w]] += b
             else:
                 boundary += b
+                unkept_to[pos[w]] += b
         elif su == k and sw > k:     # sent, its gradient received
             sends.add(u)
             sending += b
+            grad_in += b
+            grad_in_at[pos[u]] += b
         elif su < k < sw:            # relayed through this stage, both ways in training
             boundary += 2 * b
+            relayed += 2 * b
     rest = np.array([max(0.0, out_b[v] - kept_out[v]) for v in order])
     sending += float(sum(rest[pos[u]] for u in sends))
     if k + 1 < plan.n_stages:
@@ -508,4 +571,45 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     bwd_profile = kept_to + grads + ws
     single = float(max(fwd_profile.max(initial=0.0), bwd_profile.max(initial=0.0), stash))
     fwd, bwd = float(live.max(initial=0.0)), float((grads + ws).max(initial=0.0))
-    return StageMemory(stash, single, fwd, bwd, boundary, sending, keeps_up)
+    # the microbatch's own boundary buffers: a sent output past its local readers until its
+    # transfer ends, an unkept received copy until its reader ran; in the backward (ops in
+    # reverse) a received gradient until its op's backward, a gradient sent back after it
+    sent_rest = float(sum(rest[pos[u]] for u in sends))
+    gone = np.zeros(n)
+    for u in sends:
+        t = int(last_local[pos[u]]) + 1
+        if t < n:
+            gone[t] += rest[pos[u]]
+    fwd_own = fwd_profile + np.cumsum(gone) + (unkept_to.sum() - np.cumsum(unkept_to) + unkept_to)
+    bwd_own = bwd_profile + np.cumsum(grad_in_at) + (grad_out_at.sum() - np.cumsum(grad_out_at) + grad_out_at)
+    first_back = min((pos[w] for u, w in edges if stage[w] == k and stage[u] < k), default=0)
+    flow = Flow(received, relayed, sent_rest, grad_in, grad_out, float(max(fwd_own.max(initial=0.0), stash)),
+                float(max(bwd_own.max(initial=0.0), stash)), bool(n) and order[-1] in sends,
+                float(bwd_own[:first_back].max(initial=0.0)))
+    return StageMemory(stash, single, fwd, bwd, boundary, sending, keeps_up, flow)
+
+
+def follows_1f1b_phases(problem, plan) -> bool:
+    """Whether ``StageMemory.peak_1f1b_bytes`` holds for ``plan``: the simulator's plain
+    1F1B order on single-task devices, one stage per device, equal replicas (round-robin)
+    and tp on every stage, stages contiguous in op order, and every tensor either local or
+    sent to the next stage (no relays, so each boundary buffer waits on one neighbour)."""
+    if plan.schedule != "1f1b" or getattr(plan, "virtual_stages", 1) != 1 or not plan.stages:
+        return False
+    st0 = plan.stages[0]
+    if any(s.replicas != st0.replicas or s.tensor_parallel != st0.tensor_parallel or not s.even()
+           for s in plan.stages):
+        return False
+    devs = [d for s in plan.stages for d in s.devices]
+    if len(devs) != len(set(devs)):
+        return False
+    if any(int(problem.topology.kind_of(d).concurrency) != 1 for d in devs):
+        return False
+    stage = np.asarray(plan.op_stage, dtype=np.int64)
+    if (stage < 0).any() or (np.diff(stage) < 0).any():
+        return False
+    if len(problem.edges):
+        gap = stage[problem.edges[:, 1]] - stage[problem.edges[:, 0]]
+        if ((gap != 0) & (gap != 1)).any():
+            return False
+    return True

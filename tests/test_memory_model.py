@@ -63,16 +63,17 @@ def test_published_runs_pass_the_memory_check(args):
        st.sampled_from(["none", "selective", "full"]), st.booleans(), st.booleans(), st.sampled_from([256, 512]))
 def test_checker_bounds_the_simulated_peak(w, tp, pp, dp, mb, m, rc, sp, zero, seq):
     """Random Megatron plans on 16 A100s: the simulated peak never exceeds the checker's
-    bound on any device, and the bound is within 20 % of it (within 1-2 % where static
-    bytes dominate, as on every fidelity row; the slack is each stage's boundary
-    tensors counted once per microbatch in flight, and a transient peak taken whole)."""
+    bound on any device, and the bound is within 6 % of it. The 1F1B phase rule
+    (StageMemory.peak_1f1b_bytes) took the worst of 3,000 such plans from 15.4 % to
+    5.5 % above; what is left is timing the rule does not model (a gradient sent back
+    the moment it is made, the next stage's backwards no faster than this one's)."""
     assume(dp * tp * pp <= 16)
     r = whatif(w, "a100x16", dp, tp, pp, mb, mb * dp * m, recompute=rc, sequence_parallel=sp and tp > 1,
                zero=int(zero and dp > 1), seq_len=seq, check_memory=False, breakdown=False)
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound, peak = plan_memory_bytes(r.problem, r.plan)[used], r.sim.peak_memory_bytes[used]
     assert (peak <= bound * (1 + 1e-9)).all()
-    assert (bound <= 1.2 * peak).all()
+    assert (bound <= 1.06 * peak).all()
 
 
 @pytest.mark.parametrize("w, t, gb", [("gpt2", "dgx-a100", 16), ("bert-base", "a100x16", 64)])
@@ -118,3 +119,40 @@ def test_an_op_that_runs_ahead_of_a_waiting_one_is_charged_while_it_waits():
     assert order == ["F mm m0", "F sm m0", "F add m0"]   # the softmax ran ahead of the waiting add
     bound = plan_memory_bytes(pb, plan)
     assert (r.peak_own_memory_bytes <= bound * (1 + 1e-12)).all()
+
+
+def test_1f1b_phase_rule_by_hand():
+    """StageMemory.peak_1f1b_bytes on made-up per-microbatch bytes, 3 in flight, 5
+    microbatches: warm-up forwards 13, 21, 29 (i stashes, the inputs of i+1..3 arrived,
+    sends in transit or gradients back, not both); steady forward 12+10+max(2,6)+max(8,1)
+    = 36, steady backward 12+max(2,3)+max(4,1)+20 = 39; cool-down 12+max(2,6)+20+4 = 42
+    (the next stage may have sent both remaining gradients), 37, 34."""
+    from distplan.costs.memory import Flow, StageMemory
+    f = Flow(received=1, relayed=0, sent=2, grad_in=3, grad_out=4, forward_peak=10, backward_peak=20,
+             grad_first=True, backward_after=5)
+    sm = StageMemory(stash=6, single=20, forward=0, backward=0, boundary=1, sending=9, keeps_up=False, flow=f)
+    assert sm.peak_1f1b_bytes(3, 5) == 42
+    light = StageMemory(6, 20, 0, 0, 1, 9, False, Flow(1, 0, 2, 0.5, 4, 10, 20, True, 5))
+    # cool-down 12+max(2,1)+20+4 = 38 and steady backward 12+max(2,0.5)+max(4,1)+20 = 38
+    assert light.peak_1f1b_bytes(3, 5) == 38
+    relayed = StageMemory(6, 20, 0, 0, 1, 9, False, Flow(1, 0.5, 2, 0.5, 4, 10, 20, True, 5))
+    assert relayed.peak_1f1b_bytes(3, 5) == 38 + 3 * 0.5   # relays: once per microbatch in flight
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["gpt3-512x6x8", "llama-1024x8x16", "gpt3-125m"]), st.sampled_from(["a100x16", "h100x16"]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([2, 3, 4, 6]), st.sampled_from([1, 2]),
+       st.sampled_from([1, 2, 3, 5, 12]), st.sampled_from(["none", "selective", "full"]), st.booleans(),
+       st.sampled_from([128, 512]))
+def test_1f1b_phase_rule_bounds_the_simulated_peak(w, t, tp, pp, mb, m, rc, sp, seq):
+    """Deep pipelines, few or many microbatches: the phase rule alone (the saved-input
+    model, ``linear=False``) never falls below the simulated peak of a device."""
+    from distplan.costs.evaluate import static_memory_bytes, training_activation_bytes
+    from distplan.costs.memory import follows_1f1b_phases
+    assume(tp * pp <= 16)
+    r = whatif(w, t, 1, tp, pp, mb, mb * m, recompute=rc, sequence_parallel=sp and tp > 1, seq_len=seq,
+               check_memory=False, breakdown=False)
+    assert follows_1f1b_phases(r.problem, r.plan)
+    used = sorted({d for s in r.plan.stages for d in s.devices})
+    bound = (static_memory_bytes(r.problem, r.plan) + training_activation_bytes(r.problem, r.plan, linear=False))[used]
+    assert (r.sim.peak_memory_bytes[used] <= bound * (1 + 1e-9)).all()
