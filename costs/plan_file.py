@@ -149,12 +149,14 @@ def problem_from_document(d: Any, source: str = "plan", graph: Graph | None = No
         if graph.mode != mode:
             graph = graph.with_mode(mode)
         sched = blk.get("schedule", d.get("schedule"))
+        microbatches = _whole(blk.get("microbatches", d["microbatches"]), f"{source}: microbatches")
+        if microbatches < 1:
+            raise DistplanError(f"{source}: microbatches must be >= 1, got {microbatches}")
         return build_problem(graph, topology, ProblemOptions(
             precisions=tuple(blk["precisions"]),
             low_bit_ops=str(blk.get("low_bit_ops", "all")),   # files from before the policy: any op at int8
             comm=str(blk.get("comm", "overlapped")),
-            microbatches=_whole(blk.get("microbatches", d["microbatches"]), f"{source}: microbatches"),
-            schedule=sched if sched in SCHEDULES else None))
+            microbatches=microbatches, schedule=sched if sched in SCHEDULES else None))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise DistplanError(f"{source}: malformed problem block ({type(e).__name__}: {e})") from None
 

@@ -19,6 +19,7 @@ from distplan.core.deadline import check_time, graph_size
 from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISION_NAMES, parse_precisions, precision
 from distplan.core.schedules import INFERENCE_SCHEDULES, SCHEDULES, TRAINING_SCHEDULES, default_schedule
+from distplan.core.validate import check_choice, check_int
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 
@@ -71,6 +72,19 @@ class ProblemOptions:
     schedule: str | None = None
     low_bit_ops: str = "matmul"
     comm: str = "overlapped"
+
+    def __post_init__(self) -> None:
+        """Each field of its type (core.validate; one DistplanError naming it): a count is
+        a positive int (2.5, "16" and True were taken, and 2.5 failed in the simulator)."""
+        name = "ProblemOptions."
+        p = self.precisions
+        if not (isinstance(p, str) or (isinstance(p, (list, tuple)) and all(isinstance(x, str) for x in p))):
+            raise DistplanError(f"{name}precisions must be a string such as 'fp16,int8' or a list of precision "
+                                f"names, got {p!r} ({type(p).__name__})"[:300])
+        object.__setattr__(self, "microbatches", check_int(name + "microbatches", self.microbatches))
+        check_choice(name + "schedule", self.schedule, SCHEDULES, optional=True)
+        check_choice(name + "low_bit_ops", self.low_bit_ops, LOW_BIT_OPS)
+        check_choice(name + "comm", self.comm, COMM_MODES)
 
 
 @dataclass(frozen=True, eq=False)

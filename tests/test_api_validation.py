@@ -318,3 +318,25 @@ def test_pareto_arguments(solved, n, options, needle):
     from distplan.api.pareto import pareto
     with pytest.raises(DistplanError, match=needle):
         pareto(solved[0], n, options)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(microbatches=2.5), r"^ProblemOptions\.microbatches must be a positive whole number, got 2.5"),
+    (dict(microbatches="16"), r"^ProblemOptions\.microbatches must be a positive whole number"),
+    (dict(microbatches=True), r"^ProblemOptions\.microbatches must be a positive whole number"),
+    (dict(precisions=123), r"^ProblemOptions\.precisions must be a string such as 'fp16,int8'"),
+    (dict(precisions=("fp16", 5)), r"^ProblemOptions\.precisions must be"),
+    (dict(schedule=5), r"^ProblemOptions\.schedule must be one of"),
+    (dict(low_bit_ops=None), r"^ProblemOptions\.low_bit_ops must be one of"),
+    (dict(comm="sometimes"), r"^ProblemOptions\.comm must be one of"),
+])
+def test_problem_options(kw, needle):
+    """distplan.ProblemOptions(microbatches=2.5) was accepted (build_problem then ran, the
+    simulator failed later); "16" was a TypeError in build_problem."""
+    with pytest.raises(DistplanError, match=needle):
+        distplan.ProblemOptions(**kw)
+
+
+def test_problem_options_normalise_numpy_counts():
+    import numpy as np
+    assert type(distplan.ProblemOptions(microbatches=np.int64(4)).microbatches) is int
