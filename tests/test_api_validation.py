@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import distplan
@@ -340,3 +341,32 @@ def test_problem_options(kw, needle):
 def test_problem_options_normalise_numpy_counts():
     import numpy as np
     assert type(distplan.ProblemOptions(microbatches=np.int64(4)).microbatches) is int
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda p, rep: distplan.api.rank_plans(p, 5), r"^plans must be a list of Plans"),
+    (lambda p, rep: distplan.api.rank_plans(5, []), r"^problem must be a Problem"),
+    (lambda p, rep: distplan.api.rank_plans(p, [rep.best.plan], trace="yes"), r"^trace must be True or False"),
+    (lambda p, rep: distplan.api.rank_plans(p, [rep.best.plan], sensitivity_budget=NAN),
+     r"^sensitivity_budget must be a finite number"),
+    (lambda p, rep: distplan.api.plan_difference(p, 1, 2), r"^winner must be a Plan"),
+    (lambda p, rep: distplan.api.plan_difference("p", rep.best.plan, rep.best.plan), r"^problem must be a Problem"),
+    (lambda p, rep: distplan.api.parse_input_shape(5), r"^input shape must be a string"),
+    (lambda p, rep: distplan.api.sensitivity_budget_value("10%", 5), r"^problem must be a Problem"),
+    (lambda p, rep: distplan.api.sensitivity_budget_value([1], p), r"^sensitivity budget must be a finite number"),
+])
+def test_api_helpers_name_the_argument(solved, call, needle):
+    """Each was an AttributeError or TypeError traceback ('int' object is not iterable,
+    has no attribute 'used_stages' / 'rpartition' / 'op_allowed')."""
+    p, rep, _ = solved
+    with pytest.raises(DistplanError, match=needle):
+        call(p, rep)
+
+
+def test_api_helpers_still_take_what_they_took(solved):
+    p, rep, _ = solved
+    ranked, _ = distplan.api.rank_plans(p, (rep.best.plan,))
+    assert ranked[0].plan == rep.best.plan
+    assert distplan.api.plan_difference(p, rep.best.plan, rep.best.plan) == "winner"
+    assert distplan.api.sensitivity_budget_value(np.float32(2.5), p) == 2.5
+    assert distplan.api.parse_input_shape("ids=1x8") == ("ids", (1, 8))

@@ -24,7 +24,7 @@ from distplan.core.deadline import current_deadline, deadline_at
 from distplan.core.errors import DistplanError, InternalError
 from distplan.core.interrupt import Stop, stop_on_interrupt
 from distplan.core.plan import Plan
-from distplan.core.validate import check_bool, check_instance
+from distplan.core.validate import check_bool, check_float, check_instance
 from distplan.costs.check import InfeasiblePlan, check_plan
 from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
@@ -274,7 +274,13 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensiti
 
     A plan the planner returns that the independent checker rejects is an InternalError:
     the MILP and the checker disagree, which is a bug, never the user's input."""
-    ranked, dropped, _, _ = _rank(problem, plans, trace, sensitivity_budget, deadline, stop)
+    check_problem_plan(problem)
+    if not isinstance(plans, (list, tuple)) or not all(isinstance(x, Plan) for x in plans):
+        raise DistplanError(f"plans must be a list of Plans (a SolveResult's plans), got "
+                            f"{type(plans).__name__}"[:200])
+    check_bool("trace", trace)
+    check_float("sensitivity_budget", sensitivity_budget, 0.0, optional=True, none_means="no budget")
+    ranked, dropped, _, _ = _rank(problem, list(plans), trace, sensitivity_budget, deadline, stop)
     return ranked, dropped
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
-from distplan.core.validate import check_path, is_int
+from distplan.core.validate import check_instance, check_int, check_path, is_int
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
@@ -82,6 +82,10 @@ def _cluster_precisions(plan: Plan) -> str:
 def plan_difference(problem: Problem, winner: Plan, plan: Plan, max_names: int = 2) -> str:
     """What ``plan`` changes against ``winner``, in words a user compares plans by:
     stage/lane shape, the ops that move to another stage, the ops at another precision."""
+    check_instance("problem", problem, Problem)
+    check_instance("winner", winner, Plan)
+    check_instance("plan", plan, Plan)
+    check_int("max_names", max_names, 0)
     if plan == winner:
         return "winner" if plan is winner else "same as the winner"
     names = [op.name for op in problem.graph.ops]

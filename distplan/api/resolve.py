@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from distplan.core.errors import DistplanError
-from distplan.core.validate import check_path
+from distplan.core.validate import check_path, check_str
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
 
@@ -89,6 +89,7 @@ def _not_a_name(spec: str, what: str, hint: str) -> None:
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """``NAME=1x128`` -> (NAME, (1, 128)): one ONNX input's static shape."""
+    check_str("input shape", text)
     name, sep, dims = text.rpartition("=")
     try:
         shape = tuple(int(d) for d in dims.lower().split("x"))
