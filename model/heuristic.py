@@ -30,6 +30,11 @@ from distplan.costs.check import plan_violations
 from distplan.model.exposed_dp import comm_matrix, op_comm_s
 
 
+#: the most ops whose (ops x ops) exposed-transfer table the DP builds; beyond, it cuts
+#: for compute and the checker's memory alone (its plans are re-scored exactly anyway)
+EXPOSED_MAX_OPS = 4000
+
+
 def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
         expired: Callable[[], bool] | None = None, cut: list[str] | None = None) -> list[int] | None:
     V, K = problem.n_ops, len(path)
@@ -60,7 +65,7 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
         diff[v + 1] -= nb
     cut_bytes = np.cumsum(diff)[: V + 1]             # bytes crossing a cut before position i
     comm = None
-    if problem.exposed and not latency:   # segment [i, j)'s sends and receives (model.exposed_dp)
+    if problem.exposed and not latency and V <= EXPOSED_MAX_OPS:   # segment [i, j)'s transfers (model.exposed_dp)
         prefix = np.tri(V + 1, V, -1, dtype=bool)      # row n: the first n ops, a downset
         comm = comm_matrix(problem, prefix, op_comm_s(problem, path, problem.send_bytes[pick])).T
     f = np.full(V + 1, inf)
