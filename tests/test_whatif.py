@@ -36,7 +36,7 @@ def test_more_pipeline_stages_add_a_bubble():
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--workload", "gpt3-125m", "--topology", "a100x16", "--dp", "4", "--tp", "8"], "= 32 devices"),
+    (["--workload", "gpt3-125m", "--topology", "a100x16", "--dp", "8", "--tp", "4"], "= 32 devices"),
     (["--workload", "gpt3-125m", "--topology", "dgx-a100", "--dp", "2", "--global-batch", "3"], "not a multiple"),
     (["--workload", "gpt3-125m", "--topology", "a100x16", "--dp", "1", "--pp", "16"], "more stages than the 12"),
     ([], "give a plan file"),
@@ -68,3 +68,23 @@ def test_a_graph_without_layer_names_splits_by_operator_count():
 def test_zero_degrees_are_an_error_in_python_too():
     with pytest.raises(DistplanError, match="--dp must be a positive whole number"):
         whatif("gpt3-125m", "dgx-a100", dp=0, tp=1, pp=1)
+
+
+@pytest.mark.parametrize("workload,tp,needle", [
+    ("llama-7b", 3, "--tp 3 does not divide the 32 attention heads of 'llama-7b'"),
+    ("gpt3-125m", 5, "--tp 5 does not divide the 12 attention heads"),
+    ("llama3-8b", 16, "32 attention heads and 8 key/value heads"),
+])
+def test_tp_must_divide_the_heads(workload, tp, needle):
+    """Issue 26: the what-if accepted tp 3 on a 32-head model and simulated it as an even
+    split; checked before the problem is built (milliseconds)."""
+    with pytest.raises(DistplanError, match=needle):
+        whatif(workload, "a100x16", dp=1, tp=tp, pp=1)
+
+
+def test_tp_check_leaves_graph_files_and_dividing_degrees_alone():
+    from distplan.api.configs import check_tp_divides_heads
+    check_tp_divides_heads("gpt3-125m", 4)
+    check_tp_divides_heads("llama3-8b", 8)
+    check_tp_divides_heads("model.json", 3)    # a graph file carries no head count
+    check_tp_divides_heads("mlp-xs", 3)        # an MLP has no heads

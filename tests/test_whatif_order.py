@@ -40,6 +40,7 @@ def test_dp_outermost_on_two_units_merges_pairs_of_replicas_exactly():
 
 
 def test_whatif_names_a_non_default_order():
-    w = whatif("gpt3-64x2x2", "h100x16", dp=2, tp=4, pp=2, seq_len=8, order="tp-pp-dp", breakdown=False)
+    # 4 heads: tp 4 must divide them (api.configs.check_tp_divides_heads)
+    w = whatif("gpt3-64x2x4", "h100x16", dp=2, tp=4, pp=2, seq_len=8, order="tp-pp-dp", breakdown=False)
     assert "order tp-pp-dp" in w.table() and w.to_json()["order"] == "tp-pp-dp"
-    assert "order" not in whatif("gpt3-64x2x2", "h100x16", dp=2, tp=4, pp=2, seq_len=8, breakdown=False).table()
+    assert "order" not in whatif("gpt3-64x2x4", "h100x16", dp=2, tp=4, pp=2, seq_len=8, breakdown=False).table()

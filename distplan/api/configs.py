@@ -120,6 +120,30 @@ class WhatIf:
                 "optimizer_s": self.sim.optimizer_s}
 
 
+def check_tp_divides_heads(workload: object, tp: int) -> None:
+    """Megatron splits attention by heads: for a zoo model, ``tp`` must divide its heads
+    and its key/value heads (grouped-query attention), or a DistplanError naming both
+    (tp 3 on a 32-head model was simulated as if it split evenly). A graph file or
+    Graph carries no head count and is not checked."""
+    from distplan.workloads.zoo import get_config
+
+    if not isinstance(workload, str) or tp == 1:
+        return
+    try:
+        cfg = get_config(workload)
+    except DistplanError:   # a graph file: no head count to check
+        return
+    heads = getattr(cfg, "heads", None)
+    if not heads:
+        return
+    kv = getattr(cfg, "kv_heads", None) or heads
+    if heads % tp or kv % tp:
+        fits = [t for t in range(1, heads + 1) if heads % t == 0 and kv % t == 0]
+        what = f"{heads} attention heads" + (f" and {kv} key/value heads" if kv != heads else "")
+        raise DistplanError(f"--tp {tp} does not divide the {what} of {cfg.name!r} (Megatron splits attention by "
+                            f"heads); use --tp {', '.join(map(str, fits[:8]))}{' ...' if len(fits) > 8 else ''}")
+
+
 def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, microbatch_size: int = 1,
            global_batch: int | None = None, precision: str = "bf16", mode: str = "training",
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
@@ -136,6 +160,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     with free links: the shares are then NaN (exposed communication is not split from
     the bubble) and the call takes half the time."""
     check_degrees(dp, tp, pp, vp)
+    check_tp_divides_heads(workload, tp)
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8
