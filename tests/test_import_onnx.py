@@ -343,3 +343,28 @@ def test_parameter_read_through_two_inputs_ties_once():
                [_weight("w", [6, 6])])
     use = import_onnx(m).op("use")
     assert (use.tied_to, use.tied_elems, use.param_elems) == ("emb", 36, 0)
+
+
+# --- issue 26: a cyclic model ------------------------------------------------------------
+def _two_nodes(second_input: str):
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])
+    z = helper.make_tensor_value_info("Z", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Add", ["X", "Y"], ["Z"], name="a"),
+             helper.make_node("Relu", [second_input], ["Y"], name="b")]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [z]))
+
+
+def test_a_cyclic_model_is_refused_by_its_nodes():
+    """a reads Y, which b makes from a's Z: it was imported as one operator (the cycle
+    fused away) and planned."""
+    with pytest.raises(DistplanError, match=r"the ONNX graph has a cycle through node\(s\) 'a', 'b'"):
+        import_onnx(_two_nodes("Z"))
+
+
+def test_a_name_nobody_makes_is_still_forgiven():
+    """b reads W, which no node makes (an outer scope's): not a cycle, the order given
+    stands (so does a chain waiting on it)."""
+    from distplan.workloads.onnx_import import _sorted_nodes
+    nodes = list(_two_nodes("W").graph.node)
+    assert [n.name for n in _sorted_nodes(nodes, {"X"})] == ["a", "b"]
+    assert [n.name for n in _sorted_nodes(nodes[::-1], {"X"})] == ["b", "a"]

@@ -152,11 +152,32 @@ def _sorted_nodes(nodes: list[Any], available: set[str]) -> list[Any]:
                 progressed = True
             else:
                 rest.append(i)
-        if not progressed:  # inputs from outer scopes or missing: keep the given order
+        if not progressed:  # inputs from outer scopes or missing: keep the given order, unless a cycle
+            _refuse_cycle([nodes[i] for i in rest])
             out.extend(nodes[i] for i in rest)
             break
         pending = rest
     return out
+
+
+def _refuse_cycle(stuck: list[Any]) -> None:
+    """Nodes no topological order can place: those waiting only on names nobody makes (an
+    outer scope's, or missing) are forgiven; a cycle among them is a DistplanError naming
+    its nodes (a cyclic model was imported as one operator, the cycle fused away)."""
+    maker = {y: i for i, n in enumerate(stuck) for y in n.output if y}
+    need = [{maker[x] for x in n.input if x in maker} for n in stuck]
+    placed, progressed = set(), True
+    while progressed:
+        progressed = False
+        for i, deps in enumerate(need):
+            if i not in placed and deps <= placed:
+                placed.add(i)
+                progressed = True
+    cyc = [n.name or f"{n.op_type} #{i}" for i, n in enumerate(stuck) if i not in placed]
+    if cyc:
+        shown = ", ".join(map(repr, cyc[:4])) + (" ..." if len(cyc) > 4 else "")
+        raise DistplanError(f"the ONNX graph has a cycle through node(s) {shown}: each reads what another "
+                            "makes; an ONNX graph is acyclic (loops belong in a Loop node's body)")
 
 
 def import_onnx(path_or_model: Any, mode: str = "inference", name: str | None = None,
