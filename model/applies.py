@@ -2,8 +2,8 @@
 apply). An option set away from its default that the resolved space never reads was
 silently ignored (``--virtual-stages`` on a training problem the auto space sends to the
 pipeline MILP, ``--coarsen`` or ``--stages`` in the cluster space); ``model.solve`` and
-the CLI both call :func:`check_options_apply`, which names the first such option (the
-CLI by its flag) and why."""
+the CLI both call :func:`check_options_apply`, which names the first such option and why
+(the CLI prints the field as its flag: ``cli.main.FLAG_OF``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,11 +36,6 @@ NOT_READ: dict[str, dict[str, str]] = {
 TRAINING_ONLY = {"microbatch_sizes": "the cluster space's inference search has one microbatch size",
                  "virtual_stages": "the interleaved schedule is for training"}
 
-#: SolveOptions field -> the solve.py flag that sets it (None: no flag)
-FLAGS = {"sensitivity_budget": "--sensitivity-budget", "sensitivity_weight": "--sensitivity-weight",
-         "n_stages": "--stages", "coarsen_ops": "--coarsen", "microbatch_sizes": "--microbatch-sizes",
-         "virtual_stages": "--virtual-stages", "iteration_target": "--iteration-target"}
-
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SolveOptions)}
 
 
@@ -61,17 +56,15 @@ def unused_options(problem: Problem, options: SolveOptions, space: str) -> list[
     return [(name, skip[name]) for name in _DEFAULTS if name in skip and _set(options, name)]
 
 
-def check_options_apply(problem: Problem, options: SolveOptions, space: str, *, cli: bool = False) -> None:
-    """A DistplanError naming the first option ``space`` does not read (``cli``: by its
-    flag, as ``solve.py`` prints it); nothing when every option set applies."""
+def check_options_apply(problem: Problem, options: SolveOptions, space: str) -> None:
+    """A DistplanError naming the first option ``space`` does not read (``SolveOptions.<field>
+    does not apply ...``); nothing when every option set applies."""
     unused = unused_options(problem, options, space)
     if not unused:
         return
     name, why = unused[0]
-    shown = FLAGS.get(name) if cli else None
-    label = shown or f"SolveOptions.{name}"
-    raise DistplanError(f"{label} does not apply in the {space} plan space: {why}; leave it out"
+    raise DistplanError(f"SolveOptions.{name} does not apply in the {space} plan space: {why}; leave it out"
                         + ("" if space == "pipeline" else " (or choose --space pipeline)"))
 
 
-__all__ = ["check_options_apply", "unused_options", "NOT_READ", "FLAGS"]
+__all__ = ["check_options_apply", "unused_options", "NOT_READ"]

@@ -10,7 +10,7 @@ import pytest
 import distplan
 from distplan.cli import main as cli_main
 from distplan.core.errors import DistplanError
-from distplan.model.applies import FLAGS, NOT_READ, unused_options
+from distplan.model.applies import NOT_READ, unused_options
 from distplan.model.cluster_solve import resolve_space
 
 TINY = {"format": "distplan-graph", "version": 1, "name": "tiny", "mode": "inference", "batch_size": 1, "seq_len": 16,
@@ -68,7 +68,8 @@ def test_coarsen_zero_and_defaults_apply_everywhere(cluster_problem, pipeline_tr
 def test_every_option_not_read_has_a_reason_and_a_real_field():
     fields = set(distplan.SolveOptions.__dataclass_fields__)
     assert all(set(v) <= fields and all(v.values()) for v in NOT_READ.values())
-    assert set(FLAGS) <= fields
+    named = {k for v in NOT_READ.values() for k in v} - {"path", "replicas", "extra_constraints"}   # no flags
+    assert named <= set(cli_main.FLAG_OF)
 
 
 @pytest.mark.parametrize("flags,needle", [
@@ -110,3 +111,38 @@ def test_pareto_refuses_what_it_would_override(pipeline_training, kw, needle):
     from distplan.api.pareto import pareto
     with pytest.raises(DistplanError, match=needle):
         pareto(pipeline_training[0], 3, distplan.SolveOptions(time_limit_s=10, **kw))
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--stages", "0"], "error: --stages must be a positive whole number or None, got 0"),
+    (["--threads", "0"], "error: --threads must be a positive whole number, got 0"),
+    (["--coarsen", "-1"], "error: --coarsen must be a whole number >= 0"),
+    (["--gap", "2"], "error: --gap must be a finite number >= 0 and < 1, got 2.0"),
+    (["--sensitivity-weight", "-1"], "error: --sensitivity-weight must be a finite number >= 0"),
+    (["--microbatches", "0"], "error: --microbatches must be a positive whole number, got 0"),
+    (["--time-limit", "0"], "error: --time-limit must be a finite number > 0, got 0.0"),
+    (["--time-limit", "-5"], "error: --time-limit must be a finite number > 0, got -5.0"),
+    (["--compare", "random", "--candidates", "0"], "error: --candidates must be a positive whole number"),
+])
+def test_cli_errors_name_the_flag_not_the_api_field(pipeline_training, tmp_path, capsys, monkeypatch, flags,
+                                                    needle):
+    """solve.py printed the API's names ('SolveOptions.n_stages must be ...', 'candidates
+    must be ...'); --time-limit -5 was read as a loading deadline ('raise --time-limit to
+    at least -3 s')."""
+    monkeypatch.chdir(tmp_path)
+    rc = cli_main.main(["--workload", str(pipeline_training[1]), "--topology", "mcm2x2", "--quiet", *flags])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert rc == 2 and len(err) == 1 and err[0].startswith(needle), err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("message,shown", [
+    ("SolveOptions.n_stages must be a positive whole number", "--stages must be a positive whole number"),
+    ("SolveOptions.virtual_stages does not apply in the pipeline plan space", "--virtual-stages does not apply in"),
+    ("ProblemOptions.microbatches must be", "--microbatches must be"),
+    ("seq_len 4096 exceeds its 2048 learned positions; use seq_len <= 2048",
+     "seq_len 4096 exceeds its 2048 learned positions; use seq_len <= 2048"),   # not a leading argument name
+    ("SolveOptions.path does not apply in the cluster plan space", "SolveOptions.path does not apply in the cluster"),
+])
+def test_flag_named_rewrites_only_a_leading_argument_name(message, shown):
+    assert cli_main.flag_named(message).startswith(shown)

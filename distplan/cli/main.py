@@ -7,6 +7,7 @@ import contextlib
 import pathlib
 import dataclasses
 import os
+import re
 import sys
 import time
 
@@ -18,6 +19,7 @@ from distplan.core.interrupt import current_stop, exit_status, signal_name, stop
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
                                ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
+from distplan.core.validate import check_float
 from distplan.model.applies import check_options_apply
 from distplan.model.cluster_solve import resolve_space
 from distplan.model.highs import abandoned_alive
@@ -119,6 +121,28 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
 
 
 
+#: the SolveOptions fields, problem() and compare() arguments the flags set: an error that
+#: starts with one ("SolveOptions.n_stages must be ...") is printed naming the flag
+FLAG_OF = {"objective": "--objective", "space": "--space", "sensitivity_budget": "--sensitivity-budget",
+           "sensitivity_weight": "--sensitivity-weight", "iteration_target": "--iteration-target",
+           "top_k": "--top-k", "time_limit_s": "--time-limit", "rel_gap": "--gap", "threads": "--threads",
+           "seed": "--seed", "n_stages": "--stages", "coarsen_ops": "--coarsen",
+           "microbatch_sizes": "--microbatch-sizes", "virtual_stages": "--virtual-stages",
+           "batch_size": "--batch-size", "seq_len": "--seq-len", "microbatches": "--microbatches",
+           "precisions": "--precisions", "schedule": "--schedule", "low_bit_ops": "--low-bit-ops",
+           "mode": "--mode", "profile": "--profile", "candidates": "--candidates", "budget_s": "--budget"}
+_FIELD_FIRST = re.compile(r"(?:SolveOptions\.|ProblemOptions\.)?(\w+)(?= (?:must be|does not apply))")
+
+
+def flag_named(message: str) -> str:
+    """``message`` with a leading API argument name replaced by its flag
+    ("SolveOptions.n_stages must be ..." -> "--stages must be ..."); else unchanged."""
+    m = _FIELD_FIRST.match(message)
+    if m and m.group(1) in FLAG_OF:
+        return FLAG_OF[m.group(1)] + message[m.end():]
+    return message
+
+
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -164,7 +188,7 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
         kw["threads"] = args.threads
     opts = api.SolveOptions(**kw)
     # a flag the plan space never reads is an error naming it (the rule model.solve applies)
-    check_options_apply(problem, opts, resolve_space(problem, opts), cli=True)
+    check_options_apply(problem, opts, resolve_space(problem, opts))
     return opts
 
 
@@ -344,6 +368,7 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
             refuse_flags(args, STOP_REFUSES, f"with {stop}: it {what} and stops before solving, so nothing is "
                          "compared, solved or written")
         else:
+            check_float("--time-limit", args.time_limit, 0.0, above=True)   # before loading counts against it
             check_flags(args)
             check_outputs(args)
             if args.pareto is not None and not args.compare:   # before the workload is read: its figures alone
@@ -372,7 +397,7 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
         with stop_on_interrupt(notice=INTERRUPT_NOTICE), deadline_at(started, args.time_limit, active=False):
             return run_solve(problem, args, started)   # the solve's coarsening names this limit when it runs out
     except DistplanError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {flag_named(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         stop = current_stop()
