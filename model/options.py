@@ -94,7 +94,7 @@ class SolveOptions:
             "top_k": check_int(name + "top_k", self.top_k),
             "time_limit_s": check_float(name + "time_limit_s", self.time_limit_s, 0.0, above=True),
             "rel_gap": check_float(name + "rel_gap", self.rel_gap, 0.0, below=1.0),
-            "threads": check_int(name + "threads", self.threads),
+            "threads": _threads(self.threads),
             "seed": check_int(name + "seed", self.seed, None),
             "n_stages": check_int(name + "n_stages", self.n_stages, optional=True),
             "path": check_str(name + "path", self.path, optional=True),
@@ -109,6 +109,21 @@ class SolveOptions:
         }
         for k, v in fix.items():
             object.__setattr__(self, k, v)
+
+
+#: the most solver threads asked for: HiGHS starts one thread each (32,768 aborted the
+#: process after 99 s, 'terminate called without an active exception'; 4,096 ran a 3 s
+#: limit for 14 s on 2 cores)
+MAX_THREADS = 1024
+
+
+def _threads(value: object) -> int:
+    """SolveOptions.threads: a whole number from 1 to ``MAX_THREADS``."""
+    n = check_int("SolveOptions.threads", value)
+    if n > MAX_THREADS:
+        raise DistplanError(f"SolveOptions.threads must be at most {MAX_THREADS:,} (HiGHS starts one thread each), "
+                            f"got {n:,}")
+    return n
 
 
 def _iteration_target(value: float | str | None) -> float | str | None:

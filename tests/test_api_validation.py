@@ -370,3 +370,22 @@ def test_api_helpers_still_take_what_they_took(solved):
     assert distplan.api.plan_difference(p, rep.best.plan, rep.best.plan) == "winner"
     assert distplan.api.sensitivity_budget_value(np.float32(2.5), p) == 2.5
     assert distplan.api.parse_input_shape("ids=1x8") == ("ids", (1, 8))
+
+
+def test_solver_threads_are_bounded():
+    """threads=32768 aborted the process inside HiGHS after 99 s ('terminate called without
+    an active exception'), 4096 ran a 3 s limit for 14 s: at most 1,024."""
+    from distplan.model.options import MAX_THREADS
+    assert distplan.SolveOptions(threads=MAX_THREADS).threads == MAX_THREADS
+    with pytest.raises(DistplanError, match=r"^SolveOptions\.threads must be at most 1,024"):
+        distplan.SolveOptions(threads=MAX_THREADS + 1)
+
+
+@pytest.mark.parametrize("method", ["write_trace", "write_report"])
+def test_trace_and_report_say_how_to_keep_the_events(solved, tmp_path, method):
+    """The report said 'simulate with SimOptions(trace=True)', which a report's user never calls."""
+    _, rep, _ = solved
+    with pytest.raises(DistplanError, match=r"needs the simulation's events.*distplan\.solve\(problem, options, "
+                                            r"trace=True\)"):
+        getattr(rep, method)(tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

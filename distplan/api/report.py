@@ -338,8 +338,13 @@ class SolveReport:
         return self.plans[rank - 1]
 
     def _simulated(self, rank: int, what: str) -> None:
-        """Raise DistplanError when the plan of ``rank`` was not simulated (``what`` needs it)."""
-        if not self.ranked(rank).simulated:
+        """Raise DistplanError when the plan of ``rank`` was not simulated, or simulated
+        without its events (``what`` needs them)."""
+        r = self.ranked(rank)
+        if r.simulated and getattr(r.sim, "events", None) is None:
+            raise DistplanError(f"{what} needs the simulation's events, which this report did not keep; solve with "
+                                "distplan.solve(problem, options, trace=True)")
+        if not r.simulated:
             why = next((c for c in self.cut_short if "simulation skipped" in c), "the time limit")
             raise DistplanError(f"{what} needs the simulated plan, and the plan of rank {rank} was not simulated "
                                 f"({why.split(';')[0].removeprefix('ranking: ')}); give a longer --time-limit")
