@@ -312,15 +312,16 @@ class SolveReport:
         """Chrome/Perfetto trace of a plan's realistic simulation (needs ``solve(trace=True)``)."""
         from distplan.sim.trace import write_chrome_trace
 
+        out = _path("path", path)   # the arguments first, then what the plan needs
         self._simulated(rank, "a trace")
-        write_chrome_trace(self.plans[rank - 1].sim, self.problem, _path("path", path))
+        write_chrome_trace(self.plans[rank - 1].sim, self.problem, out)
 
     def write_report(self, folder: str | Path, rank: int = 1) -> list[Path]:
         """placement.png, trace.json and timeline.png of a plan; returns the paths."""
         from distplan.api.plots import write_report
 
+        out = Path(_path("folder", folder))   # the arguments first, then what the plan needs
         self._simulated(rank, "a report")
-        out = Path(_path("folder", folder))
         try:
             if out.exists() and not out.is_dir():
                 raise DistplanError(f"folder {str(out)!r} is a file, not a folder; give write_report a folder name")
