@@ -320,16 +320,18 @@ class Transfers(TaskNet):
 
 
 def reduction_transfers(tr: Transfers, devs: list[int], start_s: list, nbytes: float, hierarchical: bool,
-                        zero: int) -> None:
+                        zero: int, route: Callable | None = None) -> None:
     """``reduction_schedule`` as ``tr``'s transfers: replica i's gradients ready at
     ``start_s[i]`` (a time, or a (time, transfers it waits for) pair); only the first
-    ``len(start_s)`` replicas send (``ring_lanes``)."""
+    ``len(start_s)`` replicas send (``ring_lanes``, or a symmetry reduction's copy with
+    ``route(a, b)`` its representative links, ``costs.symmetry.Symmetry.route``)."""
     start = [(float(s[0]), list(s[1])) if isinstance(s, tuple) else (float(s), []) for s in start_s]
 
     def send(a: int, b: int, chunk: float, preds: list) -> tuple[float, list[int]]:
         t, ps = preds[0]
         for t2, ps2 in preds[1:]:
             t, ps = max(t, t2), ps + ps2
-        return 0.0, [tr.add(devs[a], devs[b], chunk, t, ps)]
+        links = None if route is None else route(devs[a], devs[b])
+        return 0.0, [tr.add(devs[a], devs[b], chunk, t, ps, route=links)]
 
     reduction_schedule(tr.pb.topology, devs, start, nbytes, hierarchical, zero, send)

@@ -30,6 +30,7 @@ from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduct
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
+from distplan.costs.symmetry import replica_copy
 from distplan.costs.tensor_parallel import tp_backward_allreduce, tp_divides, tp_forward_allreduce
 
 
@@ -188,6 +189,7 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     qs = [problem.q_index(p) for p in plan.op_precision]
     ar = np.zeros(K)
     done_after = np.zeros(K)   # the stage's reduction ends this long after its last backward
+    sym = replica_copy(problem, plan) if plan.overlap_grad_reduce else None
     for k, st in enumerate(plan.stages):
         if st.replicas < 2:
             continue
@@ -213,15 +215,14 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         # a100x32, the embedding's 107 MB after 8 layers' buckets, +7.1 % on the iteration)
         ends = FB[k][2]
         tr = Transfers(problem, deadline_s)
-        flat = not hier or hierarchical_groups(problem.topology, devs) is None
-        lanes = ring_lanes(problem, devs) if flat else None   # replica i's steps run as replica i mod lanes'
+        held, route = _bucket_senders(problem, plan, devs, hier, sym)
         for v in with_params:   # the simulator's order of creation
             nbytes = problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
             if nbytes <= 0:
                 continue
             if time.perf_counter() > deadline_s:
                 raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
-            reduction_transfers(tr, devs, [ends[v]] * (lanes or st.replicas), nbytes, hier, st.zero)
+            reduction_transfers(tr, devs, [ends[v]] * held, nbytes, hier, st.zero, route)
         finish = max(tr.delivered_s(), default=0.0)
         done_after[k] = max(0.0, finish - B[k])
     # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
@@ -229,6 +230,23 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     run = float(np.max(last_b + done_after)) if K else 0.0
     opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
+
+
+def _bucket_senders(problem: Problem, plan: Plan, devs: list[int], hier: bool,
+                    sym: tuple[int, np.ndarray] | None) -> tuple[int, object]:
+    """How many replicas' transfers time a stage's overlapped buckets exactly, and on
+    which links: a flat ring's first ``ring_lanes`` senders on their own routes, else the
+    exact symmetry reduction's copy (``costs.symmetry``: the replicas of one copy, the
+    others' traffic on representative links, as the simulator runs it), else all."""
+    flat = not hier or hierarchical_groups(problem.topology, devs) is None
+    lanes = ring_lanes(problem, devs) if flat else None
+    if lanes is not None:
+        return lanes, None
+    if sym is not None:
+        held, rep = sym
+        topo = problem.topology
+        return held, lambda a, b: tuple(int(rep[l]) for l in topo.route(a, b))
+    return len(devs), None
 
 
 def estimate_transfers(problem: Problem, plan: Plan) -> int:
@@ -239,6 +257,7 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
     groups (``_estimate_groups``) are counted as alike."""
     if not problem.training or not plan.overlap_grad_reduce:
         return 0
+    sym = replica_copy(problem, plan)
     total = 0
     for k, st in enumerate(plan.stages):
         r = st.replicas
@@ -247,9 +266,8 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
         buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0)
         devs = [st.devices[i * st.tensor_parallel] for i in range(r)]
         hier = plan.dp_allreduce == "hierarchical"
-        flat = not hier or hierarchical_groups(problem.topology, devs) is None
-        lanes = ring_lanes(problem, devs) if flat else None
-        total += buckets * reduction_size(problem.topology, devs, hier, st.zero, held=lanes)
+        held, _ = _bucket_senders(problem, plan, devs, hier, sym)
+        total += buckets * reduction_size(problem.topology, devs, hier, st.zero, held=held)
     return total
 
 

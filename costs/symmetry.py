@@ -61,10 +61,9 @@ class Symmetry:
         return m % self.group + (m // r) * self.group
 
 
-def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Symmetry | None:
-    """The largest exact reduction of ``plan`` (module docstring), or None."""
-    if not problem.training or plan.schedule not in ("1f1b", "interleaved") or ideal or trace \
-            or plan.device_order is not None:
+def _degrees(problem: Problem, plan: Plan) -> tuple[int, int] | None:
+    """(replicas, tp) of a plan the reduction may apply to (module docstring), else None."""
+    if not problem.training or plan.schedule not in ("1f1b", "interleaved") or plan.device_order is not None:
         return None
     if not plan.stages:
         return None
@@ -80,6 +79,37 @@ def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Sym
     devs = [d for s in plan.stages[:plan.pipeline_ranks] for d in s.devices]   # interleaved: chunks repeat ranks
     if len(set(devs)) != len(devs) or len({int(problem.device_kind[d]) for d in devs}) != 1:
         return None
+    return r, t
+
+
+def replica_copy(problem: Problem, plan: Plan) -> tuple[int, np.ndarray] | None:
+    """The smallest block of replicas whose shift is an exact symmetry with no rank
+    merged (every rank's traffic on its own links): (replicas in the block, link ->
+    representative), or None. The analytic iteration times one rank's overlapped
+    gradient buckets on it (costs.iteration)."""
+    deg = _degrees(problem, plan)
+    if deg is None or deg[0] < 2:
+        return None
+    r, t = deg
+    groups = reduction_groups(problem, plan)
+    step = _node_block(groups)
+    if step is None:
+        return None
+    pairs = _pairs(problem, plan, r, t, groups)
+    for s in range(step, r, step):
+        if r % s == 0:
+            rep = _link_representatives(problem, plan, r, t, s, t, pairs)
+            if rep is not None:
+                return s, rep
+    return None
+
+
+def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Symmetry | None:
+    """The largest exact reduction of ``plan`` (module docstring), or None."""
+    deg = None if ideal or trace else _degrees(problem, plan)
+    if deg is None:
+        return None
+    r, t = deg
     groups = reduction_groups(problem, plan) if r > 1 else None
     ranks_alike = groups is None or all(len(set(map(_key, per_rank))) == 1 for per_rank in groups)
     step = _node_block(groups) if groups is not None else 1
@@ -163,6 +193,8 @@ def _pairs(problem: Problem, plan: Plan, r: int, t: int,
             continue
         for j in range(t):
             members = groups[k][j]
+            if members is not None and plan.stages[k].zero >= 3:   # ZeRO-3 gathers on the flat ring
+                out += [(k, i, j, k, (i + 1) % r, j) for i in range(r)]
             if members is None:
                 out += [(k, i, j, k, (i + 1) % r, j) for i in range(r)]
                 continue

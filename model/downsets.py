@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from distplan.model.sent_sums import sent_matrix
 from distplan.costs.collectives import bottleneck_s_per_byte, boundary_links
 from distplan.costs.memory import activation_factors
 from distplan.costs.problem import Problem
@@ -67,21 +68,6 @@ def _subset_matrix(mat: np.ndarray) -> np.ndarray:
     for w in range(words):
         sub &= (packed[None, :, w] & ~packed[:, None, w]) == 0
     return sub
-
-
-def sent_matrix(problem: Problem, mat: np.ndarray, send: np.ndarray) -> np.ndarray:
-    """(N, N): entry [i, j] sums ``send[v]`` over the ops v of segment i - j that a tensor
-    with bytes leaves for an op outside downset i (a later stage)."""
-    N, V = mat.shape
-    edges = problem.sending_edges()
-    if not len(edges):
-        return np.zeros((N, N))
-    u, w = edges[:, 0], edges[:, 1]
-    onehot = np.zeros((len(u), V))
-    onehot[np.arange(len(u)), u] = 1.0
-    held = ((mat[:, u] & ~mat[:, w]).astype(float) @ onehot) > 0      # (N, V): v in i, read outside i
-    hs = held * send[None, :]
-    return hs.sum(axis=1)[:, None] - hs @ mat.astype(float).T
 
 
 def tied_matrix(problem: Problem, mat: np.ndarray, tied: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 
 from distplan.costs.exposed import transfer_s
 from distplan.costs.problem import Problem
-from distplan.model.downsets import sent_matrix
+from distplan.model.sent_sums import sent_matrix
 
 
 def op_comm_s(problem: Problem, path: tuple[int, ...], send_bytes: np.ndarray) -> np.ndarray:

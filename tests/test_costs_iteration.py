@@ -84,3 +84,25 @@ def test_inference_and_other_schedules_are_refused():
     plan = megatron_plan(p, 1, 1, 2, "bf16", "stream", "none", False, 0, "ring", False)
     with pytest.raises(DistplanError, match="training"):
         estimate_iteration(p, plan)
+
+
+@pytest.mark.parametrize("workload, topology, dp, tp, pp", [
+    ("llama-7b", "h100x64", 16, 4, 1), ("llama-7b", "h100x64", 16, 2, 2), ("gpt3-1.3b", "a100x32", 8, 2, 2),
+])
+def test_overlapped_buckets_timed_on_one_replica_block_are_exact(monkeypatch, workload, topology, dp, tp, pp):
+    """A hierarchical reduction's overlapped buckets timed on the replicas of one node block
+    (costs.symmetry.replica_copy: the other blocks' traffic on representative links)
+    give the same iteration, bit for bit, as timing every replica's transfers."""
+    import distplan
+    import distplan.costs.iteration as it
+    from distplan.api.configs import megatron_plan
+    p = distplan.problem(workload, topology, mode="training")
+    plan = megatron_plan(p, dp, tp, pp, "bf16", dp_allreduce="hierarchical", overlap_grad_reduce=True,
+                         sequence_parallel=tp > 1)
+    block = it.replica_copy(p, plan)
+    assert block is not None and block[0] < dp
+    fast = it.estimate_iteration(p, plan)
+    monkeypatch.setattr(it, "replica_copy", lambda *a: None)
+    full = it.estimate_iteration(p, plan)
+    assert fast.iteration_s == full.iteration_s and fast.exposed_allreduce_s == full.exposed_allreduce_s
+    assert it.estimate_transfers(p, plan) > 0
