@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from distplan.core.errors import DistplanError
 from distplan.workloads.graph import MODES, Graph
+from distplan.workloads.zoo.attention import ATTENTION
 from distplan.workloads.zoo.catalog import GENERATORS, NAMED, lookup
 from distplan.workloads.zoo.mlp import MLPConfig, build_mlp
 from distplan.workloads.zoo.moe import MoEConfig, build_moe
@@ -35,10 +36,14 @@ def _check_size(value: object, what: str, name: str) -> None:
 
 
 def get_workload(name: str, batch_size: int | None = None, seq_len: int | None = None,
-                 mode: str = "inference") -> Graph:
+                 mode: str = "inference", attention: str = "explicit", cp: int = 1) -> Graph:
     """Graph of zoo model ``name`` for one microbatch of ``batch_size`` sequences of
-    ``seq_len`` tokens (None: the model's default); ``mode='training'`` fills bwd_flops."""
+    ``seq_len`` tokens (None: the model's default); ``mode='training'`` fills bwd_flops.
+    ``attention``: the attention core, explicit or flash (``zoo.attention``); ``cp`` > 1:
+    one context-parallel rank's ``seq_len / cp`` tokens of each sequence."""
     cfg = lookup(name)
+    if attention not in ATTENTION:
+        raise DistplanError(f"--attention {attention!r} unknown; use {' or '.join(ATTENTION)}")
     if mode not in MODES:
         raise DistplanError(f"workload {name!r}: mode {mode!r} unknown; use one of {', '.join(MODES)}")
     batch = cfg.default_batch_size if batch_size is None else batch_size
@@ -46,15 +51,22 @@ def get_workload(name: str, batch_size: int | None = None, seq_len: int | None =
     if isinstance(cfg, MLPConfig):
         if seq_len is not None:
             raise DistplanError(f"workload {cfg.name!r} is an MLP and has no sequence length; omit seq_len")
+        if cp != 1 or attention != "explicit":
+            raise DistplanError(f"workload {cfg.name!r} is an MLP: it has no attention to split (--cp) or fuse "
+                                "(--attention)")
         return build_mlp(cfg, batch, mode)
     seq = cfg.default_seq_len if seq_len is None else seq_len
     _check_size(seq, "seq_len", cfg.name)
     if cfg.max_positions and seq > cfg.max_positions:
         raise DistplanError(f"workload {cfg.name!r}: seq_len {seq} exceeds its {cfg.max_positions} "
                             f"learned positions; use seq_len <= {cfg.max_positions}")
+    _check_size(cp, "cp", cfg.name)
+    if seq % cp:
+        raise DistplanError(f"--cp {cp} does not divide the sequence length {seq} of {cfg.name!r} (each "
+                            "context-parallel rank takes seq_len / cp tokens)")
     if isinstance(cfg, MoEConfig):
-        return build_moe(cfg, batch, seq, mode)
-    return build_transformer(cfg, batch, seq, mode)
+        return build_moe(cfg, batch, seq, mode, attention, cp)
+    return build_transformer(cfg, batch, seq, mode, attention, cp)
 
 
 def list_workloads() -> list[tuple[str, str]]:

@@ -46,19 +46,23 @@ def matmul(name: str, m: int, k: int, n: int, bias: bool, training: bool, kind: 
 
 
 def attn_score(name: str, batch: int, seq: int, heads: int, head_dim: int, kv_dim: int,
-               training: bool) -> Operator:
-    """Scores Q K^T for every head: (s x d) @ (d x s) per sequence and head."""
-    tokens, scores = batch * seq, batch * heads * seq * seq
+               training: bool, kv_seq: int | None = None) -> Operator:
+    """Scores Q K^T for every head: (s x d) @ (d x s') per sequence and head (``kv_seq``
+    keys s', default s: a context-parallel rank's local queries against every key)."""
+    kv_seq = seq if kv_seq is None else kv_seq
+    tokens, scores = batch * seq, batch * heads * seq * kv_seq
     return _op(name, "attn_score", 2 * scores * head_dim, training, 0, scores,
-               tokens * heads * head_dim + tokens * kv_dim + scores)
+               tokens * heads * head_dim + batch * kv_seq * kv_dim + scores)
 
 
 def attn_context(name: str, batch: int, seq: int, heads: int, head_dim: int, kv_dim: int,
-                 training: bool) -> Operator:
-    """Context P V for every head: (s x s) @ (s x d) per sequence and head."""
-    tokens, scores = batch * seq, batch * heads * seq * seq
+                 training: bool, kv_seq: int | None = None) -> Operator:
+    """Context P V for every head: (s x s') @ (s' x d) per sequence and head (``kv_seq``
+    values s', default s)."""
+    kv_seq = seq if kv_seq is None else kv_seq
+    tokens, scores = batch * seq, batch * heads * seq * kv_seq
     out = tokens * heads * head_dim
-    return _op(name, "attn_context", 2 * scores * head_dim, training, 0, out, scores + tokens * kv_dim + out)
+    return _op(name, "attn_context", 2 * scores * head_dim, training, 0, out, scores + batch * kv_seq * kv_dim + out)
 
 
 def softmax(name: str, elems: int, training: bool) -> Operator:

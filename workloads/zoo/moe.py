@@ -122,15 +122,18 @@ def moe_mlp_block(g: GraphBuilder, cfg: MoEConfig, p: str, mlp_in: str, tokens: 
                  (act, T * active * ff), (router, T * k))
 
 
-def build_moe(cfg: MoEConfig, batch_size: int, seq_len: int, mode: str) -> Graph:
-    """Graph of one microbatch of ``batch_size`` sequences of ``seq_len`` tokens."""
+def build_moe(cfg: MoEConfig, batch_size: int, seq_len: int, mode: str, attention: str = "explicit",
+              cp: int = 1) -> Graph:
+    """Graph of one microbatch of ``batch_size`` sequences of ``seq_len`` tokens (one
+    context-parallel rank's ``seq_len / cp``: ``build_transformer``)."""
     training = mode == "training"
+    seq_len //= cp
     T = batch_size * seq_len
     g = GraphBuilder()
     x = embed_block(g, cfg, T, training)
     for i in range(cfg.layers):
         p = f"l{i}."
-        mid, mlp_in = attention_block(g, cfg, p, x, batch_size, seq_len, training)
+        mid, mlp_in = attention_block(g, cfg, p, x, batch_size, seq_len, training, attention, cp)
         if cfg.is_moe_layer(i):
             out = moe_mlp_block(g, cfg, p, mlp_in, T, training)
         else:

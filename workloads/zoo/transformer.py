@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from distplan.workloads.graph import Graph
 from distplan.workloads.zoo import costs
+from distplan.workloads.zoo.attention import flash_block
 from distplan.workloads.zoo.builder import GraphBuilder
 
 
@@ -116,7 +117,7 @@ class TransformerConfig:
 ROLES = {"embed": "vocab_embedding", "norm1": "replicated", "norm2": "replicated", "final_norm": "replicated",
          "qkv": "column", "attn_score": "sharded", "softmax": "sharded", "attn_context": "sharded",
          "proj": "row", "add1": "replicated", "add2": "replicated", "ffn1": "column", "act": "sharded",
-         "ffn2": "row", "head": "vocab_head", "router": "replicated"}
+         "ffn2": "row", "head": "vocab_head", "router": "replicated", "flash_attn": "sharded"}
 
 
 def with_roles(g: Graph, pooler_head: bool) -> Graph:
@@ -137,25 +138,30 @@ def embed_block(g: GraphBuilder, cfg: TransformerConfig, tokens: int, training: 
 
 
 def attention_block(g: GraphBuilder, cfg: TransformerConfig, p: str, x: str, batch_size: int, seq_len: int,
-                    training: bool) -> tuple[str, str]:
+                    training: bool, attention: str = "explicit", cp: int = 1) -> tuple[str, str]:
     """Layer ``p``'s attention half fed by ``x``: (the residual stream after it, the
     MLP's input). Q is ``heads x qk_head_dim`` wide, K ``kv_heads x qk_head_dim``, V
     ``kv_heads x v_head_dim``; ``qkv_param_elems`` (an MoE config's MLA stand-in) replaces
-    the one dense projection's weights."""
+    the one dense projection's weights. ``seq_len`` tokens are one context-parallel
+    rank's of ``cp x seq_len``; ``attention``: the core (``zoo.attention``)."""
     B, s, h = batch_size, seq_len, cfg.hidden
     T, a, dqk, dv = B * s, cfg.heads, cfg.qk_head_dim, cfg.v_head_dim
     kvh = cfg.kv_heads or cfg.heads
     q_w, k_w, v_w = a * dqk, kvh * dqk, kvh * dv
-    scores = B * a * s * s
+    scores = B * a * s * s * cp
     attn_in = x if cfg.post_norm else g.add(costs.norm(p + "norm1", cfg.norm, T, h, training), (x, T * h))
     if cfg.qkv_param_elems:
         qkv_op = costs.projection(p + "qkv", T, h, q_w + k_w + v_w, cfg.qkv_param_elems, training)
     else:
         qkv_op = costs.matmul(p + "qkv", T, h, q_w + k_w + v_w, cfg.bias, training)
     qkv = g.add(qkv_op, (attn_in, T * h))
-    sc = g.add(costs.attn_score(p + "attn_score", B, s, a, dqk, k_w, training), (qkv, T * (q_w + k_w)))
-    sm = g.add(costs.softmax(p + "softmax", scores, training), (sc, scores))
-    ctx = g.add(costs.attn_context(p + "attn_context", B, s, a, dv, v_w, training), (sm, scores), (qkv, T * v_w))
+    if attention == "flash":
+        ctx, _ = flash_block(g, p, qkv, B, s, s * cp, a, dqk, dv, kvh, not cfg.pooler_head, training)
+    else:
+        sc = g.add(costs.attn_score(p + "attn_score", B, s, a, dqk, k_w, training, s * cp), (qkv, T * (q_w + k_w)))
+        sm = g.add(costs.softmax(p + "softmax", scores, training), (sc, scores))
+        ctx = g.add(costs.attn_context(p + "attn_context", B, s, a, dv, v_w, training, s * cp), (sm, scores),
+                    (qkv, T * v_w))
     proj = g.add(costs.matmul(p + "proj", T, a * dv, h, cfg.bias, training), (ctx, T * a * dv))
     add1 = g.add(costs.add(p + "add1", T * h, training), (x, T * h), (proj, T * h))
     if cfg.post_norm:
@@ -198,14 +204,18 @@ def head_block(g: GraphBuilder, cfg: TransformerConfig, x: str, batch_size: int,
     g.add(head, (x, T * h))
 
 
-def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mode: str) -> Graph:
+def build_transformer(cfg: TransformerConfig, batch_size: int, seq_len: int, mode: str,
+                      attention: str = "explicit", cp: int = 1) -> Graph:
+    """One microbatch of ``batch_size`` sequences of ``seq_len`` tokens; with ``cp`` > 1
+    one context-parallel rank's ``seq_len / cp`` of them (``zoo.attention``)."""
     training = mode == "training"
-    T = batch_size * seq_len
+    s = seq_len // cp
+    T = batch_size * s
     g = GraphBuilder()
     x = embed_block(g, cfg, T, training)
     for i in range(cfg.layers):
         p = f"l{i}."
-        mid, mlp_in = attention_block(g, cfg, p, x, batch_size, seq_len, training)
+        mid, mlp_in = attention_block(g, cfg, p, x, batch_size, s, training, attention, cp)
         x = residual_end(g, cfg, p, mid, dense_mlp_block(g, cfg, p, mlp_in, T, cfg.ffn, training), T, training)
     head_block(g, cfg, x, batch_size, T, training)
-    return with_roles(g.build(cfg.name, mode, batch_size, seq_len, cfg.dropout), cfg.pooler_head)
+    return with_roles(g.build(cfg.name, mode, batch_size, s, cfg.dropout), cfg.pooler_head)
