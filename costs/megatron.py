@@ -61,11 +61,14 @@ def fp8_training_precisions(problem: Problem, wide: str) -> tuple[str, ...]:
 ORDERS = ("tp-dp-pp", "tp-pp-dp")
 
 
-def stage_devices(dp: int, tp: int, pp: int, k: int, order: str = "tp-dp-pp") -> tuple[int, ...]:
-    """Pipeline stage k's devices, replica-major (replica i's rank j at ``i*tp + j``)."""
+def stage_devices(dp: int, tp: int, pp: int, k: int, order: str = "tp-dp-pp", cp: int = 1) -> tuple[int, ...]:
+    """Pipeline stage k's devices, replica-major (replica i's rank j at ``i*tp + j``).
+    With context parallelism ``dp`` counts dp x cp replicas, replica ``d*cp + c`` the
+    context rank c of data rank d, next to tensor parallelism: Megatron's tp-cp-dp-pp,
+    Llama 3's tp-cp-pp-dp (``costs.context_parallel``)."""
     if order == "tp-dp-pp":
         return tuple(range(k * dp * tp, (k + 1) * dp * tp))
-    return tuple((i * pp + k) * tp + j for i in range(dp) for j in range(tp))
+    return tuple((i % cp + cp * (k + pp * (i // cp))) * tp + j for i in range(dp) for j in range(tp))
 
 
 def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
@@ -78,11 +81,12 @@ def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
 def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
                   recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
                   dp_allreduce: str = "ring", overlap_grad_reduce: bool = False, vp: int = 1,
-                  order: str = "tp-dp-pp") -> Plan:
+                  order: str = "tp-dp-pp", cp: int = 1) -> Plan:
     """The Megatron-style plan of ``problem`` (module docstring), with the training
     options of ``core.plan.Stage`` / ``Plan`` on every stage; ``vp`` > 1: pp x vp
     interleaved chunks (needs pp >= 2 and a training problem; the checker asks for
-    microbatches per replica a multiple of pp); ``order``: one of ``ORDERS``."""
+    microbatches per replica a multiple of pp); ``order``: one of ``ORDERS``; ``cp``: the
+    context-parallel ranks among the ``dp`` replicas (``stage_devices``)."""
     check_degrees(dp, tp, pp, vp)
     if order not in ORDERS:
         raise DistplanError(f"--order {order!r} unknown; use {ORDERS[0]} (Megatron-LM's default) or {ORDERS[1]} "
@@ -101,7 +105,7 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
                             f"{problem.n_devices}")
     if precision not in problem.precisions:
         raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
-    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order), tp, recompute, sequence_parallel, zero)
+    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order, cp), tp, recompute, sequence_parallel, zero)
                    for c in range(pp * vp))
     if vp > 1:
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distplan.api.context import check_cp, check_fits, rank_graph, ring_graph
 from distplan.api.problem import problem as make_problem
 from distplan.sim.symmetry import find_symmetry
 from distplan.costs.recompute import recomputed
@@ -31,6 +32,7 @@ from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Link, Topology
+from distplan.workloads.zoo.attention import flash_recompute_flops
 
 #: above this many operator tasks a configuration is refused (about a minute here)
 MAX_TASKS = 20_000_000
@@ -82,17 +84,21 @@ class WhatIf:
     global_batch: int
     bound_memory_bytes: float = math.nan   # the checker's bound (costs.evaluate.plan_memory_bytes)
     order: str = "tp-dp-pp"                # device order, innermost first (costs.megatron.ORDERS)
+    cp: int = 1                            # context-parallel ranks (among the plan's replicas)
+    attention: str = "explicit"            # the attention core (workloads.zoo.attention)
 
     def table(self) -> str:
         p, s = self.problem, self.plan
         st = s.stages[0]
         cap = float(np.min(p.device_mem_bytes))
-        pp, vp = s.pipeline_ranks, s.virtual_stages
+        pp, vp, cp = s.pipeline_ranks, s.virtual_stages, self.cp
         return "\n".join([
-            f"{p.graph.name} ({p.graph.mode}) on {p.topology.name}: dp {st.replicas} x tp {st.tensor_parallel} x "
+            f"{p.graph.name} ({p.graph.mode}) on {p.topology.name}: dp {st.replicas // cp} x "
+            + (f"cp {cp} x " if cp > 1 else "") + f"tp {st.tensor_parallel} x "
             f"pp {pp}{f' (vp {vp})' if vp > 1 else ''} = {st.replicas * st.tensor_parallel * pp} devices, microbatch "
-            f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches} microbatches), "
-            f"{s.op_precision[0]}, {s.schedule}" + (f", order {self.order}" if self.order != "tp-dp-pp" else ""),
+            f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches // cp} microbatches), "
+            f"{s.op_precision[0]}, {s.schedule}" + (f", order {self.order}" if self.order != "tp-dp-pp" else "")
+            + (f", {self.attention} attention" if cp > 1 or self.attention != "explicit" else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
@@ -107,10 +113,11 @@ class WhatIf:
     def to_json(self) -> dict:
         st = self.plan.stages[0]
         return {"workload": self.problem.graph.name, "topology": self.problem.topology.name,
-                "dp": st.replicas, "tp": st.tensor_parallel, "pp": self.plan.pipeline_ranks,
+                "dp": st.replicas // self.cp, "cp": self.cp, "attention": self.attention,
+                "tp": st.tensor_parallel, "pp": self.plan.pipeline_ranks,
                 "vp": self.plan.virtual_stages, "order": self.order,
                 "microbatch_size": self.problem.graph.batch_size, "global_batch": self.global_batch,
-                "microbatches": self.plan.microbatches, "iteration_s": self.iteration_s,
+                "microbatches": self.plan.microbatches // self.cp, "iteration_s": self.iteration_s,
                 "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
                 "model_tflops_per_device": self.model_tflops_per_device,
                 "hardware_tflops_per_device": self.hardware_tflops_per_device,
@@ -149,7 +156,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
-           vp: int = 1, order: str = "tp-dp-pp") -> WhatIf:
+           vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
     multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
@@ -158,9 +165,12 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     the one memory model: within a few % above the simulated peak); both are reported
     (``bound_memory_bytes``, ``peak_memory_bytes``). ``breakdown=False`` skips the second simulation
     with free links: the shares are then NaN (exposed communication is not split from
-    the bubble) and the call takes half the time."""
+    the bubble) and the call takes half the time. ``cp`` > 1: context parallelism, each
+    sequence split over cp ranks (``costs.context_parallel``); ``attention``: the
+    attention core, flash or explicit (default flash with cp > 1)."""
     check_degrees(dp, tp, pp, vp)
     check_tp_divides_heads(workload, tp)
+    attention = check_cp(workload, cp, attention)
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8
@@ -170,10 +180,17 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     M = global_batch // microbatch_size
     recipe = precision == "fp8" and mode == "training"   # fp8 linear layers, bf16 elsewhere
     precs = ("bf16", "fp8") if recipe else (precision,)
-    p = make_problem(workload, topology, batch_size=microbatch_size, seq_len=seq_len, mode=mode,
-                     precisions=precs, microbatches=M, schedule=schedule)
-    plan = megatron_plan(p, dp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
-                         overlap_grad_reduce, vp, order)
+    graph = workload if cp == 1 and attention == "explicit" else \
+        rank_graph(workload, microbatch_size, seq_len, mode, cp, attention)
+    M *= cp   # each of a group's cp ranks runs its share of every microbatch, as a replica
+    shape = dict(batch_size=microbatch_size, seq_len=seq_len, mode=mode) if isinstance(graph, str) else {}
+    p = make_problem(graph, topology, **shape, precisions=precs, microbatches=M, schedule=schedule)
+    check_fits(p, dp, cp, tp, pp)
+    plan = megatron_plan(p, dp * cp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
+                         overlap_grad_reduce, vp, order, cp)
+    if cp > 1:
+        p = make_problem(ring_graph(p, plan, workload, cp), p.topology, precisions=precs, microbatches=M,
+                         schedule=p.schedule)
     if recipe:
         plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
     if plan.schedule == "interleaved":
@@ -195,7 +212,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     used = sorted({d for s in plan.stages for d in s.devices})
     busy = float(np.mean(sim.device_busy_s[used]))
     it = sim.iteration_s
-    flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)) * M   # model FLOPs: no recomputation
+    flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)
+             - math.fsum(map(flash_recompute_flops, p.graph.ops))) * M   # model FLOPs: no recomputation
     if breakdown:
         free = simulate(make_problem(p.graph, _no_comm(p.topology), precisions=precs, microbatches=M,
                                      schedule=p.schedule), plan)
@@ -204,6 +222,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     else:
         shares = (busy / it, math.nan, math.nan)
     again = recomputed(p, plan)
-    hw = flops + M * math.fsum(op.fwd_flops for v, op in enumerate(p.graph.ops) if again[v])
+    hw = flops + M * math.fsum(op.fwd_flops + flash_recompute_flops(op) if again[v] else flash_recompute_flops(op)
+                               for v, op in enumerate(p.graph.ops))
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
-                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound, order)
+                  float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound,
+                  order, cp, attention)

@@ -28,7 +28,7 @@ from distplan.sim.trace import write_chrome_trace
 #: the flags of a named configuration (no plan file), refused beside a plan file
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--dp-allreduce",
-                "--overlap-grad-reduce", "--order", "--json")
+                "--overlap-grad-reduce", "--order", "--cp", "--attention", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -91,6 +91,12 @@ def _main(argv: list[str] | None) -> int:
     c.add_argument("--order", choices=("tp-dp-pp", "tp-pp-dp"), default="tp-dp-pp",
                    help="device order, innermost first: tp-dp-pp (Megatron-LM's default: stage k on the next "
                         "dp x tp devices) or tp-pp-dp (data parallelism outermost, as Llama 3 was trained)")
+    c.add_argument("--cp", type=int, default=1,
+                   help="context-parallel ranks: each sequence split over cp ranks, K/V passed round a ring "
+                        "(counted with dp in the device order: tp-cp-dp-pp, or tp-cp-pp-dp)")
+    c.add_argument("--attention", choices=("flash", "explicit"), default=None,
+                   help="attention core: flash (FlashAttention: scores recomputed, never stored; the default "
+                        "with --cp > 1) or explicit (score matrix kept; the default otherwise)")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -144,7 +150,7 @@ def _whatif(args) -> int:
         if args.dp is None or not args.workload or not args.topology:
             raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
                                 "simulate a named configuration")
-        for flag, v in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp), ("--vp", args.vp),
+        for flag, v in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp), ("--vp", args.vp), ("--cp", args.cp),
                         ("--microbatch-size", args.microbatch_size), ("--global-batch", args.global_batch)):
             if v is not None and v < 1:
                 raise DistplanError(f"{flag} must be >= 1, got {v}")
@@ -153,7 +159,7 @@ def _whatif(args) -> int:
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
                    args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
-                   order=args.order)
+                   order=args.order, cp=args.cp, attention=args.attention)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
