@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
+from distplan.core.validate import is_int
 from distplan.costs.problem import Problem
 from distplan.workloads.graph import layer_index
 
@@ -74,7 +75,7 @@ def stage_devices(dp: int, tp: int, pp: int, k: int, order: str = "tp-dp-pp", cp
 def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
     """dp, tp, pp and vp are positive whole numbers (before anything divides by them)."""
     for name, x in (("dp", dp), ("tp", tp), ("pp", pp), ("vp", vp)):
-        if not isinstance(x, int) or x < 1:
+        if not is_int(x) or x < 1:   # a bool is not a degree (True was taken as 1)
             raise DistplanError(f"--{name} must be a positive whole number, got {x!r}")
 
 

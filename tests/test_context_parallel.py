@@ -75,9 +75,12 @@ def test_ring_exposure_by_hand():
     assert p.fwd_time_s[v, 0, 0] == pytest.approx(C / 2 + x, rel=1e-12)
     assert p.bwd_time_s[v, 0, 0] == pytest.approx(2.5 * C / 2 + 2 * x, rel=1e-12)
     assert exposed_ring_s(C, x, 2) == pytest.approx(x - C / 2, rel=1e-12)
+    assert w.ring_exposed_s == pytest.approx((x - C / 2, 2 * x - 2.5 * C / 2), rel=1e-9)
+    assert "K/V ring         exposed 0.03066 ms forward, 0.06027 ms backward" in w.table()
     fast = whatif(MODEL, ring("r2", 2, EXACT, 1e18, 0.0), dp=1, tp=1, pp=1, global_batch=1, seq_len=SEQ, cp=2,
                   check_memory=False, breakdown=False)
     assert fast.problem.fwd_time_s[v, 0, 0] == pytest.approx(C, rel=1e-12)   # hidden behind the compute
+    assert fast.ring_exposed_s == (0.0, 0.0)
 
 
 def test_exposure_is_zero_when_the_compute_hides_the_ring_and_linear_past_it():

@@ -88,3 +88,29 @@ def test_tp_check_leaves_graph_files_and_dividing_degrees_alone():
     check_tp_divides_heads("llama3-8b", 8)
     check_tp_divides_heads("model.json", 3)    # a graph file carries no head count
     check_tp_divides_heads("mlp-xs", 3)        # an MLP has no heads
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(dp=True), r"^--dp must be a positive whole number, got True"),
+    (dict(sequence_parallel="no"), r"^--sequence-parallel must be True or False, got 'no'"),
+    (dict(overlap_grad_reduce=1), r"^--overlap-grad-reduce must be True or False"),
+    (dict(check_memory="no"), r"^check_memory must be True or False"),
+    (dict(breakdown="yes"), r"^breakdown must be True or False"),
+    (dict(global_batch="8"), r"^--global-batch must be a positive whole number or None, got '8'"),
+    (dict(global_batch=2.5), r"^--global-batch must be a positive whole number"),
+    (dict(microbatch_size=2.5), r"^--microbatch-size must be a positive whole number, got 2.5"),
+    (dict(microbatch_size=True), r"^--microbatch-size must be a positive whole number, got True"),
+    (dict(precision=5), r"^--precision must be a string"),
+    (dict(recompute="x"), r"^--recompute must be one of 'none', 'selective', 'full'"),
+    (dict(dp_allreduce="x"), r"^--dp-allreduce must be one of 'ring', 'hierarchical'"),
+    (dict(mode="x"), r"^--mode must be one of 'inference', 'training'"),
+    (dict(vp=True), r"^--vp must be a positive whole number"),
+])
+def test_whatif_arguments_are_checked_at_the_edge(kw, needle):
+    """Issue 26: whatif(dp=True), sequence_parallel='no' and the like were taken
+    (bools as counts, any value as a switch), global_batch='8' was a TypeError; checked
+    before the problem is built (milliseconds)."""
+    args = dict(dp=1, tp=1, pp=1, global_batch=2, breakdown=False)
+    args.update(kw)
+    with pytest.raises(DistplanError, match=needle):
+        whatif("gpt3-125m", "a100x8", **args)

@@ -20,18 +20,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distplan.api.context import check_cp, check_fits, rank_graph, ring_graph
+from distplan.api.context import check_cp, check_fits, rank_graph, ring_exposed_s, ring_graph
 from distplan.api.problem import problem as make_problem
 from distplan.sim.symmetry import find_symmetry
 from distplan.costs.recompute import recomputed
 from distplan.core.errors import DistplanError
-from distplan.core.plan import Plan
-from distplan.costs.megatron import check_degrees, fp8_training_precisions, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
+from distplan.core.plan import DP_ALLREDUCE, RECOMPUTE, Plan
+from distplan.core.validate import check_bool, check_choice, check_int, check_str
+from distplan.costs.megatron import ORDERS, check_degrees, fp8_training_precisions, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
 from distplan.costs.check import interleaved_violations, plan_violations
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Link, Topology
+from distplan.workloads.graph import MODES
 from distplan.workloads.zoo.attention import flash_recompute_flops
 
 #: above this many operator tasks a configuration is refused (about a minute here)
@@ -86,6 +88,7 @@ class WhatIf:
     order: str = "tp-dp-pp"                # device order, innermost first (costs.megatron.ORDERS)
     cp: int = 1                            # context-parallel ranks (among the plan's replicas)
     attention: str = "explicit"            # the attention core (workloads.zoo.attention)
+    ring_exposed_s: tuple[float, float] = (0.0, 0.0)   # K/V ring per layer and microbatch, fwd/bwd
 
     def table(self) -> str:
         p, s = self.problem, self.plan
@@ -108,7 +111,9 @@ class WhatIf:
             + ("  OVER CAPACITY" if self.peak_memory_bytes > cap else ""),
             f"time             compute {self.compute_share:.1%}, exposed communication {self.exposed_comm_share:.1%}, "
             f"bubble and optimizer {self.bubble_share:.1%}",
-        ])
+        ] + ([f"K/V ring         exposed {self.ring_exposed_s[0] * 1e3:.4g} ms forward, "
+              f"{self.ring_exposed_s[1] * 1e3:.4g} ms backward per layer and microbatch (cp {cp}, beyond the "
+              "attention it overlaps; counted as compute)"] if cp > 1 else []))
 
     def to_json(self) -> dict:
         st = self.plan.stages[0]
@@ -124,7 +129,7 @@ class WhatIf:
                 "peak_memory_bytes": self.peak_memory_bytes, "bound_memory_bytes": self.bound_memory_bytes,
                 "compute_share": self.compute_share,
                 "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
-                "optimizer_s": self.sim.optimizer_s}
+                "optimizer_s": self.sim.optimizer_s, "ring_exposed_s": list(self.ring_exposed_s)}
 
 
 def check_tp_divides_heads(workload: object, tp: int) -> None:
@@ -151,6 +156,25 @@ def check_tp_divides_heads(workload: object, tp: int) -> None:
                             f"heads); use --tp {', '.join(map(str, fits[:8]))}{' ...' if len(fits) > 8 else ''}")
 
 
+def check_whatif_options(microbatch_size: object, global_batch: object, precision: object, mode: object,
+                         recompute: object, sequence_parallel: object, dp_allreduce: object,
+                         overlap_grad_reduce: object, check_memory: object, breakdown: object,
+                         order: object) -> None:
+    """:func:`whatif`'s options beside the degrees, each of its type (core.validate; named
+    by its flag): counts are positive ints, switches are bools ("no" and 1 were taken as
+    on), names are among their choices (``global_batch="8"`` was a TypeError)."""
+    check_int("--microbatch-size", microbatch_size)
+    check_int("--global-batch", global_batch, optional=True)
+    check_str("--precision", precision)
+    check_choice("--mode", mode, MODES)
+    check_choice("--recompute", recompute, RECOMPUTE)
+    check_choice("--dp-allreduce", dp_allreduce, DP_ALLREDUCE)
+    check_choice("--order", order, ORDERS)
+    for name, flag in (("--sequence-parallel", sequence_parallel), ("--overlap-grad-reduce", overlap_grad_reduce),
+                       ("check_memory", check_memory), ("breakdown", breakdown)):
+        check_bool(name, flag)
+
+
 def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, microbatch_size: int = 1,
            global_batch: int | None = None, precision: str = "bf16", mode: str = "training",
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
@@ -170,6 +194,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     attention core, flash or explicit (default flash with cp > 1)."""
     check_degrees(dp, tp, pp, vp)
     check_tp_divides_heads(workload, tp)
+    check_whatif_options(microbatch_size, global_batch, precision, mode, recompute, sequence_parallel,
+                         dp_allreduce, overlap_grad_reduce, check_memory, breakdown, order)
     attention = check_cp(workload, cp, attention)
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
@@ -188,9 +214,11 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     check_fits(p, dp, cp, tp, pp)
     plan = megatron_plan(p, dp * cp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
                          overlap_grad_reduce, vp, order, cp)
+    ring = (0.0, 0.0)
     if cp > 1:
-        p = make_problem(ring_graph(p, plan, workload, cp), p.topology, precisions=precs, microbatches=M,
-                         schedule=p.schedule)
+        bare, p = p, make_problem(ring_graph(p, plan, workload, cp), p.topology, precisions=precs, microbatches=M,
+                                  schedule=p.schedule)
+        ring = ring_exposed_s(bare, p, plan)
     if recipe:
         plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
     if plan.schedule == "interleaved":
@@ -226,4 +254,4 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
                                for v, op in enumerate(p.graph.ops))
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
                   float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound,
-                  order, cp, attention)
+                  order, cp, attention, ring)

@@ -59,3 +59,24 @@ def ring_graph(problem: Problem, plan: Plan, workload: str, cp: int) -> Graph:
     """The rank's graph with the K/V ring's exposed time on each attention core."""
     g = problem.graph
     return with_kv_ring(problem, plan, cp, kv_chunk_elems(workload, g.batch_size, g.seq_len))
+
+
+def ring_exposed_s(bare: Problem, ringed: Problem, plan: Plan) -> tuple[float, float]:
+    """(forward, backward) seconds the K/V ring adds to one layer's attention core per
+    microbatch on a rank (the first core, at its precision, on stage 0's kind): what
+    ``ring_graph`` put on top of the bare core's time. (0, 0) without a core."""
+    from distplan.costs.context_parallel import core_layers
+    cores = core_layers(bare.graph)
+    if not cores:
+        return 0.0, 0.0
+    vs = next(iter(cores.values()))
+    c = int(bare.device_kind[plan.stages[0].devices[0]])
+    q = [bare.q_index(plan.op_precision[v]) for v in vs]
+    tp = plan.stages[0].tensor_parallel
+    out = []
+    for phase in ("fwd", "bwd") if bare.training else ("fwd",):
+        was = [float(getattr(bare, f"{phase}_time_s")[v, qv, c]) for v, qv in zip(vs, q)]
+        now = [float(getattr(ringed, f"{phase}_time_s")[v, qv, c]) for v, qv in zip(vs, q)]
+        extra = (sum(now) - sum(was)) / tp
+        out.append(extra if extra > 1e-9 * sum(was) / tp else 0.0)   # rounding of the rows' round trip
+    return out[0], (out[1] if bare.training else 0.0)
