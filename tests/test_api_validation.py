@@ -389,3 +389,16 @@ def test_trace_and_report_say_how_to_keep_the_events(solved, tmp_path, method):
                                             r"trace=True\)"):
         getattr(rep, method)(tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pathlib_path_names_a_workload_and_a_topology(tiny, tmp_path):
+    """problem(Path('tiny.json'), ...) was refused ('must be a name, a file path or a Graph,
+    got PosixPath'), though a file path is what it asked for."""
+    import yaml
+    topo = tmp_path / "pair.yaml"
+    topo.write_text(yaml.safe_dump({"name": "pair", "kinds": {"c": {"peak_TFLOPs": {"fp16": 2}, "memory_MiB": 256,
+                                                                   "memory_GBps": 1000}},
+                                    "devices": [{"name": "a", "kind": "c"}, {"name": "b", "kind": "c"}],
+                                    "links": [{"src": "a", "dst": "b", "GBps": 50}]}))
+    p = distplan.problem(Path(tiny), topo, precisions="fp16")
+    assert p.n_ops == 3 and p.topology.n_devices == 2

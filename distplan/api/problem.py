@@ -1,6 +1,7 @@
 """``problem(workload, topology, ...)``: names or objects in, a costed Problem out."""
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
 
     ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
     the ``onnx`` extra; ``input_shapes`` fixes symbolic input dimensions), or a Graph.
-    ``topology``: a preset name (``mcm4x4``), a ``.yaml``/``.json`` file, or a Topology.
+    ``topology``: a preset name (``mcm4x4``), a ``.yaml``/``.json`` file, or a Topology
+    (a file as a str or a ``pathlib.Path``).
     ``mode``: "inference" or "training" (default: a Graph's own mode; inference for a
     name or file). ``precisions``: the formats the planner may choose from
     (``"fp16,int8"`` or a list); None: ``default_precisions`` (inference fp16 and int8;
@@ -44,6 +46,9 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
 
     Every argument is checked first (core.validate; :func:`check_problem_arguments`).
     """
+    # a pathlib.Path names a file as a str does (it was refused: 'got PosixPath')
+    workload = os.fspath(workload) if isinstance(workload, os.PathLike) else workload
+    topology = os.fspath(topology) if isinstance(topology, os.PathLike) else topology
     check_problem_arguments(workload, batch_size=batch_size, seq_len=seq_len, mode=mode,
                             input_shapes=input_shapes, precisions=precisions, microbatches=microbatches,
                             schedule=schedule, low_bit_ops=low_bit_ops, comm=comm)
