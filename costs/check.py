@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
+from distplan.costs.sharding import ZERO_HELP, ZERO_LEVELS
 from distplan.core.errors import DistplanError
 from distplan.core.plan import DP_ALLREDUCE, PHASES, RECOMPUTE, Plan
 from distplan.core.schedules import PLAN_SCHEDULES
@@ -51,8 +52,11 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
             out.append(f"stage {k}: a device is listed twice")
         if s.recompute not in RECOMPUTE:
             out.append(f"stage {k}: recompute {s.recompute!r} unknown; use one of {', '.join(RECOMPUTE)}")
-        if s.zero not in (0, 1):
-            out.append(f"stage {k}: zero {s.zero!r} unknown; use 0 (none) or 1 (optimizer state sharded)")
+        if s.zero not in ZERO_LEVELS:
+            out.append(f"stage {k}: zero {s.zero!r} unknown; use {ZERO_HELP}")
+        elif s.zero == 3 and plan.device_order is not None:
+            out.append(f"stage {k}: zero 3 (FSDP) gathers around each unit in the schedule's order; it does not "
+                       "combine with an explicit device order")
         if (s.recompute != "none" or s.zero) and not problem.training:
             out.append(f"stage {k}: recompute and zero apply to training only")
         out += _share_violations(plan, k)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from distplan.api.configs import whatif
 from distplan.cli.replay import main as sim_main
@@ -164,3 +166,22 @@ def test_cp_refuses_a_graph_file_and_bad_values_in_python():
         whatif(MODEL, "dgx-a100", dp=1, tp=1, pp=1, cp=1.5)
     with pytest.raises(DistplanError, match="--attention 'ring' unknown"):
         whatif(MODEL, "dgx-a100", dp=1, tp=1, pp=1, cp=2, attention="ring")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([2, 4]), tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]),
+       attention=st.sampled_from(["flash", "explicit"]), recompute=st.sampled_from(["none", "selective", "full"]),
+       sp=st.booleans(), zero=st.sampled_from([0, 1]), per_replica=st.integers(1, 4),
+       order=st.sampled_from(["tp-dp-pp", "tp-pp-dp"]), bw=st.sampled_from([1e8, 1e10, 1e13]))
+def test_random_cp_plans_agree_with_the_analytic_model_and_the_checker(dp, cp, tp, pp, attention, recompute, sp, zero,
+                                                                      per_replica, order, bw):
+    """Random cp plans on 2-32 ring devices: exact at pp 1, within the analytic model's
+    contention-free bound with pipelines (4 %, as tests/test_costs_iteration.py); the
+    simulated peak never above the checker."""
+    w = whatif("gpt3-64x4x4", ring("r32", 32, EXACT, bw, 1e-6), dp=dp, tp=tp, pp=pp, cp=cp, seq_len=SEQ,
+               global_batch=dp * per_replica, attention=attention, recompute=recompute,
+               sequence_parallel=sp and tp > 1, zero=zero, order=order, breakdown=False)
+    est = estimate_iteration(w.problem, w.plan).iteration_s
+    assert est == pytest.approx(w.iteration_s, rel=1e-9 if pp == 1 else 0.04)
+    used = sorted({d for s in w.plan.stages for d in s.devices})
+    assert np.all(w.sim.peak_memory_bytes[used] <= plan_memory_bytes(w.problem, w.plan)[used] * (1 + 1e-9))
