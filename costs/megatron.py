@@ -30,6 +30,8 @@ def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     known = [x for x in layer if x is not None]
     if not known:
         V = len(names)
+        if pp > V:
+            raise DistplanError(f"--pp {pp} is more stages than the {V} operators of {problem.graph.name!r}")
         return tuple(v * pp // V for v in range(V))
     L = max(known) + 1
     if pp > L:
@@ -106,9 +108,7 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
                             f"{problem.n_devices}")
     if precision not in problem.precisions:
         raise DistplanError(f"precision {precision!r} is not among the problem's {', '.join(problem.precisions)}")
-    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order, cp), tp, recompute, sequence_parallel, zero)
-                   for c in range(pp * vp))
-    if vp > 1:
+    if vp > 1:   # the chunks are checked against the layers before one stage is built (vp 10**30 hung)
         try:
             op_stage = stage_of_ops(problem, pp * vp)
         except DistplanError:
@@ -117,5 +117,7 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
         schedule = "interleaved"
     else:
         op_stage = stage_of_ops(problem, pp)
+    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order, cp), tp, recompute, sequence_parallel, zero)
+                   for c in range(pp * vp))
     return Plan(op_stage, (precision,) * problem.n_ops, stages, problem.microbatches,
                 schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)

@@ -216,6 +216,11 @@ SOLVE_ARGS = {"objective": "choice", "sensitivity_budget": None, "sensitivity_we
               "verbose": "bool", "progress": "callable", "coarsen_ops": "int0", "extra_constraints": "callable",
               "space": "choice", "microbatch_sizes": None, "virtual_stages": None}
 SIM_ARGS = {"ideal": "bool", "link_model": "choice", "trace": "bool", "symmetry": "bool"}
+#: api.configs.whatif's arguments (a 2-layer, 4-head decoder: a case that runs takes milliseconds)
+WHATIF_ARGS = {"dp": "count", "tp": "count", "pp": "count", "vp": "count", "microbatch_size": "count",
+               "global_batch": "count", "seq_len": "count", "sequence_parallel": "bool",
+               "overlap_grad_reduce": "bool", "check_memory": "bool", "breakdown": "bool", "recompute": "choice",
+               "dp_allreduce": "choice", "order": "choice", "mode": "choice", "precision": "choice"}
 
 
 def _named(msg: str, names: list[str]) -> bool:
@@ -223,9 +228,11 @@ def _named(msg: str, names: list[str]) -> bool:
 
 
 def case_api_args(rng: random.Random, ctx: Ctx) -> str:
-    target = rng.choice(["problem", "problem", "solve_options", "solve_options", "sim_options", "report", "calls"])
-    if target in ("problem", "solve_options", "sim_options"):
-        table = {"problem": PROBLEM_ARGS, "solve_options": SOLVE_ARGS, "sim_options": SIM_ARGS}[target]
+    target = rng.choice(["problem", "problem", "solve_options", "solve_options", "sim_options", "report", "calls",
+                         "whatif"])
+    if target in ("problem", "solve_options", "sim_options", "whatif"):
+        table = {"problem": PROBLEM_ARGS, "solve_options": SOLVE_ARGS, "sim_options": SIM_ARGS,
+                 "whatif": WHATIF_ARGS}[target]
         names = rng.sample(sorted(table), rng.choice([1, 1, 1, 2, 3]) if len(table) > 2 else 1)
         kw = {n: junk(rng) for n in names}
         if target == "problem":
@@ -234,6 +241,10 @@ def case_api_args(rng: random.Random, ctx: Ctx) -> str:
                                     f"problem({workload!r}, **{kw!r})")
             if outcome == "ok" and not isinstance(got, distplan.Problem):
                 raise CaseFailed(f"problem(**{kw!r}) returned {type(got).__name__}")
+        elif target == "whatif":
+            from distplan.api.configs import whatif
+            args = {"dp": 1, "tp": 1, "pp": 1, "global_batch": 2, "seq_len": 8, "breakdown": False, **kw}
+            outcome, got = api_call(lambda: whatif("gpt3-64x2x4", "a100x8", **args), f"whatif(**{args!r})")
         else:
             cls = distplan.SolveOptions if target == "solve_options" else distplan.SimOptions
             outcome, got = api_call(lambda: cls(**kw), f"{cls.__name__}(**{kw!r})")
@@ -242,7 +253,8 @@ def case_api_args(rng: random.Random, ctx: Ctx) -> str:
             wrong = [n for n in names if table[n] and bad_for(table[n], kw[n])]
             if wrong:
                 raise CaseFailed(f"{what}: accepted {wrong[0]}={kw[wrong[0]]!r} (a {table[wrong[0]]} argument)")
-        elif not _named(str(got), names + ["workload", "graph file", "precision"]) and \
+        elif not _named(str(got), names + ["--" + n.replace("_", "-") for n in names]   # whatif: by its flags
+                        + ["workload", "graph file", "precision"]) and \
                 not any(isinstance(kw[n], int) and kw[n] > 2 ** 62 for n in names):   # a huge count: the graph it makes
             raise CaseFailed(f"{what}: the error does not name the argument: {got}")
         return outcome

@@ -114,3 +114,21 @@ def test_whatif_arguments_are_checked_at_the_edge(kw, needle):
     args.update(kw)
     with pytest.raises(DistplanError, match=needle):
         whatif("gpt3-125m", "a100x8", **args)
+
+
+def test_a_huge_vp_is_refused_before_any_stage_is_built():
+    """whatif(pp=2, vp=10**30) built 2e30 stages before checking the layers (the
+    reliability fuzz: still running after 30 s); now one error at once."""
+    with pytest.raises(DistplanError, match=r"chunks is more than the layers of 'gpt3-64x2x4'"):
+        whatif("gpt3-64x2x4", "a100x8", dp=1, tp=1, pp=2, vp=10**30, global_batch=2, seq_len=8, breakdown=False)
+
+
+def test_more_stages_than_operators_is_refused_on_a_graph_without_layers():
+    from distplan.costs.problem import build_problem
+    from distplan.topologies.presets import get_topology
+    from distplan.workloads.graph import Graph, Operator, Tensor
+    g = Graph("chain", (Operator("a", "matmul", 1e9, 2e9), Operator("b", "matmul", 1e9, 2e9)), (Tensor("a", "b", 4),),
+              mode="training")
+    p = build_problem(g, get_topology("a100x8"))
+    with pytest.raises(DistplanError, match=r"--pp 3 is more stages than the 2 operators of 'chain'"):
+        stage_of_ops(p, 3)
