@@ -26,6 +26,7 @@ from distplan.costs.memory import (StageMemory, activation_factors, follows_1f1b
                                    stream_activation_bytes, remat_per_op_bytes, saved_elems, training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
+from distplan.costs.sharding import gather_memory_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 
@@ -56,6 +57,7 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     and one microbatch of what it receives, costs.memory.stream_activation_bytes)."""
     mem = static_memory_bytes(problem, plan)
     if problem.training:
+        mem += gather_memory_bytes(problem, plan)   # ZeRO-3's gathered units and full gradients
         act = training_activation_bytes(problem, plan)
         if any(pipeline_rule(st) for st in plan.stages) and plan.schedule != "interleaved":
             # both rules bound the simulated peak: the tighter one stands, so a plan within
@@ -113,7 +115,7 @@ def static_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
                 q = problem.q_index(precs[v])
                 o = problem.tied_owner[v]
                 tied = problem.tied_bytes[v, q] if o >= 0 and plan.op_stage[o] != k else 0.0
-                per += (problem.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(problem, plan, v)
+                per += (problem.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(problem, plan, v, q)
             for d in st.replica_group(i):
                 mem[d] += per
     return mem

@@ -28,6 +28,7 @@ from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduct
                                         path_links, reduction_size, reduction_transfers, ring_allreduce_s, ring_lanes,
                                         route_s)
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
+from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
 from distplan.costs.symmetry import replica_copy
@@ -81,7 +82,7 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
             bytes_on[devs_i] += bytes_i / share
         bpe = bytes_per_elem(tuple(plan.op_precision))
         stage_bytes = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
-        if share > 1 and stage_bytes > 0:
+        if share > 1 and stage_bytes > 0 and st.zero < 3:   # ZeRO-3 gathers before each use
             tp = st.tensor_parallel
             for j in range(tp):
                 devs = [st.devices[i * tp + j] for i in range(st.replicas)]
@@ -144,6 +145,9 @@ def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tupl
     ends = np.cumsum(b_op[::-1])[::-1]   # ops run backward last to first
     end = {v: float(ends[i]) for i, v in enumerate(ops)}
     bwd = float(b_op.sum())
+    gathered = fsdp_stage_times(problem, plan, k, ops, f_op, b_op, qs)   # ZeRO-3's per-unit traffic
+    if gathered is not None:
+        fwd, bwd = gathered
     for e, (u, v) in enumerate(problem.edges.tolist()):
         if plan.op_stage[v] == k and qs[u] != qs[v] and not problem.cast_fused[e]:   # casts on the consumer
             t = tp_shard_time_s(problem.cast_time_s(e, qs[u], qs[v], c) * cast_share, launch, tv)
@@ -151,6 +155,31 @@ def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tupl
             if problem.training:
                 bwd += t
     return fwd, bwd, end
+
+
+def _fsdp_pipeline_s(problem: Problem, plan: Plan, F: np.ndarray, B: np.ndarray, c: np.ndarray, m: int) -> float:
+    """The 1F1B run of a ZeRO-3 plan, whose first and last stages gather the embedding and
+    the head (docs/concepts/simulator.md, "ZeRO-3"): the longest over stages k of the
+    fill up to k, k's m microbatches back to back and the drain back from k, each pass
+    that waits for its input (the fill's and drain's, k's first forward past stage 0 and
+    last backward before the last stage) hiding its first gather (``costs.fsdp``). Equal
+    stages give the closed form's fill + (m - 1) x period + drain."""
+    K = len(F)
+    hf, hb = np.array([_fsdp_hidden(problem, plan, k) for k in range(K)]).T.reshape(2, K)
+    hf[0], hb[K - 1] = 0.0, 0.0   # stage 0's forwards and the last stage's backwards never wait
+    cc = np.append(c, 0.0)
+    before = np.concatenate(([0.0], np.cumsum(F - hf + B - hb + 2 * cc)[:-1]))
+    return float((before + m * (F + B) - hf - hb).max(initial=0.0))
+
+
+def _fsdp_hidden(problem: Problem, plan: Plan, k: int) -> tuple[float, float]:
+    """Stage k's ZeRO-3 first gathers a pass waiting for its input hides (costs.fsdp)."""
+    st = plan.stages[k]
+    G = list(st.replica_group(0))
+    qs = [problem.q_index(p) for p in plan.microbatch_precisions(_first_microbatch(st, 0))]
+    ops = plan.ops_in_stage(k)
+    f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan))
+    return fsdp_hidden_s(problem, plan, k, ops, f_op, b_op, qs)
 
 
 def _boundary_s(problem: Problem, plan: Plan, b: int, m: int = 0) -> float:
@@ -177,6 +206,9 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     if plan.schedule not in ("1f1b", "interleaved"):
         raise DistplanError(f"the analytic iteration models the 1f1b and interleaved schedules, not {plan.schedule!r}")
     if plan.schedule == "interleaved" or replica_groups(problem, plan):
+        if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):
+            raise DistplanError("the analytic iteration models ZeRO-3 on plain 1F1B with alike replicas only; "
+                                "simulate the plan instead")
         return _estimate_groups(problem, plan)
     K = plan.n_stages
     FB = [_stage_times(problem, plan, k) for k in range(K)]
@@ -186,12 +218,14 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     m = max(-(-plan.microbatches // s.replicas) for s in plan.stages)
     period = float((F + B).max(initial=0.0))
     pipeline = float(F.sum() + B.sum() + 2 * c.sum() + (m - 1) * period)
+    if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):   # gathers unbalance the stages
+        pipeline = _fsdp_pipeline_s(problem, plan, F, B, c, m)
     qs = [problem.q_index(p) for p in plan.op_precision]
     ar = np.zeros(K)
     done_after = np.zeros(K)   # the stage's reduction ends this long after its last backward
     sym = replica_copy(problem, plan) if plan.overlap_grad_reduce else None
     for k, st in enumerate(plan.stages):
-        if st.replicas < 2:
+        if st.replicas < 2 or st.zero >= 3:   # ZeRO-3: reduce-scattered unit by unit inside B_k
             continue
         devs = [st.devices[i * st.tensor_parallel] for i in range(st.replicas)]
         hier = plan.dp_allreduce == "hierarchical"
@@ -261,7 +295,7 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
     total = 0
     for k, st in enumerate(plan.stages):
         r = st.replicas
-        if r < 2:
+        if r < 2 or st.zero >= 3:
             continue
         buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0)
         devs = [st.devices[i * st.tensor_parallel] for i in range(r)]

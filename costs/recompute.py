@@ -1,5 +1,5 @@
 """Which operators a training plan recomputes in the backward pass instead of stashing
-their outputs (``Stage.recompute``), and the optimizer-state share a ZeRO-1 stage keeps.
+their outputs (``Stage.recompute``); ``zero_saved_bytes`` (costs.sharding) is re-exported.
 
 - ``selective`` (Korthikanti et al. 2022): the attention core's big intermediates,
   operators of kind ``attn_score`` and ``softmax``;
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from distplan.core.plan import Plan
-from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
+from distplan.costs.sharding import zero_saved_bytes  # noqa: F401  (re-exported)
 from distplan.workloads.graph import layer_index
 
 SELECTIVE_KINDS = ("attn_score", "softmax")
@@ -44,12 +44,3 @@ def recomputed(problem: Problem, plan: Plan) -> np.ndarray:
         else:
             out[v] = layer[v] is not None and not leaves_layer[v]
     return out
-
-
-def zero_saved_bytes(problem: Problem, plan: Plan, v: int) -> float:
-    """Optimizer-state bytes op ``v``'s stage does not hold per device under ZeRO-1
-    (the state is split over its replicas); 0 without ZeRO or in inference."""
-    st = plan.stages[plan.op_stage[v]]
-    if not problem.training or not st.zero or st.replicas < 2:
-        return 0.0
-    return problem.graph.ops[v].param_elems * OPTIMIZER_BYTES_PER_PARAM * (1 - 1 / st.replicas) / st.tensor_parallel

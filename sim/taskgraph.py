@@ -30,6 +30,7 @@ from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.sim.comm_nodes import reduction_nodes, ring_nodes
+from distplan.sim.fsdp_nodes import FsdpPattern
 from distplan.sim.symmetry import Symmetry
 
 # node kinds
@@ -217,10 +218,12 @@ class _Builder:
         out_at: list[list[int]] = [[] for _ in range(V)]
         releases: list[list[list[int]]] = [[] for _ in range(V)]
         sent: dict[tuple[int, int, int], tuple[int, int]] = {}   # exposed: (source, stage, rank) -> (arrival, send)
+        fs = FsdpPattern(self, p, where, Buffer, K_COLL)   # ZeRO-3 gathers (none without)
         for v in range(V):
             k = plan.op_stage[v]
             G = where[k]
             tv = len(G)
+            gather = fs.before_forward(v, self.ranks(G))
             releases[v] = [[] for _ in G]
             fpreds: list[list[int]] = [[] for _ in G]
             patch_buf: list[list[int]] = [[] for _ in G]  # buffers freed when F[v][j] ends
@@ -273,7 +276,7 @@ class _Builder:
             tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
             for j, d in self.ranks(G):
                 f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
-                             K_F, p, v, fpreds[j], 0)
+                             K_F, p, v, fpreds[j] + gather.get(d, []), 0)
                 Fn[v].append(f)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (f,)
@@ -281,6 +284,7 @@ class _Builder:
                     releases[u][ju].append(f)
                 for e, first, last, cast in received[j]:   # the received copy is freed when this ends
                     prog.inputs[(p, e, j)] = (first, last, cast if cast is not None else f)
+            fs.after_forward(v, self.ranks(G), Fn[v])
             if tv > 1 and tp_forward_allreduce(op):
                 out_at[v] = ring_nodes(self, list(G), list(Fn[v]), float(pb.out_bytes(v, qs[v])), p, 0, v)
             else:
@@ -310,7 +314,7 @@ class _Builder:
                 prog.buffers.append(Buffer(d, nb - inner - kept, Fn[v][j], False, rel, True))
                 prog.outputs[(p, v, j)] = (Fn[v][j], rel)
         if pb.training:
-            Bn = self.backward(p, where, Fn, qs)
+            Bn = self.backward(p, where, Fn, qs, fs)
             self.bwd_nodes[p] = Bn
             for (v, j), bi in own.items():   # kept until the op's own backward has run
                 prog.buffers[bi].frees = (Bn[v][j],)
@@ -337,7 +341,7 @@ class _Builder:
                 for j, d in self.ranks(where[k]):
                     prog.buffers.append(Buffer(d, nbytes, Bn[hi][j], False, (Bn[lo][j],), True))
 
-    def backward(self, p: int, where, Fn, qs: list[int]) -> list[list[int]]:
+    def backward(self, p: int, where, Fn, qs: list[int], fs: FsdpPattern) -> list[list[int]]:
         pb, plan, prog = self.pb, self.plan, self.prog
         kinds = pb.device_kind
         bpe, elems = pb.bytes_per_elem, pb.edge_elems
@@ -349,6 +353,7 @@ class _Builder:
             G = where[k]
             tv = len(G)
             bpreds: list[list[int]] = [[Fn[v][j]] for j in range(len(Fn[v]))]
+            gather = fs.before_backward(v, self.ranks(G))
             patch_buf: list[list[int]] = [[] for _ in range(tv)]
             grads: dict[tuple[int, int], list[tuple[int, int]]] = {}   # exposed: (stage, rank) -> (edge, grad node)
             for e in self.out_edges[v]:
@@ -396,7 +401,7 @@ class _Builder:
                 bt = tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
                 if self.again[v]:   # recomputation: the forward runs again first
                     bt += tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
-                b = prog.add(d, bt, K_B, p, v, bpreds[j], 1)
+                b = prog.add(d, bt, K_B, p, v, bpreds[j] + gather.get(d, []), 1)
                 Bn[v].append(b)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (b,)
@@ -405,6 +410,7 @@ class _Builder:
                 grad_at[v] = ring_nodes(self, list(G), list(Bn[v]), nb_in, p, 1, v)
             else:
                 grad_at[v] = list(Bn[v])
+            fs.after_backward(v, self.ranks(G), Bn[v])
         return Bn
 
     # --- whole program ----------------------------------------------------------
@@ -423,7 +429,7 @@ class _Builder:
                     q = pb.q_index(precs[v])
                     o = pb.tied_owner[v]
                     tied = pb.tied_bytes[v, q] if o >= 0 and plan.op_stage[o] != k else 0.0
-                    per = (pb.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v)
+                    per = (pb.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v, q)
                     for d in st.replica_group(i):
                         stat[d] += per
         prog.static_bytes = stat
@@ -446,7 +452,7 @@ class _Builder:
         pb, plan = self.pb, self.plan
         for k, st in enumerate(self.full.stages):   # the user's replicas, also when reduced
             r, tp = st.replicas, st.tensor_parallel
-            if r < 2:
+            if r < 2 or st.zero >= 3:   # ZeRO-3 reduce-scatters unit by unit (sim.fsdp_nodes)
                 continue
             ops = [v for v in plan.ops_in_stage(k) if pb.graph.ops[v].param_elems > 0]
             buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]

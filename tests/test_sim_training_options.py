@@ -160,6 +160,6 @@ def test_options_round_trip_in_plan_files_and_are_checked(tmp_path):
     back, _ = load_plan_file(tmp_path / "p.json")
     assert back == plan and back.stages[0].zero == 1 and back.overlap_grad_reduce
     bad = dataclasses.replace(plan, dp_allreduce="tree",
-                              stages=(dataclasses.replace(plan.stages[0], recompute="some", zero=3),))
+                              stages=(dataclasses.replace(plan.stages[0], recompute="some", zero=4),))
     msgs = " ".join(plan_violations(p, bad))
-    assert "recompute 'some' unknown" in msgs and "zero 3 unknown" in msgs and "dp_allreduce 'tree' unknown" in msgs
+    assert "recompute 'some' unknown" in msgs and "zero 4 unknown" in msgs and "dp_allreduce 'tree' unknown" in msgs

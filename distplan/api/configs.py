@@ -31,6 +31,7 @@ from distplan.costs.megatron import ORDERS, check_degrees, fp8_training_precisio
 from distplan.costs.check import interleaved_violations, plan_violations
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.problem import Problem
+from distplan.costs.sharding import check_zero
 from distplan.sim import SimOptions, SimResult, simulate
 from distplan.topologies.topology import Link, Topology
 from distplan.workloads.graph import MODES
@@ -197,6 +198,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     check_whatif_options(microbatch_size, global_batch, precision, mode, recompute, sequence_parallel,
                          dp_allreduce, overlap_grad_reduce, check_memory, breakdown, order)
     attention = check_cp(workload, cp, attention)
+    check_zero(zero, dp * cp)   # ZeRO shards over dp x cp replicas, as Megatron's
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8

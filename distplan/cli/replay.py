@@ -13,7 +13,7 @@ import sys
 
 from distplan.api.resolve import check_regular_file, resolve_topology, resolve_workload
 from distplan.cli.args import (Parser, check_distinct, check_output_file, ensure_std_streams, flush_stdout, io_error,
-                               refuse_flags)
+                               given, refuse_flags)
 from distplan.core.atomic import dumps_json, json_safe
 from distplan.core.errors import DistplanError
 from distplan.core.interrupt import exit_status, signal_name, stop_on_interrupt
@@ -21,13 +21,14 @@ from distplan.core.plan import plan_from_dict, read_plan_json
 from distplan.api.pipeline import simulated_overflow
 from distplan.costs.check import check_plan
 from distplan.costs.plan_file import problem_from_document
+from distplan.costs.sharding import ZERO_LEVELS, check_zero
 from distplan.sim import SimOptions, simulate
 from distplan.sim.trace import write_chrome_trace
 
 
 #: the flags of a named configuration (no plan file), refused beside a plan file
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
-                "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--dp-allreduce",
+                "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--fsdp", "--dp-allreduce",
                 "--overlap-grad-reduce", "--order", "--cp", "--attention", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
@@ -83,7 +84,11 @@ def _main(argv: list[str] | None) -> int:
     c.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                    help="activation recomputation on every stage")
     c.add_argument("--sequence-parallel", action="store_true", help="shard norms and adds along the sequence")
-    c.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: optimizer state sharded over dp (ZeRO-1)")
+    c.add_argument("--zero", type=int, choices=ZERO_LEVELS, default=0,
+                   help="sharded over dp: 1 the optimizer state (ZeRO-1), 2 and the gradients (ZeRO-2), 3 and the "
+                        "parameters (ZeRO-3/FSDP: each layer gathered before its forward and backward, prefetched, "
+                        "its gradients reduce-scattered)")
+    c.add_argument("--fsdp", type=int, choices=ZERO_LEVELS, default=None, help="the same as --zero")
     c.add_argument("--dp-allreduce", choices=("ring", "hierarchical"), default="ring",
                    help="gradient reduction over the replicas")
     c.add_argument("--overlap-grad-reduce", action="store_true",
@@ -154,11 +159,12 @@ def _whatif(args) -> int:
                         ("--microbatch-size", args.microbatch_size), ("--global-batch", args.global_batch)):
             if v is not None and v < 1:
                 raise DistplanError(f"{flag} must be >= 1, got {v}")
+        zero = _zero_level(args)
         check_output_file(args.trace, "--trace")
         check_distinct([("--workload", args.workload), ("--topology", args.topology)], [("--trace", args.trace)])
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
-                   args.sequence_parallel, args.zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
+                   args.sequence_parallel, zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
                    order=args.order, cp=args.cp, attention=args.attention)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
@@ -167,3 +173,16 @@ def _whatif(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _zero_level(args) -> int:
+    """The ZeRO level of ``--zero`` or its alias ``--fsdp`` (given both, they must agree),
+    checked against --dp under the flag's own name."""
+    zero, flag = args.zero, "--zero"
+    if args.fsdp is not None:
+        if given(args, "--zero") and args.zero != args.fsdp:
+            raise DistplanError(f"--fsdp {args.fsdp} and --zero {args.zero} disagree; --fsdp is another name for "
+                                "--zero: give one")
+        zero, flag = args.fsdp, "--fsdp"
+    check_zero(zero, args.dp * args.cp, flag)   # ZeRO shards over dp x cp replicas
+    return zero

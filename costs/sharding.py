@@ -1,0 +1,111 @@
+"""ZeRO / FSDP: what a training stage shards over its data-parallel replicas (``Stage.zero``).
+
+- 0: nothing; 1 (ZeRO-1, Megatron's distributed optimizer): the fp32 optimizer state;
+  2 (ZeRO-2): the gradients too (the same communication as ZeRO-1: gradients
+  reduce-scattered, parameters all-gathered after the step); 3 (ZeRO-3, FSDP): the
+  parameters as well. A ZeRO-3 stage gathers each *unit* (a contiguous run of its ops of
+  one ``l<i>.`` layer, or of unnamed ops such as the embedding) before the unit's forward
+  and again before its backward, prefetching the next unit once a unit starts, and
+  reduce-scatters the unit's gradients after its backward; its resident bytes are 1/r of
+  its static bytes plus the gathered units in flight (``gather_buffer_bytes``).
+Tied parameters read on another stage are held whole (unsharded) at every level.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
+from distplan.workloads.graph import layer_index
+
+ZERO_LEVELS = (0, 1, 2, 3)
+ZERO_HELP = "0 (none), 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters: FSDP)"
+
+
+def zero_saved_fraction(zero: int, replicas: int) -> float:
+    """The part of the sharded bytes a device does not hold: 1 - 1/r (0 without ZeRO or r < 2)."""
+    return (1.0 - 1.0 / replicas) if zero and replicas > 1 else 0.0
+
+
+def zero_saved_elem_bytes(zero: int, static_per_param: float, grad_per_param: float) -> float:
+    """Sharded bytes per parameter at a ZeRO level: the optimizer state (1), with the
+    gradients (2), everything static (3)."""
+    if zero >= 3:
+        return static_per_param
+    if zero == 2:
+        return OPTIMIZER_BYTES_PER_PARAM + grad_per_param
+    return float(OPTIMIZER_BYTES_PER_PARAM) if zero == 1 else 0.0
+
+
+def zero_saved_bytes(problem, plan, v: int, q: int | None = None) -> float:
+    """Static bytes per device op ``v``'s stage does not hold under its ZeRO level (split
+    over its replicas), per tensor-parallel rank; ``q``: v's precision index (needed for
+    levels 2 and 3; the plan's precision when None). 0 without ZeRO or in inference."""
+    st = plan.stages[plan.op_stage[v]]
+    frac = zero_saved_fraction(st.zero, st.replicas)
+    if not problem.training or frac == 0.0:
+        return 0.0
+    param = problem.graph.ops[v].param_elems
+    if param <= 0:
+        return 0.0
+    if q is None:
+        q = problem.q_index(plan.op_precision[v])
+    per = zero_saved_elem_bytes(st.zero, float(problem.static_bytes[v, q]) / param,
+                                float(problem.bytes_per_elem[q]))
+    return param * per * frac / st.tensor_parallel
+
+
+def fsdp_units(problem, ops: Sequence[int]) -> list[list[int]]:
+    """A ZeRO-3 stage's gather units: maximal runs of ``ops`` (ascending) of one layer name
+    (``layer_index``; unnamed ops form runs of their own) that hold parameters."""
+    units: list[list[int]] = []
+    last = object()
+    for v in ops:
+        li = layer_index(problem.graph.ops[v].name)
+        if not units or li != last:
+            units.append([])
+            last = li
+        units[-1].append(int(v))
+    return [u for u in units if any(problem.graph.ops[v].param_elems > 0 for v in u)]
+
+
+def unit_param_bytes(problem, unit: Sequence[int], qs: Sequence[int], tp: int) -> float:
+    """One rank's gathered parameters of a unit (its ops' parameters at their precisions / tp)."""
+    return sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) for v in unit) / tp
+
+
+def gather_buffer_bytes(unit_bytes: Sequence[float]) -> float:
+    """What a ZeRO-3 rank holds beyond its shards at most (docs/concepts/memory.md,
+    "ZeRO and FSDP"): two adjacent units' gathered parameters (the one running and the one
+    prefetched) and two adjacent units' full gradients (the one being made and the one
+    being reduce-scattered), each the largest adjacent pair of ``unit_bytes``."""
+    b = list(unit_bytes)
+    pair = max((x + y for x, y in zip(b, b[1:])), default=max(b, default=0.0))
+    return 2.0 * pair
+
+
+def gather_memory_bytes(problem, plan) -> "np.ndarray":
+    """(D,) the ZeRO-3 buffers each device may hold (``gather_buffer_bytes``) per stage it
+    runs, each replica's units at its own precisions; zeros without ZeRO-3."""
+    import numpy as np
+    mem = np.zeros(problem.n_devices)
+    if not problem.training:
+        return mem
+    for k, st in enumerate(plan.stages):
+        if st.zero < 3 or st.replicas < 2:
+            continue
+        units = fsdp_units(problem, plan.ops_in_stage(k))
+        for i in range(st.replicas):
+            qs = [problem.q_index(p) for p in plan.replica_precisions(k, i)]
+            per = gather_buffer_bytes([unit_param_bytes(problem, u, qs, st.tensor_parallel) for u in units])
+            mem[list(st.replica_group(i))] += per
+    return mem
+
+
+def check_zero(zero, dp: int | None = None, flag: str = "--zero") -> None:
+    """``zero`` is a ZeRO level (0-3) and, above 0, has replicas to shard over (``dp`` >= 2
+    when given). Raises DistplanError naming ``flag``."""
+    from distplan.core.errors import DistplanError
+    if isinstance(zero, bool) or not isinstance(zero, int) or zero not in ZERO_LEVELS:
+        raise DistplanError(f"{flag} must be {ZERO_HELP}, got {zero!r}")
+    if zero and dp is not None and dp < 2:
+        raise DistplanError(f"{flag} {zero} shards over the data-parallel replicas: it needs --dp >= 2, got --dp {dp}")
