@@ -321,10 +321,13 @@ class SolveReport:
         from distplan.api.plots import write_report
 
         out = Path(_path("folder", folder))   # the arguments first, then what the plan needs
-        self._simulated(rank, "a report")
         try:
             if out.exists() and not out.is_dir():
                 raise DistplanError(f"folder {str(out)!r} is a file, not a folder; give write_report a folder name")
+        except OSError as e:   # a name too long, no permission...
+            raise DistplanError(f"folder {str(out)[:80]!r} cannot be made: {e.strerror or e}") from None
+        self._simulated(rank, "a report")
+        try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:   # a name too long, no permission...
             raise DistplanError(f"folder {str(out)[:80]!r} cannot be made: {e.strerror or e}") from None
