@@ -70,7 +70,7 @@ def test_ring_exposure_by_hand():
     32,768 B, one 1e9 B/s hop; the flash op's forward computes half its 4.21 us per
     step, so it takes c + x = C/2 + 32.768 us; the backward passes twice the bytes."""
     w = whatif(MODEL, ring("r2", 2, EXACT, BW, 0.0), dp=1, tp=1, pp=1, global_batch=1, seq_len=SEQ, cp=2,
-               check_memory=False, breakdown=False)
+               check_memory=False)
     p, v = w.problem, w.problem.graph.index("l0.flash_attn")
     C = 2 * (128 * 257 / 2) * 4 * 32 / 1e12
     x = 128 * 4 * 32 * 2 / BW
@@ -80,9 +80,12 @@ def test_ring_exposure_by_hand():
     assert w.ring_exposed_s == pytest.approx((x - C / 2, 2 * x - 2.5 * C / 2), rel=1e-9)
     assert "K/V ring         exposed 0.03066 ms forward, 0.06027 ms backward" in w.table()
     fast = whatif(MODEL, ring("r2", 2, EXACT, 1e18, 0.0), dp=1, tp=1, pp=1, global_batch=1, seq_len=SEQ, cp=2,
-                  check_memory=False, breakdown=False)
+                  check_memory=False)
     assert fast.problem.fwd_time_s[v, 0, 0] == pytest.approx(C, rel=1e-12)   # hidden behind the compute
     assert fast.ring_exposed_s == (0.0, 0.0)
+    # the breakdown: the ring's exposed part is communication (free links hide it), not compute
+    assert w.compute_share * w.iteration_s == pytest.approx(fast.compute_share * fast.iteration_s, rel=1e-12)
+    assert w.compute_share + w.exposed_comm_share + w.bubble_share == pytest.approx(1.0)
 
 
 def test_exposure_is_zero_when_the_compute_hides_the_ring_and_linear_past_it():
