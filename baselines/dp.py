@@ -11,7 +11,7 @@ excluded. (PipeDream, Narayanan et al. 2019, solves the same recurrence with
 replication; here stages have one device each.) Partitions are then scored in order
 of their DP value until the budget ends. With a sensitivity budget, the precision pass
 raises the fidelity of ops greedily (largest sensitivity saved per second added on the
-least loaded stages first) until the plan fits the budget.
+least loaded stages first) until the plan fits the budget. No cut splits a colocate group.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import build_plan, contiguous_stages, device_paths
 from distplan.costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
 from distplan.costs.problem import Problem
+from distplan.workloads.colocate import blocked_cuts
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,14 @@ def _dp(problem: Problem, path, kinds, tables, K: int) -> tuple[float, tuple[int
     V = problem.n_ops
     i_idx = np.arange(V + 1)[:, None]
     j_idx = np.arange(V + 1)[None, :]
+    cut_ok = ~np.array(blocked_cuts(problem.graph), dtype=bool)   # no cut inside a colocate group
+    free = cut_ok[:, None] & cut_ok[None, :]
 
     def seg(m: int) -> np.ndarray:
         P, S, Act, _, sent, tied = tables[kinds[m]]
         n_all, n_sent = activation_factors(problem.schedule, m, K, problem.microbatches)
         mem = S[None, :] - S[:, None] + n_all * (Act[None, :] - Act[:, None]) + n_sent * sent + tied
-        ok = (mem <= problem.device_mem_bytes[path[m]] * (1 + 1e-12)) & (i_idx < j_idx)
+        ok = (mem <= problem.device_mem_bytes[path[m]] * (1 + 1e-12)) & (i_idx < j_idx) & free
         return np.where(ok, P[None, :] - P[:, None], np.inf)
 
     A = np.full((K, V + 1), np.inf)

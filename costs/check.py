@@ -6,7 +6,8 @@ precision when ``Stage.replica_precision`` overrides it); replica groups are wel
 (``Stage.shares``: one per replica, each >= 1, summing to the plan's microbatches;
 ``Stage.replica_precision``: one mapping per replica, naming ops of that stage, at
 precisions the problem allows, the low-bit policy lets the op use and every device of
-the replica runs); no tensor flows to an earlier stage; memory per device
+the replica runs); no tensor flows to an earlier stage; a colocate group on one
+stage; memory per device
 (costs.evaluate.plan_memory_bytes) fits its capacity; under exposed communication,
 only the plans it is modelled for (``exposed_violations``).
 """
@@ -18,6 +19,7 @@ from distplan.costs.sharding import ZERO_HELP, ZERO_LEVELS
 from distplan.core.errors import DistplanError
 from distplan.core.plan import DP_ALLREDUCE, PHASES, RECOMPUTE, Plan
 from distplan.core.schedules import PLAN_SCHEDULES
+from distplan.workloads.colocate import split_groups
 
 
 class InfeasiblePlan(DistplanError):
@@ -97,6 +99,7 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
             out.append(f"tensor {a!r}->{b!r} flows from stage {plan.op_stage[u]} back to stage "
                        f"{plan.op_stage[v]}; move {b!r} to stage >= {plan.op_stage[u]} or {a!r} to stage "
                        f"<= {plan.op_stage[v]}")
+    out += split_groups(g, plan.op_stage)   # the graph's colocate groups, each on one stage
     if getattr(problem, "comm", "overlapped") == "exposed":
         out += exposed_violations(plan)
     if plan.schedule == "explicit":

@@ -10,9 +10,9 @@ sensitivity. Guarantee: at integral points the objective equals ``plan_cost(...)
 (resp. ``plan_latency_s``) of the extracted plan. Times are in model units (seconds x
 ``m.tscale``, :func:`time_scale`), memory rows in units of device capacity. After the
 formulation: ``period_relax``, ``nogood`` and the user's ``extra_constraints``. Under
-``comm`` "exposed" transfers add to the device loads (model.exposed_rows).
-
-Every variable and row: docs/concepts/milp.md, "Variables and rows".
+``comm`` "exposed" transfers add to the device loads (model.exposed_rows). A colocate
+group's members share their ``y`` (``colocate``). Every variable and row:
+docs/concepts/milp.md, "Variables and rows".
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.model.exposed_rows import add_exposed, add_exposed_period
+from distplan.workloads.colocate import index_groups
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,13 @@ def add_edge_order(m, problem: Problem, spec: ModelSpec) -> None:
     m.edge_order = pyo.Constraint(
         m.ALL_EDGES, m.CUTS,
         rule=lambda m, e, k: m.y[int(problem.edges[e][0]), k] <= m.y[int(problem.edges[e][1]), k])
+
+
+def add_colocation(m, problem: Problem, spec: ModelSpec) -> None:
+    """y[a,k] == y[b,k] for consecutive members a, b of a colocate group: one stage each."""
+    pairs = [(a, b) for grp in index_groups(problem.graph) for a, b in zip(grp, grp[1:])]
+    m.COLOC = pyo.Set(initialize=pairs, dimen=2, ordered=True)
+    m.colocate = pyo.Constraint(m.COLOC, m.CUTS, rule=lambda m, a, b, k: m.y[a, k] == m.y[b, k])
 
 
 def add_assignment(m, problem: Problem, spec: ModelSpec) -> None:
@@ -637,6 +645,7 @@ def build_model(problem: Problem, spec: ModelSpec) -> pyo.ConcreteModel:
     add_variables(m, problem, spec)
     add_stage_order(m, problem, spec)
     add_edge_order(m, problem, spec)
+    add_colocation(m, problem, spec)
     add_assignment(m, problem, spec)
     add_crossings(m, problem, spec)
     add_casts(m, problem, spec)

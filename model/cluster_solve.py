@@ -26,6 +26,12 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
     """"pipeline", "cluster" or "fleet" for ``options.space`` ("auto": cluster for training
     with the throughput objective, or inference with the latency objective, on one kind of
     GPU; fleet for training with the throughput objective on several kinds; else pipeline)."""
+    if problem.graph.colocate:   # the cluster and fleet spaces cut whole layers, blind to op groups
+        if options.space in ("cluster", "fleet") or options.objective == "sensitivity":
+            raise DistplanError(f"graph {problem.graph.name!r} has colocate groups, which the pipeline plan space "
+                                "honours and the cluster and fleet spaces do not; use --space pipeline with the "
+                                "throughput or latency objective (or drop the graph's 'colocate')")
+        return "pipeline"
     if problem.exposed:   # costs.exposed is modelled in the pipeline space only
         if options.space in ("cluster", "fleet") or options.objective == "sensitivity":
             raise DistplanError("exposed communication (comm 'exposed') is modelled in the pipeline plan space; "

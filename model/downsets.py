@@ -24,22 +24,32 @@ from distplan.model.sent_sums import sent_matrix
 from distplan.costs.collectives import bottleneck_s_per_byte, boundary_links
 from distplan.costs.memory import activation_factors
 from distplan.costs.problem import Problem
+from distplan.workloads.colocate import units
 
 
 def enumerate_downsets(problem: Problem, max_downsets: int = 3000) -> np.ndarray | None:
-    """Boolean matrix (N, V) of all downsets, sorted by size; None if more than the cap."""
+    """Boolean matrix (N, V) of all downsets, sorted by size; None if more than the cap.
+    With colocate groups, only the downsets that hold each group whole: unions of
+    ``workloads.colocate.units``, grown one unit at a time."""
     V = problem.n_ops
     preds = [0] * V
     for u, v in problem.edges:
         preds[int(v)] |= 1 << int(u)
+    groups = units(problem.graph)
+    masks = [sum(1 << v for v in grp) for grp in groups]
+    needs = [0] * len(groups)   # what a unit's members read from outside it
+    for i, grp in enumerate(groups):
+        for v in grp:
+            needs[i] |= preds[v]
+        needs[i] &= ~masks[i]
     seen = {0}
     frontier = [0]
     while frontier:
         nxt = []
         for s in frontier:
-            for v in range(V):
-                if not (s >> v) & 1 and (preds[v] & s) == preds[v]:
-                    t = s | (1 << v)
+            for i, grp in enumerate(groups):
+                if not (s >> grp[0]) & 1 and (needs[i] & s) == needs[i]:
+                    t = s | masks[i]
                     if t not in seen:
                         seen.add(t)
                         nxt.append(t)

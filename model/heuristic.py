@@ -8,8 +8,9 @@ no two boundaries share a link; every candidate is re-scored with costs.evaluate
 inference stream's segment holds what the checker charges it (its liveness peak, the
 older sent copies and the bytes crossing into it, costs.memory).
 Several precision assignments are tried: each uniform precision, fastest per op, and a
-greedy fill of the sensitivity budget. Exposed communication adds each segment's
-transfers to its load (model.exposed_dp; a relaxation, every plan re-scored exactly).
+greedy fill of the sensitivity budget. No cut falls inside a colocate group's span.
+Exposed communication adds each segment's transfers to its load (model.exposed_dp; a
+relaxation, every plan re-scored exactly).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from distplan.core.plan import Plan
 from distplan.model.extract import make_plan
 from distplan.costs.check import plan_violations
 from distplan.model.exposed_dp import comm_matrix, op_comm_s
+from distplan.workloads.colocate import blocked_cuts
 
 
 #: the most ops whose (ops x ops) exposed-transfer table the DP builds; beyond, it cuts
@@ -77,6 +79,7 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
     # argmin picks the same first minimum).
     seg_by: dict[tuple, np.ndarray] = {}
     lower = np.tril(np.ones((V + 1, V + 1), dtype=bool), -1)   # i > j: no segment
+    blocked = np.array(blocked_cuts(problem.graph), dtype=bool)
 
     def seg_matrix(c: int, cap: float, n_all: int, n_sent: int) -> np.ndarray:
         key = (c, float(cap), n_all, n_sent) if live is None else (c, float(cap))
@@ -94,6 +97,9 @@ def _dp(problem: Problem, path: tuple[int, ...], prec: list[int], latency: bool,
                     mem = mem + n_sent * sent
             mem = mem + (stat[None, :] - stat[:, None]) + tied
             m = np.where((mem <= cap) & ~lower, seg, inf)
+            if blocked.any():   # a cut inside a colocate group's span (workloads.colocate)
+                m[blocked, :] = inf
+                m[:, blocked] = inf
             if len(seg_by) >= 8:   # 1f1b/gpipe: a new key per stage; keep memory bounded
                 seg_by.clear()
             seg_by[key] = m

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from distplan.core.deadline import check_time, graph_size
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
+from distplan.workloads.colocate import map_groups
 from distplan.workloads.graph import Graph, Operator, Tensor
 from distplan.workloads.graph import graph_send_elems
 from distplan.workloads.op_costs import tie_operator
@@ -299,8 +300,9 @@ def _build(g: Graph, c: _Intervals) -> Coarsening:
             tp_role=fine[0].tp_role if len({op.tp_role for op in fine}) == 1 else None,
         ), tied))
     tensors = tuple(Tensor(names[u], names[v], e) for u in live for v, e in c.succ[u].items())
+    held_by = {g.ops[v].name: names[grp] for grp in live for v in c.members[grp]}
     coarse = Graph(name=f"{g.name}/coarse{len(ops)}", ops=tuple(ops), tensors=tensors, mode=g.mode,
-                   batch_size=g.batch_size, seq_len=g.seq_len)
+                   batch_size=g.batch_size, seq_len=g.seq_len, colocate=map_groups(g.colocate, held_by))
     f2c = [0] * len(g.ops)
     for grp in live:
         ci = coarse.index(names[grp])

@@ -21,6 +21,7 @@ from collections.abc import Collection
 
 from distplan.core.deadline import check_time, graph_size
 from distplan.workloads.coarsen import _Contractor
+from distplan.workloads.colocate import map_groups
 from distplan.workloads.graph import Graph, Operator, Tensor
 from distplan.workloads.op_costs import FUSIBLE_KINDS, GEMM_KINDS, tie_operator
 from distplan.workloads.rematerialize import clone_input_only
@@ -216,8 +217,9 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int], copies: set[int]) -> Gr
             flows[(grp[u], grp[w])][root[u]].append(e)
     tensors = tuple(Tensor(ops[names[a]].name, ops[names[b]].name, int(sum(size(r, es) for r, es in by.items())))
                     for (a, b), by in flows.items())
+    held_by = {ops[v].name: ops[names[grp[v]]].name for v in range(len(ops))}
     return Graph(name=g.name, ops=tuple(new_ops), tensors=tensors, mode=g.mode, batch_size=g.batch_size,
-                 seq_len=g.seq_len, import_warnings=g.import_warnings)
+                 seq_len=g.seq_len, import_warnings=g.import_warnings, colocate=map_groups(g.colocate, held_by))
 
 
 def _anchor(ops: tuple[Operator, ...], mem: list[int], copies: set[int]) -> int:

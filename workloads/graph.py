@@ -17,6 +17,7 @@ from distplan.core.deadline import check_time, graph_size
 from distplan.core.errors import DistplanError
 from distplan.core.precision import PRECISION_NAMES
 from distplan.core.units import brief
+from distplan.workloads.colocate import check_groups
 
 #: Operator kinds the zoo and importers produce; anything else is allowed but costed as "other".
 OP_KINDS = (
@@ -124,6 +125,9 @@ class Graph:
     #: trained with dropout (hidden and attention, as GPT-3/BERT/Megatron): only memory
     #: changes, by the masks and dropped-out scores kept for the backward (costs.memory)
     dropout: bool = False
+    #: groups of operator names that must share one stage (workloads.colocate; overlapping
+    #: groups are merged, members and groups kept in topological order)
+    colocate: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -133,6 +137,8 @@ class Graph:
         order = _topological_order(self.ops, self.tensors, self.name)
         object.__setattr__(self, "ops", tuple(self.ops[i] for i in order))
         object.__setattr__(self, "_index", {op.name: i for i, op in enumerate(self.ops)})
+        if self.colocate:
+            object.__setattr__(self, "colocate", check_groups(self.colocate, self._index, self.name))
 
     # --- lookups -------------------------------------------------------------
     def index(self, name: str) -> int:
@@ -181,7 +187,8 @@ class Graph:
 
     def with_mode(self, mode: str) -> "Graph":
         """The same graph run for ``mode`` ('inference' or 'training')."""
-        return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len, self.import_warnings)
+        return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len, self.import_warnings,
+                     colocate=self.colocate)
 
     def with_batch_size(self, batch_size: int) -> "Graph":
         """The same model on microbatches of ``batch_size`` samples: FLOPs, outputs, tensors
@@ -206,7 +213,7 @@ class Graph:
                 send_elems=None if op.send_elems is None else op.send_elems * s))
         tensors = tuple(dataclasses.replace(t, elems=round(t.elems * s)) for t in self.tensors)
         return Graph(self.name, tuple(ops), tensors, self.mode, batch_size, self.seq_len, self.import_warnings,
-                     dropout=self.dropout)
+                     dropout=self.dropout, colocate=self.colocate)
 
 
 #: the largest element count a graph may hold (int or float): what an int64 counts

@@ -5,7 +5,8 @@
      "ops": [{"name": "...", "kind": "matmul", "fwd_flops": 1.0, "bwd_flops": 2.0,
               "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems", "tp_role",
                                                                           measured "fwd_s", "bwd_s" and per-kind "times")
-     "tensors": [{"src": "...", "dst": "...", "elems": 0}]}
+     "tensors": [{"src": "...", "dst": "...", "elems": 0}],
+     "colocate": [["op a", "op b"]]}   (optional: groups of ops that share one stage)
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ CLOCK_EVERY = 4096
 #: the time left is refused up front (core.deadline.check_fits)
 LOAD_S_PER_ITEM = 1e-5
 LOAD_S_PER_BYTE = LOAD_S_PER_ITEM / 150
-_TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors"}
+_TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors", "colocate"}
 
 
 def graph_to_dict(g: Graph) -> dict[str, Any]:
@@ -47,6 +48,7 @@ def graph_to_dict(g: Graph) -> dict[str, Any]:
                 | ({"times": _times_doc(op)} if op.times else {})
                 for op in g.ops],
         "tensors": [{"src": t.src, "dst": t.dst, "elems": t.elems} for t in g.tensors],
+        **({"colocate": [list(grp) for grp in g.colocate]} if g.colocate else {}),
     }
 
 
@@ -121,6 +123,7 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         batch_size=_size(d.get("batch_size", 1), "batch_size", source),
         seq_len=None if d.get("seq_len") is None else _size(d["seq_len"], "seq_len", source),
         dropout=_flag(d.get("dropout", False), source),
+        colocate=d.get("colocate", ()),
     )
 
 

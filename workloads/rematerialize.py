@@ -23,9 +23,10 @@ def input_only(graph: Graph) -> set[int]:
     """Indices of the operators computed from graph inputs alone by cheap, weightless ops."""
     preds = graph.preds()
     out: set[int] = set()
+    pinned = {n for grp in graph.colocate for n in grp}   # a colocated op is never copied to another stage
     for v, op in enumerate(graph.ops):   # topological order: readers after what they read
         if (op.param_elems == 0 and op.tied_to is None and op.tied_elems == 0 and op.kind in FUSIBLE_KINDS
-                and all(u in out for u in preds[v])):
+                and op.name not in pinned and all(u in out for u in preds[v])):
             out.add(v)
     return out
 

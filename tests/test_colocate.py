@@ -1,0 +1,142 @@
+"""Colocation (graph ``colocate`` groups, issue 24): validated on the Graph, kept by the
+graph JSON, fusing and coarsening; refused by the checker when split; honoured by the
+MILP, the downset bound and DP, the heuristic and the DP baseline. The optimum of a
+tiny chain is compared with an enumeration written here from the rule itself (a
+group's ops on one stage), not from the planner."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from distplan.baselines import dp as dp_baseline
+from distplan.baselines import random_search
+from distplan.core.errors import DistplanError
+from distplan.core.plan import Plan, Stage
+from distplan.costs.check import plan_violations
+from distplan.costs.problem import ProblemOptions, build_problem
+from distplan.model import SolveOptions, solve
+from distplan.model.downsets import enumerate_downsets, fixed_precision_plan, relaxation_bound
+from distplan.model.heuristic import heuristic_plan
+from distplan.topologies.builders import fully_connected
+from distplan.topologies.topology import DeviceKind
+from distplan.workloads.coarsen import coarsen, expand_plan
+from distplan.workloads.colocate import blocked_cuts, units
+from distplan.workloads.graph import Graph, Operator, Tensor
+from distplan.workloads.io import graph_from_dict, graph_to_dict
+
+KIND = DeviceKind("acc", {"fp16": 1e12}, 1e12, 1e12, 1.0)
+TIMES_MS = {"a": 1.0, "b": 3.0, "c": 3.0, "d": 1.0}
+
+
+def chain(colocate=()) -> Graph:
+    """a -> b -> c -> d, 1, 3, 3, 1 ms; the tensors carry nothing (no transfer time)."""
+    ops = tuple(Operator(n, "matmul", 1.0, fwd_s=t * 1e-3) for n, t in TIMES_MS.items())
+    return Graph("chain4", ops, tuple(Tensor(a, b, 0) for a, b in zip("abc", "bcd")), colocate=colocate)
+
+
+def problem(colocate=()):
+    return build_problem(chain(colocate), fully_connected("fc2", 2, KIND, 1e9, 0.0),
+                         ProblemOptions(precisions=("fp16",), microbatches=4))
+
+
+def brute_force_ms(colocate=()) -> float:
+    """Every monotone assignment of the chain to stages 0, 1 with each group on one stage:
+    the least largest stage time."""
+    names = list(TIMES_MS)
+    best = float("inf")
+    for stage in itertools.product((0, 1), repeat=4):
+        if any(stage[i] > stage[i + 1] for i in range(3)):
+            continue
+        if any(len({stage[names.index(n)] for n in grp}) > 1 for grp in colocate):
+            continue
+        best = min(best, max(sum(TIMES_MS[n] for n, k in zip(names, stage) if k == s) for s in (0, 1)))
+    return best
+
+
+def test_the_optimum_splits_the_pair_until_it_is_colocated():
+    assert brute_force_ms() == 4.0 and brute_force_ms([("b", "c")]) == 7.0
+    opts = SolveOptions(replicas=1, time_limit_s=20)
+    free = solve(problem(), opts)
+    assert free.objective_s == pytest.approx(4e-3)
+    assert free.plans[0].op_stage[1] != free.plans[0].op_stage[2]
+    pb = problem((("b", "c"),))
+    tied = solve(pb, opts)
+    assert tied.status == "optimal" and tied.objective_s == pytest.approx(brute_force_ms([("b", "c")]) * 1e-3)
+    assert tied.bound_s == pytest.approx(7e-3, rel=1e-6)
+    for plan in tied.plans:
+        assert plan.op_stage[1] == plan.op_stage[2] and not plan_violations(pb, plan)
+
+
+def test_the_dps_never_cut_through_a_group():
+    pb = problem((("b", "c"),))
+    mat = enumerate_downsets(pb)
+    assert all(row[1] == row[2] for row in mat) and len(mat) == 4   # {}, {a}, {a,b,c}, all
+    assert relaxation_bound(pb, (0, 1), mat) == pytest.approx(7e-3)
+    assert fixed_precision_plan(pb, (0, 1), mat, [0] * 4) in ([0, 1, 1, 1], [0, 0, 0, 1])
+    plan, _ = heuristic_plan(pb, (0, 1))
+    assert plan.op_stage[1] == plan.op_stage[2]
+    assert blocked_cuts(pb.graph) == [False, False, True, False, False]
+    res = dp_baseline.search(pb, 2.0)   # its cuts skip the group: no candidate refused
+    assert res.plan.op_stage[1] == res.plan.op_stage[2] and res.rejected == 0
+    assert res.throughput_per_s == pytest.approx(1 / 7e-3)
+
+
+def test_random_search_candidates_that_split_a_group_are_refused_and_counted():
+    pb = problem((("b", "c"),))
+    res = random_search.search(pb, 5.0, seed=0, max_candidates=40)
+    assert res.rejected > 0 and res.plan.op_stage[1] == res.plan.op_stage[2]
+
+
+def test_the_checker_refuses_a_split_group():
+    pb = problem((("b", "c"),))
+    plan = Plan((0, 0, 1, 1), ("fp16",) * 4, (Stage((0,)), Stage((1,))), 4, "stream")
+    bad = plan_violations(pb, plan)
+    assert len(bad) == 1 and "colocated ops are split" in bad[0] and "'b' on stage 0" in bad[0]
+    assert not plan_violations(problem(), plan)
+
+
+def test_groups_are_validated_and_merged():
+    g = chain((("d", "c"), ("b", "c")))
+    assert g.colocate == (("b", "c", "d"),)   # one op in two groups merges them, in topological order
+    with pytest.raises(DistplanError, match="names operator 'x', which the graph does not have"):
+        chain((("a", "x"),))
+    with pytest.raises(DistplanError, match="a group needs at least 2"):
+        chain((("a", "a"),))
+    with pytest.raises(DistplanError, match="colocate must be a list"):
+        chain("ab")
+
+
+def test_units_close_a_group_over_the_ops_between():
+    """a and c colocated: b, on the path between them, shares their stage too."""
+    g = chain((("a", "c"),))
+    assert units(g) == [[0, 1, 2], [3]]
+    assert all(row[0] == row[1] == row[2] for row in enumerate_downsets(problem((("a", "c"),))))
+
+
+def test_json_round_trip():
+    g = chain((("b", "c"),))
+    d = graph_to_dict(g)
+    assert d["colocate"] == [["b", "c"]]
+    assert graph_from_dict(d) == g
+    assert "colocate" not in graph_to_dict(chain())
+    d["colocate"] = [["b", "nope"]]
+    with pytest.raises(DistplanError, match="'nope'"):
+        graph_from_dict(d)
+
+
+def test_coarsening_keeps_the_groups():
+    """An 8-op chain, ops 1 and 6 colocated, contracted to 3 ops: the group maps to the
+    coarse ops holding its members, and every expanded plan keeps the members together."""
+    ops = tuple(Operator(f"o{i}", "matmul", float(1 + i % 3), out_elems=10) for i in range(8))
+    g = Graph("c8", ops, tuple(Tensor(f"o{i}", f"o{i + 1}", 10) for i in range(7)), colocate=(("o1", "o6"),))
+    c = coarsen(g, 3)
+    held = {c.coarse.ops[c.fine_to_coarse[g.index(n)]].name for n in ("o1", "o6")}
+    assert len(held) == 1 or c.coarse.colocate == (tuple(sorted(held, key=c.coarse.index)),)
+    for k in range(len(c.coarse.ops)):   # any cut of the coarse chain that keeps its group whole
+        stage = tuple(0 if i < k else 1 for i in range(len(c.coarse.ops)))
+        coarse_plan = Plan(stage, ("fp16",) * len(stage), (Stage((0,)), Stage((1,))), 1, "stream")
+        if any(len({stage[c.coarse.index(n)] for n in grp}) > 1 for grp in c.coarse.colocate):
+            continue
+        fine = expand_plan(c, coarse_plan)
+        assert fine.op_stage[1] == fine.op_stage[6]
