@@ -140,3 +140,21 @@ def test_coarsening_keeps_the_groups():
             continue
         fine = expand_plan(c, coarse_plan)
         assert fine.op_stage[1] == fine.op_stage[6]
+
+
+def test_the_cluster_and_fleet_spaces_refuse_colocation_by_name():
+    from distplan.model.cluster_solve import resolve_space
+    pb = problem((("b", "c"),))
+    assert resolve_space(pb, SolveOptions()) == "pipeline"
+    for space in ("cluster", "fleet"):
+        with pytest.raises(DistplanError, match="colocate groups.*use --space pipeline"):
+            resolve_space(pb, SolveOptions(space=space))
+
+
+def test_a_coarsened_solve_keeps_the_group():
+    """Solved on a coarse graph (coarsen_ops), the expanded plan still holds the group."""
+    ops = tuple(Operator(f"o{i}", "matmul", 1.0, fwd_s=(1 + i % 3) * 1e-3) for i in range(8))
+    g = Graph("c8", ops, tuple(Tensor(f"o{i}", f"o{i + 1}", 0) for i in range(7)), colocate=(("o2", "o5"),))
+    pb = build_problem(g, fully_connected("fc2", 2, KIND, 1e9, 0.0), ProblemOptions(precisions=("fp16",)))
+    res = solve(pb, SolveOptions(replicas=1, coarsen_ops=4, time_limit_s=20))
+    assert all(p.op_stage[2] == p.op_stage[5] and not plan_violations(pb, p) for p in res.plans)
