@@ -4,7 +4,7 @@ Stage k of the MILP runs on ``path[k]``; a path never repeats a device. For a me
 (``routing == "xy"``) consecutive devices of the snake families are neighbours, so each
 stage boundary uses one physical link and no two boundaries share a link. Other
 topologies get their natural order, node-major order, and for mixed fleets a
-fast-kinds-first and an interleaved order.
+fast-kinds-first, an interleaved and a slow-kinds-first order (a host CPU first).
 """
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ def _fleet_paths(topo: Topology) -> list[tuple[str, tuple[int, ...]]]:
                     inter.append(by_kind[k][i])
             i += 1
         out.append(("interleaved", tuple(inter)))
+        # the slow kinds first: a host CPU stage ahead of the accelerators (input work)
+        out.append(("slow-first", tuple(d for k in reversed(kinds) for d in by_kind[k])))
     return out
 
 
