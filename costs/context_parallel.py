@@ -10,9 +10,12 @@ the next rank of the group while the attention of the chunk at hand runs; the ba
 passes K/V again with dK/dV (twice the bytes a step). With equal chunks a step computes
 ``c = C / cp`` of the core's C seconds and the last arrives after ``cp - 1`` transfers of
 ``x`` (``costs.collectives.ring_step_s``, the slowest group), so the core takes
-``C + (cp - 1) max(0, x - c)``. That exposed part is added to the core's op times as
-measured times (``Operator.times``), which the analytic model, the checker and the
-simulator all read: it occupies the device, not the links.
+``C + (cp - 1) max(0, x - c)``. ``all_gather`` (Megatron-Core's ``--cp-comm-type
+all_gather``; Llama 3's method, section 3.3.2): K/V all-gathered before the core and
+again in its backward, dK/dV reduce-scattered after it, none of it overlapped. The
+exposed part is added to the core's op times as measured times (``Operator.times``),
+which the analytic model, the checker and the simulator all read: it occupies the
+device, not the links.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import dataclasses
 import numpy as np
 
 from distplan.core.plan import Plan
-from distplan.costs.collectives import ring_step_s
+from distplan.core.errors import DistplanError
+from distplan.costs.collectives import all_gather_s, reduce_scatter_s, ring_step_s
 from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.problem import Problem
 from distplan.costs.tensor_parallel import tp_divides
@@ -30,6 +34,8 @@ from distplan.workloads.zoo.attention import CORE_NAMES
 
 #: K/V chunks a backward ring step passes (K/V again, and their gradients dK/dV)
 BWD_CHUNKS = 2
+#: how a group exchanges K/V (Megatron-Core's --cp-comm-type names)
+CP_COMMS = ("p2p", "all_gather")
 
 
 def exposed_ring_s(core_s: float, step_s: float, cp: int) -> float:
@@ -69,12 +75,25 @@ def ring_step_times(problem: Problem, plan: Plan, cp: int, kv_elems: float, q: i
     return fwd, bwd
 
 
-def with_kv_ring(problem: Problem, plan: Plan, cp: int, kv_elems: float) -> Graph:
-    """The problem's graph with each attention core timed with its ring's exposed part
-    (module docstring): measured (kind, precision) rows on the core's last op (forward)
-    and first op (backward), the per-rank time put back to a whole op's (the tensor-
-    parallel split divides it again). ``kv_elems``: K and V elements of one rank's chunk
-    of a microbatch, all heads. The graph as it is for cp 1."""
+def all_gather_times(problem: Problem, plan: Plan, cp: int, kv_elems: float, q: int) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of ``all_gather`` at precision index ``q`` on
+    the slowest group: the all-gather of cp chunks; again, plus the reduce-scatter of dK/dV."""
+    tp = plan.stages[0].tensor_parallel
+    full = cp * kv_elems / tp * float(problem.bytes_per_elem[q])
+    groups = [list(g) for g in {tuple(g) for g in cp_groups(plan, cp)}]
+    fwd = max(all_gather_s(problem, g, full) for g in groups)
+    bwd = max(all_gather_s(problem, g, full) + reduce_scatter_s(problem, g, full) for g in groups)
+    return fwd, bwd
+
+
+def with_kv_ring(problem: Problem, plan: Plan, cp: int, kv_elems: float, comm: str = "p2p") -> Graph:
+    """The problem's graph with each attention core timed with its K/V exchange's exposed
+    part (module docstring; ``comm`` one of ``CP_COMMS``): measured (kind, precision) rows
+    on the core's last op (forward) and first op (backward), the per-rank time put back to
+    a whole op's (the tensor-parallel split divides it again). ``kv_elems``: K and V
+    elements of one rank's chunk of a microbatch, all heads. The graph as it is for cp 1."""
+    if comm not in CP_COMMS:
+        raise DistplanError(f"--cp-comm {comm!r} unknown; use {' or '.join(CP_COMMS)}")
     if cp == 1:
         return problem.graph
     g = problem.graph
@@ -83,7 +102,7 @@ def with_kv_ring(problem: Problem, plan: Plan, cp: int, kv_elems: float) -> Grap
     kinds = problem.kind_names
     rows: dict[int, list[tuple[str, str, float | None, float | None]]] = {}
     for q, prec in enumerate(problem.precisions):
-        x_f, x_b = ring_step_times(problem, plan, cp, kv_elems, q)
+        x_f, x_b = (ring_step_times if comm == "p2p" else all_gather_times)(problem, plan, cp, kv_elems, q)
         for c, kind in enumerate(kinds):
             launch = float(problem.cast_fixed_s[c])
             for vs in core_layers(g).values():
@@ -92,8 +111,11 @@ def with_kv_ring(problem: Problem, plan: Plan, cp: int, kv_elems: float) -> Grap
                 b = [tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, t) for v, t in zip(vs, share)]
                 if not np.isfinite(sum(f)):
                     continue
-                add_f = exposed_ring_s(sum(f), x_f, cp)
-                add_b = exposed_ring_s(sum(b), x_b, cp) if problem.training else 0.0
+                if comm == "p2p":
+                    add_f = exposed_ring_s(sum(f), x_f, cp)
+                    add_b = exposed_ring_s(sum(b), x_b, cp) if problem.training else 0.0
+                else:
+                    add_f, add_b = x_f, (x_b if problem.training else 0.0)
                 for i, v in enumerate(vs):
                     fi = f[i] + (add_f if i == len(vs) - 1 else 0.0)
                     bi = b[i] + (add_b if i == 0 else 0.0)

@@ -88,6 +88,23 @@ def test_ring_exposure_by_hand():
     assert w.compute_share + w.exposed_comm_share + w.bubble_share == pytest.approx(1.0)
 
 
+def test_all_gather_by_hand():
+    """Llama 3's all-gather: nothing overlapped. cp 4 on a 4-device ring, one 1e9 B/s hop
+    a step: the gather is 3 steps of a 64-token chunk (64 x 4 x 32 bf16 = 16,384 B),
+    the backward gathers again and reduce-scatters dK/dV (3 more steps)."""
+    w = whatif(MODEL, ring("r4", 4, EXACT, BW, 0.0), dp=1, tp=1, pp=1, global_batch=1, seq_len=SEQ, cp=4,
+               cp_comm="all_gather", check_memory=False)
+    x = 64 * 4 * 32 * 2 / BW
+    assert w.ring_exposed_s == pytest.approx((3 * x, 6 * x), rel=1e-9)
+    assert "(cp 4, all-gathered, not overlapped)" in w.table() and w.to_json()["cp_comm"] == "all_gather"
+    p2p = whatif(MODEL, ring("r4", 4, EXACT, BW, 0.0), dp=1, tp=1, pp=1, global_batch=1, seq_len=SEQ, cp=4,
+                 check_memory=False)
+    C = 2 * (64 * 257 / 2) * 4 * 32 / 1e12   # the ring hides a quarter of the core a step
+    assert p2p.ring_exposed_s == pytest.approx((3 * (x - C / 4), 3 * (2 * x - 2.5 * C / 4)), rel=1e-9)
+    with pytest.raises(DistplanError, match="--cp-comm 'a2a' unknown"):
+        whatif(MODEL, "dgx-a100", dp=1, tp=1, pp=1, cp=2, cp_comm="a2a")
+
+
 def test_exposure_is_zero_when_the_compute_hides_the_ring_and_linear_past_it():
     assert exposed_ring_s(8.0, 1.0, 4) == 0.0
     assert exposed_ring_s(8.0, 3.0, 4) == pytest.approx(3 * (3.0 - 2.0))
@@ -175,15 +192,16 @@ def test_cp_refuses_a_graph_file_and_bad_values_in_python():
 @given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([2, 4]), tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]),
        attention=st.sampled_from(["flash", "explicit"]), recompute=st.sampled_from(["none", "selective", "full"]),
        sp=st.booleans(), zero=st.sampled_from([0, 1]), per_replica=st.integers(1, 4),
-       order=st.sampled_from(["tp-dp-pp", "tp-pp-dp"]), bw=st.sampled_from([1e8, 1e10, 1e13]))
+       order=st.sampled_from(["tp-dp-pp", "tp-pp-dp"]), bw=st.sampled_from([1e8, 1e10, 1e13]),
+       comm=st.sampled_from(["p2p", "all_gather"]))
 def test_random_cp_plans_agree_with_the_analytic_model_and_the_checker(dp, cp, tp, pp, attention, recompute, sp, zero,
-                                                                      per_replica, order, bw):
+                                                                      per_replica, order, bw, comm):
     """Random cp plans on 2-32 ring devices: exact at pp 1, within the analytic model's
     contention-free bound with pipelines (4 %, as tests/test_costs_iteration.py); the
     simulated peak never above the checker."""
     w = whatif("gpt3-64x4x4", ring("r32", 32, EXACT, bw, 1e-6), dp=dp, tp=tp, pp=pp, cp=cp, seq_len=SEQ,
                global_batch=dp * per_replica, attention=attention, recompute=recompute,
-               sequence_parallel=sp and tp > 1, zero=zero, order=order, breakdown=False)
+               sequence_parallel=sp and tp > 1, zero=zero, order=order, cp_comm=comm, breakdown=False)
     est = estimate_iteration(w.problem, w.plan).iteration_s
     assert est == pytest.approx(w.iteration_s, rel=1e-9 if pp == 1 else 0.04)
     used = sorted({d for s in w.plan.stages for d in s.devices})

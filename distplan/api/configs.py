@@ -90,6 +90,7 @@ class WhatIf:
     cp: int = 1                            # context-parallel ranks (among the plan's replicas)
     attention: str = "explicit"            # the attention core (workloads.zoo.attention)
     ring_exposed_s: tuple[float, float] = (0.0, 0.0)   # K/V ring per layer and microbatch, fwd/bwd
+    cp_comm: str = "p2p"                   # the K/V exchange (costs.context_parallel.CP_COMMS)
 
     def table(self) -> str:
         p, s = self.problem, self.plan
@@ -113,8 +114,9 @@ class WhatIf:
             f"time             compute {self.compute_share:.1%}, exposed communication {self.exposed_comm_share:.1%}, "
             f"bubble and optimizer {self.bubble_share:.1%}",
         ] + ([f"K/V ring         exposed {self.ring_exposed_s[0] * 1e3:.4g} ms forward, "
-              f"{self.ring_exposed_s[1] * 1e3:.4g} ms backward per layer and microbatch (cp {cp}, beyond the "
-              "attention it overlaps)"] if cp > 1 else []))
+              f"{self.ring_exposed_s[1] * 1e3:.4g} ms backward per layer and microbatch (cp {cp}, "
+              + ("beyond the attention it overlaps)" if self.cp_comm == "p2p" else "all-gathered, not overlapped)")]
+             if cp > 1 else []))
 
     def to_json(self) -> dict:
         st = self.plan.stages[0]
@@ -130,7 +132,8 @@ class WhatIf:
                 "peak_memory_bytes": self.peak_memory_bytes, "bound_memory_bytes": self.bound_memory_bytes,
                 "compute_share": self.compute_share,
                 "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
-                "optimizer_s": self.sim.optimizer_s, "ring_exposed_s": list(self.ring_exposed_s)}
+                "optimizer_s": self.sim.optimizer_s, "ring_exposed_s": list(self.ring_exposed_s),
+                "cp_comm": self.cp_comm}
 
 
 def check_tp_divides_heads(workload: object, tp: int) -> None:
@@ -181,7 +184,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            seq_len: int | None = None, schedule: str | None = None, recompute: str = "none",
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
-           vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None) -> WhatIf:
+           vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None,
+           cp_comm: str = "p2p") -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
     multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
@@ -192,12 +196,13 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     with free links: the shares are then NaN (exposed communication is not split from
     the bubble) and the call takes half the time. ``cp`` > 1: context parallelism, each
     sequence split over cp ranks (``costs.context_parallel``); ``attention``: the
-    attention core, flash or explicit (default flash with cp > 1)."""
+    attention core, flash or explicit (default flash with cp > 1); ``cp_comm``: the K/V
+    exchange, ``p2p`` (a ring overlapped with attention) or ``all_gather`` (Llama 3's)."""
     check_degrees(dp, tp, pp, vp)
     check_tp_divides_heads(workload, tp)
     check_whatif_options(microbatch_size, global_batch, precision, mode, recompute, sequence_parallel,
                          dp_allreduce, overlap_grad_reduce, check_memory, breakdown, order)
-    attention = check_cp(workload, cp, attention)
+    attention = check_cp(workload, cp, attention, cp_comm)
     check_zero(zero, dp * cp)   # ZeRO shards over dp x cp replicas, as Megatron's
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
@@ -218,8 +223,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
                          overlap_grad_reduce, vp, order, cp)
     ring, bare = (0.0, 0.0), p
     if cp > 1:
-        bare, p = p, make_problem(ring_graph(p, plan, workload, cp), p.topology, precisions=precs, microbatches=M,
-                                  schedule=p.schedule)
+        bare, p = p, make_problem(ring_graph(p, plan, workload, cp, cp_comm), p.topology, precisions=precs,
+                                  microbatches=M, schedule=p.schedule)
         ring = ring_exposed_s(bare, p, plan)
     if recipe:
         plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
@@ -258,4 +263,4 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
                                for v, op in enumerate(p.graph.ops))
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
                   float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound,
-                  order, cp, attention, ring)
+                  order, cp, attention, ring, cp_comm)

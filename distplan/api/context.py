@@ -4,19 +4,21 @@ groups (``costs.context_parallel``; the design: docs/guides/whatif-and-simulator
 from __future__ import annotations
 
 from distplan.core.errors import DistplanError
-from distplan.costs.context_parallel import with_kv_ring
+from distplan.costs.context_parallel import CP_COMMS, with_kv_ring
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.workloads.graph import Graph
 from distplan.workloads.zoo.attention import ATTENTION
 
 
-def check_cp(workload: object, cp: int, attention: str | None) -> str:
+def check_cp(workload: object, cp: int, attention: str | None, comm: str = "p2p") -> str:
     """``cp`` is a positive whole number, ``attention`` one of ``ATTENTION`` (None: flash
-    with cp > 1, as every long-context run uses it, else explicit); cp > 1 or flash needs
-    a zoo transformer. Returns the attention core."""
+    with cp > 1, as every long-context run uses it, else explicit), ``comm`` one of
+    ``CP_COMMS``; cp > 1 or flash needs a zoo transformer. Returns the attention core."""
     if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
         raise DistplanError(f"--cp must be a positive whole number, got {cp!r}")
+    if not isinstance(comm, str) or comm not in CP_COMMS:
+        raise DistplanError(f"--cp-comm {comm!r} unknown; use {' or '.join(CP_COMMS)}")
     attention = attention or ("flash" if cp > 1 else "explicit")
     if attention not in ATTENTION:
         raise DistplanError(f"--attention {attention!r} unknown; use {' or '.join(ATTENTION)}")
@@ -55,10 +57,10 @@ def kv_chunk_elems(workload: str, batch_size: int, local_tokens: int) -> float:
     return float(batch_size * local_tokens * (cfg.kv_heads or cfg.heads) * (cfg.qk_head_dim + cfg.v_head_dim))
 
 
-def ring_graph(problem: Problem, plan: Plan, workload: str, cp: int) -> Graph:
-    """The rank's graph with the K/V ring's exposed time on each attention core."""
+def ring_graph(problem: Problem, plan: Plan, workload: str, cp: int, comm: str = "p2p") -> Graph:
+    """The rank's graph with the K/V exchange's exposed time on each attention core."""
     g = problem.graph
-    return with_kv_ring(problem, plan, cp, kv_chunk_elems(workload, g.batch_size, g.seq_len))
+    return with_kv_ring(problem, plan, cp, kv_chunk_elems(workload, g.batch_size, g.seq_len), comm)
 
 
 def ring_exposed_s(bare: Problem, ringed: Problem, plan: Plan) -> tuple[float, float]:

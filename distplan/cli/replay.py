@@ -29,7 +29,8 @@ from distplan.sim.trace import write_chrome_trace
 #: the flags of a named configuration (no plan file), refused beside a plan file
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--fsdp", "--dp-allreduce",
-                "--overlap-grad-reduce", "--order", "--cp", "--attention", "--json")
+                "--overlap-grad-reduce", "--order", "--cp", "--attention", "--cp-comm",
+                "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -102,6 +103,9 @@ def _main(argv: list[str] | None) -> int:
     c.add_argument("--attention", choices=("flash", "explicit"), default=None,
                    help="attention core: flash (FlashAttention: scores recomputed, never stored; the default "
                         "with --cp > 1) or explicit (score matrix kept; the default otherwise)")
+    c.add_argument("--cp-comm", choices=("p2p", "all_gather"), default="p2p",
+                   help="K/V exchange of --cp: p2p (a ring overlapped with attention, Megatron-Core's default) or "
+                        "all_gather (K/V gathered before attention, not overlapped: Llama 3's)")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -165,7 +169,8 @@ def _whatif(args) -> int:
         w = whatif(args.workload, args.topology, args.dp, args.tp, args.pp, args.microbatch_size,
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
                    args.sequence_parallel, zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
-                   order=args.order, cp=args.cp, attention=args.attention)
+                   order=args.order, cp=args.cp, attention=args.attention,
+                   cp_comm=args.cp_comm)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
