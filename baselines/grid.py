@@ -2,7 +2,7 @@
 DistIR (Santhanam et al. 2021) explores strategies.
 
 A grid point is (dp, tp, pp, microbatches, precision, and in training recomputation /
-ZeRO-1 / sequence parallelism), each degree a divisor of the device count and dp * tp *
+ZeRO 0-3 / sequence parallelism), each degree a divisor of the device count and dp * tp *
 pp <= devices: the layers split into ``pp`` stages of equal layer counts
 (``costs.megatron.stage_of_ops``; equal operator counts without layer names), training
 keeps the problem's microbatch count, stage k takes the next ``dp * tp`` devices along a
@@ -26,6 +26,7 @@ from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
 from distplan.core.plan import RECOMPUTE, Plan, Stage
 from distplan.costs.megatron import stage_of_ops
+from distplan.costs.sharding import searched_zero_levels
 
 
 def divisors(n: int) -> list[int]:
@@ -42,12 +43,12 @@ def default_microbatch_counts(problem: Problem) -> tuple[int, ...]:
     return tuple(sorted({max(1, m // 2), m, 2 * m}))
 
 
-def training_options(problem: Problem, dp: int, tp: int) -> list[tuple[str, int, bool]]:
-    """(recompute, ZeRO-1, sequence parallel) variants of a training grid point (one,
-    all off, in inference)."""
+def training_options(problem: Problem, dp: int, tp: int, pp: int = 1) -> list[tuple[str, int, bool]]:
+    """(recompute, ZeRO level, sequence parallel) variants of a training grid point (one,
+    all off, in inference); the levels are the cluster space's (costs.sharding)."""
     if not problem.training:
         return [("none", 0, False)]
-    return [(rc, z, sp) for rc in RECOMPUTE for z in ((0, 1) if dp > 1 else (0,))
+    return [(rc, z, sp) for rc in RECOMPUTE for z in searched_zero_levels(dp, tp, pp)
             for sp in ((False, True) if tp > 1 else (False,))]
 
 
@@ -69,7 +70,7 @@ def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None
                 for m in mbs:
                     for pol in policies:
                         for pi in range(n_paths):
-                            for opt in training_options(problem, dp, tp):
+                            for opt in training_options(problem, dp, tp, pp):
                                 out.append((dp, tp, pp, m, pol, pi, opt))
     return out
 

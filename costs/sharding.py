@@ -109,3 +109,14 @@ def check_zero(zero, dp: int | None = None, flag: str = "--zero") -> None:
         raise DistplanError(f"{flag} must be {ZERO_HELP}, got {zero!r}")
     if zero and dp is not None and dp < 2:
         raise DistplanError(f"{flag} {zero} shards over the data-parallel replicas: it needs --dp >= 2, got --dp {dp}")
+
+
+def searched_zero_levels(dp: int, tp: int, pp: int, vp: int = 1) -> tuple[int, ...]:
+    """The ZeRO levels the cluster space and the grid baseline search at a point: none
+    without replicas; ZeRO-3 only with one stage and no tensor parallelism (pure FSDP,
+    where the analytic iteration is the simulator's to rounding: with tp its gathers
+    contend with the all-reduces for links, with pp its gathers unbalance the 1F1B
+    closed form, up to 20 % off either way; the what-if simulates those)."""
+    if dp < 2:
+        return (0,)
+    return ZERO_LEVELS if tp == 1 and pp == 1 and vp == 1 else ZERO_LEVELS[:3]

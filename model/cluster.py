@@ -3,8 +3,9 @@ plans, searched exactly under the analytic iteration (``costs.iteration``).
 
 Declared space (``ClusterPoint``): one ``dp`` and ``tp`` for every stage, ``pp`` stages
 laid out as Megatron does (``costs.megatron``), any contiguous layer split,
-recomputation, ZeRO-1, sequence parallelism, flat or hierarchical (overlapped) gradient
-reduction, one precision recipe per point, 1F1B or interleaved 1F1B (``virtual_stages``).
+recomputation, ZeRO 0-2 (and ZeRO-3 at tp 1, pp 1: pure FSDP), sequence parallelism,
+flat or hierarchical (overlapped) gradient reduction, one precision recipe per point,
+1F1B or interleaved 1F1B (``virtual_stages``).
 Points are visited in increasing lower bound (``LB0`` plus the unhideable reduction,
 ``exposure_lb_s``) until it reaches the K-th best iteration; small points have every
 memory-feasible split evaluated, large ones the min-max split by bisection. Guarantee:
@@ -30,7 +31,7 @@ import numpy as np
 from distplan.core.gap import gap
 from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan, Stage
-from distplan.costs.collectives import gradient_reduction_parts, hierarchical_groups
+from distplan.costs.collectives import all_gather_s, gradient_reduction_parts, hierarchical_groups
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.memory import held_per_op_bytes, remat_per_op_bytes
 from distplan.costs.compute import optimizer_step_s
@@ -39,6 +40,7 @@ from distplan.costs.megatron import fp8_training_precisions, megatron_plan, stag
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
+from distplan.costs.sharding import fsdp_units, searched_zero_levels, unit_param_bytes, zero_saved_fraction
 from distplan.costs.tensor_parallel import tp_output_share
 from distplan.workloads.graph import layer_index
 
@@ -70,7 +72,7 @@ class ClusterPoint:
 
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
-        extra += ["ZeRO-1"] * self.zero + ["sequence parallel"] * self.sequence_parallel
+        extra += [f"ZeRO-{self.zero}"] * bool(self.zero) + ["sequence parallel"] * self.sequence_parallel
         extra += [self.precision] if self.precision else []
         extra += [f"microbatch {self.microbatch_size}"] if self.microbatch_size else []
         vp = f" x vp {self.vp}" if self.vp > 1 else ""
@@ -180,6 +182,8 @@ class _Space:
         self.units = _units(problem)
         self.static = np.array([sum(float(problem.static_bytes[v, self.qs[v]]) for v in u) for u in self.units])
         self.params = np.array([sum(problem.graph.ops[v].param_elems for v in u) for u in self.units], float)
+        self.grads = np.array([sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[self.qs[v]])
+                                   for v in u) for u in self.units])   # bytes of their gradients
         self.total_params = float(self.params.sum())
         self.cap = float(np.min(problem.device_mem_bytes))
         self._work: dict[tuple[int, bool, str], _Work] = {}
@@ -242,20 +246,37 @@ class _Space:
         return float((m * per_rank + before).max())
 
     def static_per_rank(self, tp: int, dp: int, zero: int) -> np.ndarray:
-        saved = self.params * OPTIMIZER_BYTES_PER_PARAM * (1 - 1 / dp) if zero and dp > 1 else 0.0
+        """Each unit's static bytes per rank less its ZeRO shares (costs.sharding; without
+        ZeRO-3's gathered buffers, so at most the checker's charge)."""
+        frac = zero_saved_fraction(zero, dp)
+        if zero >= 3:
+            saved = self.static * frac
+        else:
+            saved = (self.params * OPTIMIZER_BYTES_PER_PARAM + (self.grads if zero == 2 else 0.0)) * frac
         return (self.static - saved) / tp
 
     def exposure_lb_s(self, pt: ClusterPoint) -> float:
         """The gradient reduction no split hides: the first parameter op's (always on
         stage 0, whose last backward ends the pipeline): reduced after the run, or, when
         overlapped, after that op's backward, the run's very last task. The least over
-        the flat and hierarchical rings."""
+        the flat and hierarchical rings. ZeRO-3 (one stage): per microbatch the first
+        unit's gather before the forward, the last unit's before the backward and the
+        first unit's reduce-scatter after it, which nothing overlaps (costs.fsdp)."""
         if pt.dp < 2:
             return 0.0
         key = (pt.dp, pt.tp, pt.zero)   # the same for every pp, recomputation and split
         if key not in self._exposure:
-            self._exposure[key] = self._exposure_s(pt)
+            self._exposure[key] = self._fsdp_exposure_s(pt) if gathers(pt) else self._exposure_s(pt)
         return self._exposure[key]
+
+    def _fsdp_exposure_s(self, pt: ClusterPoint) -> float:
+        units = fsdp_units(self.pb, range(self.pb.n_ops))
+        if not units:
+            return 0.0
+        ring = [i * pt.tp for i in range(pt.dp)]
+        first, last = (all_gather_s(self.pb, ring, unit_param_bytes(self.pb, u, self.qs, pt.tp))
+                       for u in (units[0], units[-1]))
+        return self.pb.microbatches // pt.dp * (2 * first + last)
 
     def _exposure_s(self, pt: ClusterPoint) -> float:
         first = next((v for u in self.units for v in u if self.pb.graph.ops[v].param_elems > 0), None)
@@ -273,6 +294,13 @@ class _Space:
         elems = self.total_params / (pt.tp * pt.pp * share)
         b = float(self.pb.bytes_per_elem[self.q])
         return optimizer_step_s(elems, 0, kind) + elems * b * 2 / kind.mem_bw_bytes_per_s
+
+
+def gathers(pt: ClusterPoint) -> bool:
+    """Does the point gather its parameters per unit (ZeRO-3 over >= 2 replicas; the
+    space has it at tp 1 and pp 1 only, ``costs.sharding.searched_zero_levels``, where the
+    usual bound holds: its gathers only add to the compute)?"""
+    return pt.zero >= 3 and pt.dp > 1
 
 
 def _recomputed_ops(problem: Problem, mode: str) -> np.ndarray:
@@ -375,7 +403,7 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) 
                              and pp >= 2 and (M // dp) % pp == 0]
                 for vp in vps:
                     for rc in RECOMPUTE_CHOICES:
-                        for zero in ((0, 1) if dp > 1 else (0,)):
+                        for zero in searched_zero_levels(dp, tp, pp, vp):
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp))
     return out
@@ -424,12 +452,13 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
               bound_s: float, clock: SearchClock | None = None, must: bool = False) -> list[ClusterPlan]:
     """The plan of ``split`` (None: the interleaved point's equal chunks, ``_interleaved``)
     under each gradient-reduction option, with its analytic
-    iteration: a flat ring or (when replicas share nodes) hierarchical, overlapped or not.
-    With ``clock``, an option whose forecast exceeds the time left, or that runs into
-    the deadline, is skipped and counted there (``must``: nothing was found yet, the
+    iteration: a flat ring or (when replicas share nodes) hierarchical, overlapped or not
+    (ZeRO-3 reduce-scatters unit by unit: one option). With ``clock``, an option whose
+    forecast exceeds the time left, or that runs into the deadline, is skipped and counted there (``must``: nothing was found yet, the
     option forecast cheapest runs anyway)."""
-    options = [("ring", False), ("ring", True)] if pt.dp > 1 else [("ring", False)]
-    if pt.dp > 1 and hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
+    options = [("ring", False), ("ring", True)] if pt.dp > 1 and not gathers(pt) else [("ring", False)]
+    if pt.dp > 1 and not gathers(pt) and \
+            hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
         options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
     plans = [_plan(problem, space, pt, split, allreduce, overlap) if split is not None
              else _interleaved(problem, space, pt, allreduce, overlap) for allreduce, overlap in options]
@@ -550,7 +579,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         spaces = {(0, q): _Space(problem, q) for q in qs}
         pts = space_points(problem)
     space = next(iter(spaces.values()))
-    what = ("dp x tp x pp, recomputation, ZeRO-1, sequence parallel" if problem.training
+    what = ("dp x tp x pp, recomputation, ZeRO 0-3, sequence parallel" if problem.training
             else "latency of one microbatch: tp x pp, sequence parallel, precision")
     sizes = sorted({b or problem.graph.batch_size for b, _ in spaces})
     say(f"cluster space: {len(pts):,} points ({what}), {len(space.units)} layers, "

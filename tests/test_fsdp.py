@@ -175,3 +175,19 @@ def test_checker_bounds_the_simulated_peak(w, tp, pp, dp, mb, m, rc, sp, zero, s
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound, peak = plan_memory_bytes(r.problem, r.plan)[used], r.sim.peak_memory_bytes[used]
     assert (peak <= bound * (1 + 1e-9)).all()
+
+
+def test_cluster_space_shards_gradients_where_only_that_fits():
+    """4 layers on 4 devices of 110 MB: ZeRO-1 plans no longer fit and ZeRO-2 ones do at the
+    same analytic time; the oracle test (test_cluster_space) checks the whole space."""
+    import sys
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_cluster_space import _tiny_topology
+    from distplan.model.cluster import plan_cluster
+    p = make_problem("gpt3-256x4x4", _tiny_topology(1, 4, 1.1e8), batch_size=1, seq_len=64, mode="training",
+                     precisions=("bf16",), microbatches=4)
+    best = plan_cluster(p, top_k=1).plans[0]
+    assert best.point.zero == 2 and "ZeRO-2" in best.point.label()
+    one = dataclasses.replace(best.plan, stages=tuple(dataclasses.replace(s, zero=1) for s in best.plan.stages))
+    assert any("needs" in m for m in plan_violations(p, one))
+    assert estimate_iteration(p, one).iteration_s == best.iteration_s

@@ -5,8 +5,8 @@ analytic iteration, the best kept. dp divides the microbatch count, tp the devic
 (at most ``max_tp``), pp from 1 to the layer count, dp x tp x pp <= devices; stage k
 holds devices k*dp*tp .. (k+1)*dp*tp - 1, dp replicas of tp consecutive devices; layers
 (``l<i>.`` prefixes; ops before the first or after the last join it) split into pp
-contiguous non-empty groups, every split; recomputation none / selective / full; ZeRO-1
-(dp > 1) and sequence parallelism (tp > 1) on or off; gradient reduction (dp > 1) a flat
+contiguous non-empty groups, every split; recomputation none / selective / full; ZeRO
+0-2 (dp > 1; ZeRO-3 too at tp 1, pp 1, one reduction option) and sequence parallelism (tp > 1) on or off; gradient reduction (dp > 1) a flat
 ring, or hierarchical when the replicas span two or more nodes with the same number (>
 1) on each, overlapped or not; 1F1B, and interleaved 1F1B (pp >= 2) at each asked vp >=
 2 when pp x vp divides the layers and pp the microbatches a replica (chunk c on stage c
@@ -78,11 +78,12 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_s
                         for g in groups[a:b]:
                             for v in g:
                                 op_stage[v] = k
-                    for rc, zero, sp in itertools.product(RECOMPUTE, (0, 1) if dp > 1 else (0,),
+                    zeros = ((0, 1, 2, 3) if tp == pp == vp == 1 else (0, 1, 2)) if dp > 1 else (0,)
+                    for rc, zero, sp in itertools.product(RECOMPUTE, zeros,
                                                           (False, True) if tp > 1 else (False,)):
                         stages = tuple(Stage(tuple(range((k % pp) * n, (k % pp + 1) * n)), tp, rc, sp, zero)
                                        for k in range(pp * vp))
-                        for how, overlap in reductions:
+                        for how, overlap in (reductions[:1] if zero == 3 else reductions):   # ZeRO-3: no end reduction
                             yield Plan(tuple(op_stage), op_precision, stages, M, "interleaved" if vp > 1 else "1f1b",
                                        dp_allreduce=how, overlap_grad_reduce=overlap)
 
