@@ -158,3 +158,20 @@ def test_a_coarsened_solve_keeps_the_group():
     pb = build_problem(g, fully_connected("fc2", 2, KIND, 1e9, 0.0), ProblemOptions(precisions=("fp16",)))
     res = solve(pb, SolveOptions(replicas=1, coarsen_ops=4, time_limit_s=20))
     assert all(p.op_stage[2] == p.op_stage[5] and not plan_violations(pb, p) for p in res.plans)
+
+
+def test_the_sensitivity_budget_search_keeps_the_group():
+    """Under a sensitivity budget (the chain DP over downsets, then the MILP): b and c at
+    int8 (1.5 ms each) use up the budget; free, the best cut is a, b | c, d (2.5 ms);
+    colocated, b and c share a stage with a or d: 1 + 3 = 4 ms."""
+    kind = DeviceKind("acc", {"fp16": 1e12, "int8": 2e12}, 1e12, 1e12, 1.0)
+    flops = {"a": 1e9, "b": 3e9, "c": 3e9, "d": 1e9}
+    for colocate, want_s in (((), 2.5e-3), ((("b", "c"),), 4e-3)):
+        ops = tuple(Operator(n, "matmul", f, out_elems=100, touched_elems=100) for n, f in flops.items())
+        g = Graph("c4", ops, tuple(Tensor(a, b, 100) for a, b in zip("abc", "bcd")), colocate=colocate)
+        pb = build_problem(g, fully_connected("fc2", 2, kind, 1e9, 0.0),
+                           ProblemOptions(precisions=("fp16", "int8"), microbatches=4))
+        budget = float(pb.sensitivity[1:3, 1].sum())   # int8 on b and c, nowhere else
+        res = solve(pb, SolveOptions(replicas=1, time_limit_s=20, sensitivity_budget=budget))
+        assert res.status == "optimal" and res.objective_s == pytest.approx(want_s)
+        assert all(not plan_violations(pb, p) for p in res.plans)
