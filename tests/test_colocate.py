@@ -175,3 +175,43 @@ def test_the_sensitivity_budget_search_keeps_the_group():
         res = solve(pb, SolveOptions(replicas=1, time_limit_s=20, sensitivity_budget=budget))
         assert res.status == "optimal" and res.objective_s == pytest.approx(want_s)
         assert all(not plan_violations(pb, p) for p in res.plans)
+
+
+def _random_case(rng):
+    """A random DAG of 2-6 ops (1-9 ms each, no transfer time), 1-2 random groups, 2-3 devices."""
+    V, K = rng.randint(2, 6), rng.randint(2, 3)
+    names = [f"o{i}" for i in range(V)]
+    t_ms = [rng.randint(1, 9) for _ in range(V)]
+    edges = [(i, j) for i in range(V) for j in range(i + 1, V) if rng.random() < 0.35]
+    groups = [tuple(rng.sample(names, rng.randint(2, min(3, V)))) for _ in range(rng.randint(1, 2))]
+    ops = tuple(Operator(n, "matmul", 1.0, fwd_s=t * 1e-3) for n, t in zip(names, t_ms))
+    g = Graph("r", ops, tuple(Tensor(names[i], names[j], 0) for i, j in edges), colocate=groups)
+    pb = build_problem(g, fully_connected("fc", K, KIND, 1e9, 0.0), ProblemOptions(precisions=("fp16",)))
+    best = min(max(sum(t for t, k in zip(t_ms, st) if k == s) for s in range(K))
+               for st in itertools.product(range(K), repeat=V)
+               if all(st[i] <= st[j] for i, j in edges)
+               and all(len({st[names.index(n)] for n in grp}) == 1 for grp in groups))
+    return pb, K, best * 1e-3
+
+
+def test_random_dags_the_downset_dp_and_the_milp_meet_the_enumeration(monkeypatch):
+    """The DP over downsets (exact for one precision) equals an enumeration of every
+    monotone assignment keeping each group on one stage; so do the full solve and the
+    MILP with no downsets (the heuristic's warm start and the colocate rows alone)."""
+    import random
+
+    from distplan.model import phase_fast
+    rng = random.Random(1)
+    for case in range(40):
+        pb, K, best_s = _random_case(rng)
+        stage = fixed_precision_plan(pb, tuple(range(K)), enumerate_downsets(pb), [0] * pb.n_ops)
+        loads = [sum(pb.op_time_s(v, 0, 0) for v in range(pb.n_ops) if stage[v] == s) for s in range(K)]
+        assert max(loads) == pytest.approx(best_s), case
+        if case < 8:
+            res = solve(pb, SolveOptions(replicas=1, time_limit_s=20, rel_gap=0.0))
+            assert res.objective_s == pytest.approx(best_s), case
+            with monkeypatch.context() as mp:
+                mp.setattr(phase_fast, "enumerate_downsets", lambda problem: None)
+                res = solve(pb, SolveOptions(replicas=1, time_limit_s=20, rel_gap=0.0))
+            assert res.objective_s == pytest.approx(best_s), case
+            assert all(not plan_violations(pb, p) for p in res.plans)
