@@ -208,8 +208,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8
     if global_batch % (microbatch_size * dp):
-        raise DistplanError(f"--global-batch {global_batch} is not a multiple of microbatch size x dp = "
-                            f"{microbatch_size * dp}")
+        raise DistplanError(f"--global-batch {global_batch} is not a multiple of --microbatch-size x --dp = "
+                            f"{microbatch_size} x {dp} = {microbatch_size * dp}")
     M = global_batch // microbatch_size
     recipe = precision == "fp8" and mode == "training"   # fp8 linear layers, bf16 elsewhere
     precs = ("bf16", "fp8") if recipe else (precision,)
