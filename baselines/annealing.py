@@ -4,7 +4,7 @@ State: a device path family, an acyclic op -> stage assignment (stages compacted
 the path's first K devices) and a precision per op. Moves: ``shift`` a stage boundary,
 ``move`` or ``swap`` ops between neighbouring stages, change one op's or a stage's
 ``precision``, ``split`` / ``merge`` stages, switch ``path``. A move that would send a
-tensor backwards is not proposed; precisions a device cannot run are repaired to its
+tensor backwards or split a colocate group is not proposed; precisions a device cannot run are repaired to its
 fastest one; a neighbour that breaks memory or the sensitivity budget is rejected
 before scoring. Metropolis acceptance on the relative change of 1/throughput, the
 temperature falling geometrically from ``t_start`` to ``t_end`` over the budget. Starts
@@ -25,6 +25,7 @@ from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import allowed_precisions, build_plan, compact, device_paths, neighbours, repair_precisions
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
+from distplan.workloads.colocate import split_groups
 
 MOVES = ("shift", "move", "swap", "precision", "split", "merge", "path")
 MOVE_WEIGHTS = (0.3, 0.2, 0.1, 0.25, 0.06, 0.06, 0.03)
@@ -37,6 +38,7 @@ class _Space:
         self.problem, self.paths, self.rng = problem, paths, rng
         self.preds, self.succs = neighbours(problem)
         self.D = len(paths[0][1])  # usable devices
+        self.groups = bool(problem.graph.colocate)
 
     def can_move(self, st: list[int], v: int, target: int) -> bool:
         if target > st[v]:
@@ -121,6 +123,8 @@ class _Space:
                 return None
             pi = int((pi + 1 + rng.integers(len(self.paths) - 1)) % len(self.paths))
         st = list(compact(st))
+        if self.groups and split_groups(self.problem.graph, st):
+            return None   # splits a colocate group: not proposed
         prec = list(repair_precisions(self.problem, st, prec, self.paths[pi][1]))
         return st, prec, pi
 

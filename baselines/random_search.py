@@ -9,7 +9,8 @@ supports — per operator or, half of the time, one per stage; then a repair tha
 precisions on any device still over its memory. Valid solutions are sparse when memory
 is tight, so sampling partitions uniformly and rejecting would rarely find one. Samples
 that still break a constraint (or the sensitivity budget) are rejected by the
-feasibility gate before scoring; the best scored plan is kept.
+feasibility gate before scoring; the best scored plan is kept. No cut falls inside a
+colocate group's span of the topological order.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.memory import inflight_microbatches
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
+from distplan.workloads.colocate import blocked_cuts
 
 
 def _footprints(problem: Problem, path: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -50,10 +52,12 @@ def _random_cuts(problem: Problem, rng: np.random.Generator, path: tuple[int, ..
     if need[0] > min(D, V):
         return None
     K = int(rng.integers(int(need[0]), min(D, V) + 1))
+    blocked = blocked_cuts(problem.graph)   # a cut inside a colocate group is never drawn
     cuts, start = [], 0
     for k in range(K - 1):
         r = K - k - 1  # stages after this one
-        ends = [e for e in range(start + 1, int(fit_end[start]) + 1) if need[e] <= r and V - e >= r]
+        ends = [e for e in range(start + 1, int(fit_end[start]) + 1)
+                if need[e] <= r and V - e >= r and not blocked[e]]
         if not ends:
             return None
         start = ends[int(rng.integers(len(ends)))]
@@ -95,8 +99,10 @@ def sample_plan(problem: Problem, rng: np.random.Generator,
     path = paths[int(rng.integers(len(paths)))][1]
     cuts = _random_cuts(problem, rng, path)
     if cuts is None:  # no packing at the smallest precisions: a plain random partition
-        k = int(rng.integers(1, min(len(path), V) + 1))
-        cuts = sorted(int(c) for c in rng.choice(np.arange(1, V), size=k - 1, replace=False)) if k > 1 else []
+        blocked = blocked_cuts(problem.graph)
+        free = np.array([c for c in range(1, V) if not blocked[c]], dtype=np.int64)
+        k = int(rng.integers(1, min(len(path), len(free) + 1) + 1))
+        cuts = sorted(int(c) for c in rng.choice(free, size=k - 1, replace=False)) if k > 1 else []
     k = len(cuts) + 1
     op_stage = contiguous_stages(cuts, V)
     allowed = [allowed_precisions(problem, path[s]) for s in range(k)]

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from distplan.baselines import dp as dp_baseline
-from distplan.baselines import random_search
+from distplan.baselines import annealing, random_search
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.check import plan_violations
@@ -82,10 +82,23 @@ def test_the_dps_never_cut_through_a_group():
     assert res.throughput_per_s == pytest.approx(1 / 7e-3)
 
 
-def test_random_search_candidates_that_split_a_group_are_refused_and_counted():
+def test_random_search_and_annealing_never_draw_a_split_group():
+    """Random search draws no cut inside a group, annealing proposes no move that splits
+    one: nothing for the checker to refuse, and both reach the 7 ms optimum."""
     pb = problem((("b", "c"),))
-    res = random_search.search(pb, 5.0, seed=0, max_candidates=40)
-    assert res.rejected > 0 and res.plan.op_stage[1] == res.plan.op_stage[2]
+    for res in (random_search.search(pb, 5.0, seed=0, max_candidates=40),
+                annealing.search(pb, 5.0, seed=0, max_candidates=40)):
+        assert res.rejected == 0 and res.plan.op_stage[1] == res.plan.op_stage[2]
+        assert res.throughput_per_s == pytest.approx(1 / 7e-3)
+
+
+def test_a_blind_candidate_that_splits_a_group_is_refused_and_counted():
+    """What the grid baseline (Megatron layer splits, blind to groups) would propose."""
+    from distplan.baselines.result import Tracker
+    from distplan.baselines.space import build_plan
+    pb = problem((("b", "c"),))
+    tr = Tracker(pb, "grid", 5.0)
+    assert tr.evaluate(build_plan(pb, (0, 0, 1, 1), ("fp16",) * 4, (0, 1))) is None and tr.rejected == 1
 
 
 def test_the_checker_refuses_a_split_group():
