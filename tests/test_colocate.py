@@ -228,3 +228,9 @@ def test_random_dags_the_downset_dp_and_the_milp_meet_the_enumeration(monkeypatc
                 res = solve(pb, SolveOptions(replicas=1, time_limit_s=20, rel_gap=0.0))
             assert res.objective_s == pytest.approx(best_s), case
             assert all(not plan_violations(pb, p) for p in res.plans)
+
+
+def test_describe_names_the_groups():
+    from distplan.api.describe import describe
+    assert "1 colocate group(s) of 2 ops, each on one stage" in describe(problem((("b", "c"),)))
+    assert "colocate" not in describe(problem())

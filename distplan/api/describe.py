@@ -38,7 +38,9 @@ def describe(problem: Problem) -> str:
     lines = [
         f"workload   {g.name} ({g.mode}, batch {g.batch_size}"
         + (f", seq {g.seq_len}" if g.seq_len else "") + ")",
-        f"operators  {len(g.ops)} ops, {len(g.tensors)} tensors",
+        f"operators  {len(g.ops)} ops, {len(g.tensors)} tensors"
+        + (f"; {len(g.colocate)} colocate group(s) of {sum(map(len, g.colocate))} ops, each on one stage"
+           if g.colocate else ""),
         f"flops      forward {_si(g.fwd_flops, 'FLOP')}"
         + (f", backward {_si(g.bwd_flops, 'FLOP')}" if problem.training else "") + " per microbatch",
         f"params     {g.param_elems:,} ({g.param_elems / 1e6:.1f} M)",
