@@ -234,3 +234,15 @@ def test_describe_names_the_groups():
     from distplan.api.describe import describe
     assert "1 colocate group(s) of 2 ops, each on one stage" in describe(problem((("b", "c"),)))
     assert "colocate" not in describe(problem())
+
+
+def test_a_plan_file_keeps_the_groups(tmp_path):
+    """A plan file embeds the graph with its groups; the replayed problem still refuses a split."""
+    from distplan.costs.plan_file import load_plan_file, save_plan
+    pb = problem((("b", "c"),))
+    plan = Plan((0, 1, 1, 1), ("fp16",) * 4, (Stage((0,)), Stage((1,))), 4, "stream")
+    save_plan(plan, pb, tmp_path / "plan.json")
+    back, replayed = load_plan_file(tmp_path / "plan.json")
+    assert replayed.graph.colocate == (("b", "c"),) and back == plan and not plan_violations(replayed, back)
+    split = Plan((0, 0, 1, 1), ("fp16",) * 4, (Stage((0,)), Stage((1,))), 4, "stream")
+    assert plan_violations(replayed, split)
