@@ -95,7 +95,7 @@ class SolveOptions:
             "time_limit_s": check_float(name + "time_limit_s", self.time_limit_s, 0.0, above=True),
             "rel_gap": check_float(name + "rel_gap", self.rel_gap, 0.0, below=1.0),
             "threads": _threads(self.threads),
-            "seed": check_int(name + "seed", self.seed, None),
+            "seed": check_seed(name + "seed", self.seed),
             "n_stages": check_int(name + "n_stages", self.n_stages, optional=True),
             "path": check_str(name + "path", self.path, optional=True),
             "replicas": check_int(name + "replicas", self.replicas, optional=True),
@@ -115,6 +115,19 @@ class SolveOptions:
 #: process after 99 s, 'terminate called without an active exception'; 4,096 ran a 3 s
 #: limit for 14 s on 2 cores)
 MAX_THREADS = 1024
+
+
+#: seeds run from 0 to HiGHS's largest (an int32): HiGHS refused -1 or 2**31 without a
+#: word and kept its previous seed, numpy's generators raised ValueError on -1
+MAX_SEED = 2**31 - 1
+
+
+def check_seed(name: str, value: object) -> int:
+    """A random seed: a whole number from 0 to ``MAX_SEED``."""
+    n = check_int(name, value, 0)
+    if n > MAX_SEED:
+        raise DistplanError(f"{name} must be at most {MAX_SEED:,} (2**31 - 1, the solver's largest seed), got {n:,}")
+    return n
 
 
 def _threads(value: object) -> int:

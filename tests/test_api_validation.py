@@ -402,3 +402,21 @@ def test_a_pathlib_path_names_a_workload_and_a_topology(tiny, tmp_path):
                                     "links": [{"src": "a", "dst": "b", "GBps": 50}]}))
     p = distplan.problem(Path(tiny), topo, precisions="fp16")
     assert p.n_ops == 3 and p.topology.n_devices == 2
+
+
+@pytest.mark.parametrize("seed", [-1, 2**31, 2**70])
+def test_seeds_run_from_zero_to_the_solvers_largest(solved, seed):
+    """compare(..., seed=-1) was a ValueError traceback from numpy ('expected non-negative
+    integer'); SolveOptions(seed=-1) or 2**31 was dropped by HiGHS without a word (it kept
+    its previous seed)."""
+    with pytest.raises(DistplanError, match=r"^SolveOptions\.seed must be"):
+        distplan.SolveOptions(seed=seed)
+    with pytest.raises(DistplanError, match=r"^seed must be"):
+        distplan.compare(solved[0], "random", budget_s=1, seed=seed)
+    assert distplan.SolveOptions(seed=2**31 - 1).seed == 2**31 - 1
+
+
+def test_cli_seed_names_the_flag(tiny, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = cli_main.main(["--workload", str(tiny), "--topology", "mcm2x2", "--quiet", "--seed", "-1"])
+    _one_error(rc, capsys.readouterr().err, "--seed must be a whole number >= 0, got -1")

@@ -212,7 +212,7 @@ PROBLEM_ARGS = {"microbatches": "count", "batch_size": "count", "seq_len": "coun
                 "profile": None}
 SOLVE_ARGS = {"objective": "choice", "sensitivity_budget": None, "sensitivity_weight": "float",
               "iteration_target": None, "top_k": "count", "time_limit_s": "float>0", "rel_gap": "float",
-              "threads": "count", "seed": None, "n_stages": "count", "path": None, "replicas": None,
+              "threads": "count", "seed": "int0", "n_stages": "count", "path": None, "replicas": None,
               "verbose": "bool", "progress": "callable", "coarsen_ops": "int0", "extra_constraints": "callable",
               "space": "choice", "microbatch_sizes": None, "virtual_stages": None}
 SIM_ARGS = {"ideal": "bool", "link_model": "choice", "trace": "bool", "symmetry": "bool"}

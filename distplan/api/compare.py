@@ -27,6 +27,7 @@ from distplan.baselines import METHODS, parse_methods, run_baseline
 from distplan.baselines.scoring import sim_rate
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.model import SolveOptions
+from distplan.model.options import check_seed
 
 #: the searches the acceptance target is stated against (MCM partitioning paper)
 SEARCH_BASELINES = ("random", "sa")
@@ -137,7 +138,7 @@ def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "d
     safety cap); with the same ``seed`` every method then reproduces exactly."""
     check_problem_plan(problem)
     check_float("budget_s", budget_s, 0.0, above=True)
-    check_int("seed", seed, None)
+    seed = check_seed("seed", seed)
     check_int("candidates", candidates, optional=True)
     sensitivity_budget = check_float("sensitivity_budget", sensitivity_budget, 0.0, optional=True,
                                      none_means="no budget")
