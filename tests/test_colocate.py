@@ -246,3 +246,17 @@ def test_a_plan_file_keeps_the_groups(tmp_path):
     assert replayed.graph.colocate == (("b", "c"),) and back == plan and not plan_violations(replayed, back)
     split = Plan((0, 0, 1, 1), ("fp16",) * 4, (Stage((0,)), Stage((1,))), 4, "stream")
     assert plan_violations(replayed, split)
+
+
+def test_the_graph_variants_and_fusion_keep_the_groups():
+    """tests/test_fuse.py's chain (mm1, bias, GELU's 3 nodes, a view, mm2 fuse into mm1,
+    erf, mm2) with ``bias`` and ``view`` colocated: the bias joins mm1's epilogue and the
+    view the GELU kernel, so the group is now mm1's and erf's."""
+    import dataclasses
+
+    from distplan.workloads.fuse import fuse_graph
+    from tests.test_fuse import _chain
+    g = dataclasses.replace(_chain(), colocate=(("bias", "view"),))
+    assert g.with_mode("training").colocate == g.colocate == g.with_batch_size(2).colocate
+    fused = fuse_graph(g)
+    assert [op.name for op in fused.ops] == ["mm1", "erf", "mm2"] and fused.colocate == (("mm1", "erf"),)
