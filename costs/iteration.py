@@ -159,7 +159,7 @@ def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tupl
 
 def _fsdp_pipeline_s(problem: Problem, plan: Plan, F: np.ndarray, B: np.ndarray, c: np.ndarray, m: int) -> float:
     """The 1F1B run of a ZeRO-3 plan, whose first and last stages gather the embedding and
-    the head (docs/concepts/simulator.md, "ZeRO-3"): the longest over stages k of the
+    the head (docs/concepts/simulator.md, "ZeRO and FSDP"): the longest over stages k of the
     fill up to k, k's m microbatches back to back and the drain back from k, each pass
     that waits for its input (the fill's and drain's, k's first forward past stage 0 and
     last backward before the last stage) hiding its first gather (``costs.fsdp``). Equal

@@ -74,7 +74,7 @@ def unit_param_bytes(problem, unit: Sequence[int], qs: Sequence[int], tp: int) -
 
 
 def gather_buffer_bytes(unit_bytes: Sequence[float]) -> float:
-    """What a ZeRO-3 rank holds beyond its shards at most (docs/concepts/memory.md,
+    """What a ZeRO-3 rank holds beyond its shards at most (docs/concepts/simulator.md,
     "ZeRO and FSDP"): two adjacent units' gathered parameters (the one running and the one
     prefetched) and two adjacent units' full gradients (the one being made and the one
     being reduce-scattered), each the largest adjacent pair of ``unit_bytes``."""
