@@ -24,6 +24,7 @@ import highspy
 import numpy as np
 from pyomo.contrib.solver.solvers.highs import Highs as PyomoHighs
 
+from distplan.core.errors import InternalError
 from distplan.core.gap import gap
 from distplan.core.interrupt import Stop
 
@@ -57,6 +58,13 @@ class HighsOutcome:
     values: np.ndarray | None
 
 
+def _set_option(h: "highspy.Highs", name: str, value: object) -> None:
+    """Set a HiGHS option; one HiGHS refuses is an InternalError (it returned kError and
+    kept the old value without a word: random_seed -1 or 2**31 was dropped so)."""
+    if h.setOptionValue(name, value) == highspy.HighsStatus.kError:
+        raise InternalError(f"HiGHS refused option {name}={value!r}; distplan passed a value it does not take")
+
+
 class HighsRun:
     """One HiGHS instance holding one Pyomo model."""
 
@@ -69,12 +77,12 @@ class HighsRun:
         self.h: highspy.Highs = self.opt._solver_model
         self.col = self.opt._pyomo_var_to_solver_var_map
         h = self.h
-        h.setOptionValue("output_flag", bool(verbose))
-        h.setOptionValue("log_to_console", bool(verbose))
-        h.setOptionValue("threads", int(threads))
-        h.setOptionValue("random_seed", int(seed))
+        _set_option(h, "output_flag", bool(verbose))
+        _set_option(h, "log_to_console", bool(verbose))
+        _set_option(h, "threads", int(threads))
+        _set_option(h, "random_seed", int(seed))
         # HiGHS presolve spends ~25 s on the 16-stage BERT model and removes little
-        h.setOptionValue("presolve", "off")
+        _set_option(h, "presolve", "off")
         self.progress = progress
         self._last_report = 0.0
         self._thread: threading.Thread | None = None
@@ -161,9 +169,9 @@ class HighsRun:
         h = self.h
         if self.busy:
             raise RuntimeError("this HiGHS instance still runs a solve left after a Ctrl-C")
-        h.setOptionValue("time_limit", float(max(time_limit_s, 0.1)))
-        h.setOptionValue("mip_rel_gap", float(rel_gap))
-        h.setOptionValue("mip_abs_gap", 0.0 if rel_gap == 0 else 1e-9)
+        _set_option(h, "time_limit", float(max(time_limit_s, 0.1)))
+        _set_option(h, "mip_rel_gap", float(rel_gap))
+        _set_option(h, "mip_abs_gap", 0.0 if rel_gap == 0 else 1e-9)
         self._incumbent, self._dual = None, -math.inf
         t0 = time.perf_counter()
         if self.stop is not None and self.stop.handled:

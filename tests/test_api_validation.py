@@ -420,3 +420,16 @@ def test_cli_seed_names_the_flag(tiny, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = cli_main.main(["--workload", str(tiny), "--topology", "mcm2x2", "--quiet", "--seed", "-1"])
     _one_error(rc, capsys.readouterr().err, "--seed must be a whole number >= 0, got -1")
+
+
+def test_an_option_highs_refuses_is_an_internal_error():
+    """setOptionValue's kError was unchecked: HiGHS kept its previous value without a word."""
+    import highspy
+
+    from distplan.core.errors import InternalError
+    from distplan.model.highs import _set_option
+    h = highspy.Highs()
+    _set_option(h, "output_flag", False)
+    _set_option(h, "random_seed", 2**31 - 1)
+    with pytest.raises(InternalError, match="HiGHS refused option random_seed=-1"):
+        _set_option(h, "random_seed", -1)
