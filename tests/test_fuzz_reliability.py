@@ -1,6 +1,9 @@
-"""Reliability fuzz, round two (issue 26): bad API arguments, flags that do not apply,
-malformed graph / topology / plan files, and output paths that collide with inputs or
-with each other.
+"""Reliability fuzz, round two (issue 26): bad API arguments (problem, the option types,
+the what-if, the report's methods, whole calls such as compare/load_plan/save_plan/pareto
+given junk), flags that do not apply (by combination and by the plan space the run
+resolves to), malformed graph / topology / plan files (figures of 1e30 and more, unknown
+kinds and names must be refused), and output paths that collide with inputs or with
+each other.
 
 Every case runs in-process (the API, ``distplan.cli.main.main`` and the replay CLI's
 ``main``), so a case takes milliseconds. The oracle for every case:
