@@ -74,3 +74,13 @@ def test_a_profile_keyed_by_kind_gives_the_host_its_times():
     pb = problem(apply_profile(bare, prof))
     want = [t * 1e-3 for pair in TIMES_MS.values() for t in pair]
     assert pb.fwd_time_s[:, 0, :].ravel().tolist() == pytest.approx(want)
+
+
+def test_a_host_on_shared_memory_pays_almost_nothing(tmp_path):
+    """The docs' way to state a host that pays no communication: its link at 1,000,000
+    GB/s with no latency. Exposed, the 4,000-byte transfer then costs 4 ps on each end."""
+    free = tmp_path / "free-host.yaml"
+    free.write_text(TOPOLOGY.read_text().replace("GBps: 31.5, latency_us: 1", "GBps: 1000000"))
+    pb = build_problem(chain(), load_topology(free), ProblemOptions(precisions=("fp32",), comm="exposed"))
+    res = solve(pb, SolveOptions(replicas=1, time_limit_s=20))
+    assert res.objective_s == pytest.approx(7e-3 + SENT_BYTES / 1e15, rel=1e-12)
