@@ -191,3 +191,22 @@ def test_cluster_space_shards_gradients_where_only_that_fits():
     one = dataclasses.replace(best.plan, stages=tuple(dataclasses.replace(s, zero=1) for s in best.plan.stages))
     assert any("needs" in m for m in plan_violations(p, one))
     assert estimate_iteration(p, one).iteration_s == best.iteration_s
+
+
+@pytest.mark.parametrize("w, t, dp, tp, pp", [("gpt3-256x4x4", "a100x32", 8, 1, 2), ("gpt3-256x4x4", "a100x32", 4, 2, 2),
+                                               ("gpt3-256x4x4", "h100x32", 16, 2, 1)])
+def test_symmetry_reduction_is_exact_with_fsdp(w, t, dp, tp, pp):
+    """Identical replicas and ranks simulated once (sim.symmetry) give the full run's
+    iteration and peaks with ZeRO-3 too (its gathers ride the flat ring's hops)."""
+    from distplan.sim import SimOptions
+    p = _problem(w, t, dp * 2)
+    plan = megatron_plan(p, dp, tp, pp, "bf16", None, "none", False, 3)
+    red, full = distplan.simulate(p, plan), distplan.simulate(p, plan, SimOptions(symmetry=False))
+    assert red.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    assert red.peak_memory_bytes == pytest.approx(full.peak_memory_bytes, rel=1e-12)
+
+
+def test_whatif_says_the_level():
+    r = whatif("gpt3-125m", "dgx-a100", 2, 1, 1, zero=3, breakdown=False)
+    assert r.table().splitlines()[0].endswith(", ZeRO-3 (FSDP)") and r.to_json()["zero"] == 3
+    assert "ZeRO" not in whatif("gpt3-125m", "dgx-a100", 2, 1, 1, breakdown=False).table().splitlines()[0]

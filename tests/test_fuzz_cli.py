@@ -1131,7 +1131,7 @@ REPLAY_VALUES: dict[str, Any] = {
     "--schedule": st.sampled_from(["1f1b", "gpipe", "stream", "explicit", "bogus", ""]),
     "--recompute": st.sampled_from(["none", "selective", "full", "some"]),
     "--sequence-parallel": None, "--overlap-grad-reduce": None,
-    "--zero": st.sampled_from(["0", "1", "2"]),
+    "--zero": st.sampled_from(["0", "1", "2", "3", "4"]), "--fsdp": st.sampled_from(["0", "3", "4", "x"]),
     "--dp-allreduce": st.sampled_from(["ring", "hierarchical", "tree"]),
     "--order": st.sampled_from(["tp-dp-pp", "tp-pp-dp", "pp-dp-tp", ""]),
     "--json": None,

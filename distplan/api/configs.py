@@ -103,7 +103,8 @@ class WhatIf:
             f"pp {pp}{f' (vp {vp})' if vp > 1 else ''} = {st.replicas * st.tensor_parallel * pp} devices, microbatch "
             f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches // cp} microbatches), "
             f"{s.op_precision[0]}, {s.schedule}" + (f", order {self.order}" if self.order != "tp-dp-pp" else "")
-            + (f", {self.attention} attention" if cp > 1 or self.attention != "explicit" else ""),
+            + (f", {self.attention} attention" if cp > 1 or self.attention != "explicit" else "")
+            + (f", ZeRO-{st.zero}" + (" (FSDP)" if st.zero == 3 else "") if st.zero else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
@@ -123,7 +124,7 @@ class WhatIf:
         return {"workload": self.problem.graph.name, "topology": self.problem.topology.name,
                 "dp": st.replicas // self.cp, "cp": self.cp, "attention": self.attention,
                 "tp": st.tensor_parallel, "pp": self.plan.pipeline_ranks,
-                "vp": self.plan.virtual_stages, "order": self.order,
+                "vp": self.plan.virtual_stages, "order": self.order, "zero": st.zero,
                 "microbatch_size": self.problem.graph.batch_size, "global_batch": self.global_batch,
                 "microbatches": self.plan.microbatches // self.cp, "iteration_s": self.iteration_s,
                 "samples_per_s": self.samples_per_s, "steady_samples_per_s": self.sim.throughput_per_s,
