@@ -1,5 +1,5 @@
 """ZeRO-2 and ZeRO-3 (FSDP, issue 22): static bytes and gather buffers by hand, the ZeRO-3
-timeline by hand on 2 and 4 replicas (simulator == analytic), argument checks, and on
+timeline by hand on 2, 4 and 8 replicas (simulator == analytic), argument checks, and on
 random Megatron plans the checker's bound over the simulated peak and the analytic
 iteration near the simulator's."""
 from __future__ import annotations
@@ -72,12 +72,14 @@ def test_zero3_timeline_on_two_replicas():
     assert sim.optimizer_s == pytest.approx(10**6 * 28 / 1e18, rel=1e-9)
 
 
-def test_zero3_timeline_on_four_replicas():
-    """3 ring steps of 0.5 MB: 1.5 s a gather; forward 1.5 + 1.5 + 1 ms, backward: gather
-    1.5, prefetch 1.5 (l1 runs beside it), two reduce-scatters 3: 9.001 s."""
-    p, plan = _layers(4, 3)
+@pytest.mark.parametrize("n, want_s", [(4, 9 + 1 * MS), (8, 10.5 + 1 * MS)])
+def test_zero3_timeline_on_more_replicas(n, want_s):
+    """n-1 ring steps of 2/n MB: a = 2 (n-1)/n s a gather or reduce-scatter (1.5 s on 4,
+    1.75 s on 8); forward 2a + 1 ms, backward: gather a, prefetch a (l1 runs beside it),
+    two reduce-scatters 2a: 6a + 1 ms."""
+    p, plan = _layers(n, 3)
     sim, est = distplan.simulate(p, plan), estimate_iteration(p, plan)
-    assert sim.makespan_s == pytest.approx(9 + 1 * MS, rel=1e-12)
+    assert sim.makespan_s == pytest.approx(want_s, rel=1e-12)
     assert est.iteration_s == pytest.approx(sim.iteration_s, rel=1e-12)
 
 
