@@ -155,13 +155,39 @@ def test_coarsening_keeps_the_groups():
         assert fine.op_stage[1] == fine.op_stage[6]
 
 
-def test_the_cluster_and_fleet_spaces_refuse_colocation_by_name():
+def test_the_cluster_and_fleet_spaces_refuse_a_group_across_layers_by_name():
+    """Ops without layer names are units of their own: any group spans two."""
     from distplan.model.cluster_solve import resolve_space
     pb = problem((("b", "c"),))
     assert resolve_space(pb, SolveOptions()) == "pipeline"
     for space in ("cluster", "fleet"):
-        with pytest.raises(DistplanError, match="colocate groups.*use --space pipeline"):
+        with pytest.raises(DistplanError, match="colocate group across layers.*use --space pipeline"):
             resolve_space(pb, SolveOptions(space=space))
+
+
+def test_the_cluster_space_keeps_a_group_inside_a_layer():
+    """The cluster space cuts between layers: a group inside layer 1 is never split, so
+    it plans the graph as usual; a group across layers 0 and 1 sends auto to the pipeline space."""
+    import dataclasses
+
+    import distplan
+    from distplan.model.cluster_solve import resolve_space
+    from distplan.workloads.zoo import get_workload
+    g = get_workload("gpt3-64x2x4", mode="training")
+    inside = dataclasses.replace(g, colocate=(("l1.qkv", "l1.ffn2"),))
+    pb = distplan.problem(inside, "dgx-a100", mode="training", microbatches=8)
+    assert resolve_space(pb, SolveOptions()) == "cluster"
+    rep = distplan.solve(pb, distplan.SolveOptions(time_limit_s=30, top_k=2))
+    assert rep.solver.path_name == "megatron"
+    for r in rep.plans:
+        assert not plan_violations(pb, r.plan, memory_bound=False)
+    across = distplan.problem(dataclasses.replace(g, colocate=(("l0.ffn2", "l1.qkv"),)), "dgx-a100",
+                              mode="training", microbatches=8)
+    assert resolve_space(across, SolveOptions()) == "pipeline"
+    # a 2-stage Megatron layout (layer 0 | layer 1) keeps the first group and splits the second
+    from distplan.costs.megatron import megatron_plan
+    assert not any("colocated" in x for x in plan_violations(pb, megatron_plan(pb, 4, 1, 2, "bf16")))
+    assert any("colocated" in x for x in plan_violations(across, megatron_plan(across, 4, 1, 2, "bf16")))
 
 
 def test_a_coarsened_solve_keeps_the_group():
