@@ -33,7 +33,8 @@ def fsdp_stage_times(problem, plan, k: int, ops: Sequence[int], f_op, b_op, qs: 
     if not units:
         return None
     ring = [st.devices[i * st.tensor_parallel] for i in range(st.replicas)]
-    a = [all_gather_s(problem, ring, unit_param_bytes(problem, u, qs, st.tensor_parallel)) for u in units]
+    mine = set(ops)
+    a = [all_gather_s(problem, ring, unit_param_bytes(problem, u, qs, st.tensor_parallel, mine)) for u in units]
     first = {u[0]: i for i, u in enumerate(units)}
     last = {u[-1]: i for i, u in enumerate(units)}
     n = len(units)

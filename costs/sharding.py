@@ -7,7 +7,7 @@
   one ``l<i>.`` layer, or of unnamed ops such as the embedding) before the unit's forward
   and again before its backward, prefetching the next unit once a unit starts, and
   reduce-scatters the unit's gradients after its backward; its resident bytes are 1/r of
-  its static bytes plus the gathered units in flight (``gather_buffer_bytes``).
+  its static bytes plus the gathered units and gradients in flight (``gather_buffer_bytes``).
 Tied parameters read on another stage are held whole (unsharded) at every level.
 """
 from __future__ import annotations
@@ -56,7 +56,9 @@ def zero_saved_bytes(problem, plan, v: int, q: int | None = None) -> float:
 
 def fsdp_units(problem, ops: Sequence[int]) -> list[list[int]]:
     """A ZeRO-3 stage's gather units: maximal runs of ``ops`` (ascending) of one layer name
-    (``layer_index``; unnamed ops form runs of their own) that hold parameters."""
+    (``layer_index``; unnamed ops form runs of their own) that hold parameters, their own
+    or tied ones whose owner is among ``ops`` (a tied LM head gathers the embedding's
+    table again)."""
     units: list[list[int]] = []
     last = object()
     for v in ops:
@@ -65,22 +67,33 @@ def fsdp_units(problem, ops: Sequence[int]) -> list[list[int]]:
             units.append([])
             last = li
         units[-1].append(int(v))
-    return [u for u in units if any(problem.graph.ops[v].param_elems > 0 for v in u)]
+    mine = {int(v) for v in ops}
+    return [u for u in units if any(gathered_elems(problem, v, mine) > 0 for v in u)]
 
 
-def unit_param_bytes(problem, unit: Sequence[int], qs: Sequence[int], tp: int) -> float:
-    """One rank's gathered parameters of a unit (its ops' parameters at their precisions / tp)."""
-    return sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) for v in unit) / tp
+def gathered_elems(problem, v: int, ops: set[int]) -> float:
+    """Parameters op v's unit gathers for it: its own, and the tied ones it reads when their
+    owner is on its stage (``ops``; elsewhere they are held whole on v's devices)."""
+    op = problem.graph.ops[v]
+    o = int(problem.tied_owner[v])
+    return float(op.param_elems) + (float(op.tied_elems) if o >= 0 and o in ops else 0.0)
+
+
+def unit_param_bytes(problem, unit: Sequence[int], qs: Sequence[int], tp: int, ops: set[int] | None = None) -> float:
+    """One rank's gathered parameters of a unit (``gathered_elems`` at each op's precision,
+    / tp); ``ops``: the stage's ops (the unit alone when None)."""
+    mine = set(unit) if ops is None else ops
+    return sum(gathered_elems(problem, v, mine) * float(problem.bytes_per_elem[qs[v]]) for v in unit) / tp
 
 
 def gather_buffer_bytes(unit_bytes: Sequence[float]) -> float:
     """What a ZeRO-3 rank holds beyond its shards at most (docs/concepts/simulator.md,
-    "ZeRO and FSDP"): two adjacent units' gathered parameters (the one running and the one
-    prefetched) and two adjacent units' full gradients (the one being made and the one
-    being reduce-scattered), each the largest adjacent pair of ``unit_bytes``."""
-    b = list(unit_bytes)
-    pair = max((x + y for x, y in zip(b, b[1:])), default=max(b, default=0.0))
-    return 2.0 * pair
+    "ZeRO and FSDP"), ``unit_bytes`` its units' gathered parameters (their full gradients
+    as large): while unit i's backward runs, unit i gathered, unit i-1 prefetched, unit
+    i's gradients and unit i+1's still being reduce-scattered; the forward's unit and its
+    prefetch are fewer. The most over i of b[i-1] + 2 b[i] + b[i+1]."""
+    b = [0.0, *unit_bytes, 0.0]
+    return max((b[i - 1] + 2 * b[i] + b[i + 1] for i in range(1, len(b) - 1)), default=0.0)
 
 
 def gather_memory_bytes(problem, plan) -> "np.ndarray":
@@ -93,10 +106,11 @@ def gather_memory_bytes(problem, plan) -> "np.ndarray":
     for k, st in enumerate(plan.stages):
         if st.zero < 3 or st.replicas < 2:
             continue
-        units = fsdp_units(problem, plan.ops_in_stage(k))
+        ops = plan.ops_in_stage(k)
+        units, mine = fsdp_units(problem, ops), set(ops)
         for i in range(st.replicas):
             qs = [problem.q_index(p) for p in plan.replica_precisions(k, i)]
-            per = gather_buffer_bytes([unit_param_bytes(problem, u, qs, st.tensor_parallel) for u in units])
+            per = gather_buffer_bytes([unit_param_bytes(problem, u, qs, st.tensor_parallel, mine) for u in units])
             mem[list(st.replica_group(i))] += per
     return mem
 
@@ -111,12 +125,25 @@ def check_zero(zero, dp: int | None = None, flag: str = "--zero") -> None:
         raise DistplanError(f"{flag} {zero} shards over the data-parallel replicas: it needs --dp >= 2, got --dp {dp}")
 
 
-def searched_zero_levels(dp: int, tp: int, pp: int, vp: int = 1) -> tuple[int, ...]:
+def searched_zero_levels(dp: int, tp: int, pp: int, vp: int = 1, problem=None) -> tuple[int, ...]:
     """The ZeRO levels the cluster space and the grid baseline search at a point: none
-    without replicas; ZeRO-3 only with one stage and no tensor parallelism (pure FSDP,
-    where the analytic iteration is the simulator's to rounding: with tp its gathers
-    contend with the all-reduces for links, with pp its gathers unbalance the 1F1B
-    closed form, up to 20 % off either way; the what-if simulates those)."""
+    without replicas; ZeRO-3 only with one stage and no tensor parallelism, or tensor
+    parallelism on links the gathers never use (``fsdp_links_apart``, given ``problem``):
+    there the analytic iteration is the simulator's to rounding (with shared links the
+    gathers contend with the all-reduces, with pp they unbalance the 1F1B closed form,
+    up to 20 % off either way; the what-if simulates those)."""
     if dp < 2:
         return (0,)
-    return ZERO_LEVELS if tp == 1 and pp == 1 and vp == 1 else ZERO_LEVELS[:3]
+    if pp == 1 and vp == 1 and (tp == 1 or (problem is not None and fsdp_links_apart(problem, dp, tp))):
+        return ZERO_LEVELS
+    return ZERO_LEVELS[:3]
+
+
+def fsdp_links_apart(problem, dp: int, tp: int) -> bool:
+    """On Megatron's layout of one stage (replica i's rank j on device i*tp + j): does no
+    link carry two hops of the ZeRO-3 rings (rank j's over the replicas, into each device
+    from its predecessor) nor a hop of a ring and one of a tensor-parallel group's ring?"""
+    topo = problem.topology
+    ring = [l for j in range(tp) for i in range(dp) for l in topo.route(((i - 1) % dp) * tp + j, i * tp + j)]
+    group = {l for i in range(dp) for j in range(tp) for l in topo.route(i * tp + j, i * tp + (j + 1) % tp)}
+    return len(set(ring)) == len(ring) and not set(ring) & group

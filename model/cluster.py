@@ -3,7 +3,7 @@ plans, searched exactly under the analytic iteration (``costs.iteration``).
 
 Declared space (``ClusterPoint``): one ``dp`` and ``tp`` for every stage, ``pp`` stages
 laid out as Megatron does (``costs.megatron``), any contiguous layer split,
-recomputation, ZeRO 0-2 (and ZeRO-3 at tp 1, pp 1: pure FSDP), sequence parallelism,
+recomputation, ZeRO 0-2 (ZeRO-3 at pp 1 with tp 1 or apart), sequence parallelism,
 flat or hierarchical (overlapped) gradient reduction, one precision recipe per point,
 1F1B or interleaved 1F1B (``virtual_stages``).
 Points are visited in increasing lower bound (``LB0`` plus the unhideable reduction,
@@ -278,11 +278,11 @@ class _Space:
         return self._exposure[key]
 
     def _fsdp_exposure_s(self, pt: ClusterPoint) -> float:
-        units = fsdp_units(self.pb, range(self.pb.n_ops))
+        units, mine = fsdp_units(self.pb, range(self.pb.n_ops)), set(range(self.pb.n_ops))
         if not units:
             return 0.0
         ring = [i * pt.tp for i in range(pt.dp)]
-        first, last = (all_gather_s(self.pb, ring, unit_param_bytes(self.pb, u, self.qs, pt.tp))
+        first, last = (all_gather_s(self.pb, ring, unit_param_bytes(self.pb, u, self.qs, pt.tp, mine))
                        for u in (units[0], units[-1]))
         return self.pb.microbatches // pt.dp * (2 * first + last)
 
@@ -306,8 +306,8 @@ class _Space:
 
 def gathers(pt: ClusterPoint) -> bool:
     """Does the point gather its parameters per unit (ZeRO-3 over >= 2 replicas; the
-    space has it at tp 1 and pp 1 only, ``costs.sharding.searched_zero_levels``, where the
-    usual bound holds: its gathers only add to the compute)?"""
+    space has it at pp 1 only, ``costs.sharding.searched_zero_levels``, where the usual
+    bound holds: its gathers only add to the compute)?"""
     return pt.zero >= 3 and pt.dp > 1
 
 
@@ -411,7 +411,7 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) 
                              and pp >= 2 and (M // dp) % pp == 0]
                 for vp in vps:
                     for rc in RECOMPUTE_CHOICES:
-                        for zero in searched_zero_levels(dp, tp, pp, vp):
+                        for zero in searched_zero_levels(dp, tp, pp, vp, problem):
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp))
     return out

@@ -42,7 +42,7 @@ class FsdpPattern:
             if not units:
                 continue
             unit_of = {v: i for i, u in enumerate(units) for v in u}
-            nbytes = [unit_param_bytes(pb, u, qs, st.tensor_parallel) for u in units]
+            nbytes = [unit_param_bytes(pb, u, qs, st.tensor_parallel, set(ops)) for u in units]
             tp, r = st.tensor_parallel, st.replicas
             pred = {}
             for _, d in b.ranks(where[k]):

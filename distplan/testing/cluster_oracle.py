@@ -6,7 +6,8 @@ analytic iteration, the best kept. dp divides the microbatch count, tp the devic
 holds devices k*dp*tp .. (k+1)*dp*tp - 1, dp replicas of tp consecutive devices; layers
 (``l<i>.`` prefixes; ops before the first or after the last join it) split into pp
 contiguous non-empty groups, every split; recomputation none / selective / full; ZeRO
-0-2 (dp > 1; ZeRO-3 too at tp 1, pp 1, one reduction option) and sequence parallelism (tp > 1) on or off; gradient reduction (dp > 1) a flat
+0-2 (dp > 1; ZeRO-3 too at pp 1 with tp 1 or its rings on links of their own, one
+reduction option) and sequence parallelism (tp > 1) on or off; gradient reduction (dp > 1) a flat
 ring, or hierarchical when the replicas span two or more nodes with the same number (>
 1) on each, overlapped or not; 1F1B, and interleaved 1F1B (pp >= 2) at each asked vp >=
 2 when pp x vp divides the layers and pp the microbatches a replica (chunk c on stage c
@@ -78,7 +79,8 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_s
                         for g in groups[a:b]:
                             for v in g:
                                 op_stage[v] = k
-                    zeros = ((0, 1, 2, 3) if tp == pp == vp == 1 else (0, 1, 2)) if dp > 1 else (0,)
+                    fsdp = pp == vp == 1 and (tp == 1 or _apart(problem, dp, tp))
+                    zeros = ((0, 1, 2, 3) if fsdp else (0, 1, 2)) if dp > 1 else (0,)
                     for rc, zero, sp in itertools.product(RECOMPUTE, zeros,
                                                           (False, True) if tp > 1 else (False,)):
                         stages = tuple(Stage(tuple(range((k % pp) * n, (k % pp + 1) * n)), tp, rc, sp, zero)
@@ -86,6 +88,15 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_s
                         for how, overlap in (reductions[:1] if zero == 3 else reductions):   # ZeRO-3: no end reduction
                             yield Plan(tuple(op_stage), op_precision, stages, M, "interleaved" if vp > 1 else "1f1b",
                                        dp_allreduce=how, overlap_grad_reduce=overlap)
+
+
+def _apart(problem: Problem, dp: int, tp: int) -> bool:
+    """The guide's rule for ZeRO-3 with tp: every hop into device i*tp + j from
+    ((i-1) mod dp)*tp + j on links of its own, none of them a tensor-parallel hop's."""
+    topo = problem.topology
+    hops = [l for i in range(dp) for j in range(tp) for l in topo.route(((i - 1) % dp) * tp + j, i * tp + j)]
+    tp_links = {l for i in range(dp) for j in range(tp) for l in topo.route(i * tp + j, i * tp + (j + 1) % tp)}
+    return len(hops) == len(set(hops)) and not tp_links.intersection(hops)
 
 
 def cluster_optimum(problem: Problem, precision: str, top: int = 1, virtual_stages=()) -> list[float]:
