@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distplan.costs.collectives import boundary_links
+from distplan.costs.collectives import boundary_links, boundary_load_s
 from distplan.costs.problem import Problem
 from distplan.costs.routes import links_s
 
@@ -39,7 +39,6 @@ def add_exposed_loads(problem: Problem, op_stage: Sequence[int], where: Sequence
                       dev: np.ndarray, link: np.ndarray, pairs: list[tuple[int, int]] | None = None) -> None:
     """Add one microbatch's transfers (stage k on device ``where[k]``, op v at precision
     index ``qs[v]``) to ``dev`` (seconds, both ends) and ``link`` (busy seconds)."""
-    bw = problem.link_bw_bytes_per_s
     for u, k in transfers(problem, op_stage) if pairs is None else pairs:
         a, b = where[op_stage[u]], where[k]
         if a == b:
@@ -48,5 +47,5 @@ def add_exposed_loads(problem: Problem, op_stage: Sequence[int], where: Sequence
         t = transfer_s(problem, a, b, nbytes)
         dev[a] += t
         dev[b] += t
-        for l in boundary_links(problem, a, b):
-            link[l] += nbytes / bw[l]
+        for l, busy_s in boundary_load_s(problem, a, b, nbytes):
+            link[l] += busy_s
