@@ -259,7 +259,9 @@ class SolveReport:
                 how.append(_cluster_precisions(r.plan))
             elif any(st.shares for st in r.plan.stages):
                 how.append("shares " + " / ".join(",".join(map(str, st.shares)) for st in r.plan.stages if st.shares))
-            if r.plan.stages[0].replicas > 1:
+            if r.plan.stages[0].replicas > 1 and r.plan.stages[0].zero == 3:   # no reduction after the run
+                how.append("layers gathered and reduce-scattered one by one")
+            elif r.plan.stages[0].replicas > 1:
                 how.append(f"{r.plan.dp_allreduce} reduction" + (", overlapped" if r.plan.overlap_grad_reduce else ""))
             lines.append(f"{r.rank:>4} {model:>12.5g} {_cell(x and x.iteration_s, 12)} {_cell(err, 7, '.2%', '+')} "
                          f"{_cell(x and x.step_throughput_per_s, 11)} {_cell(x and x.throughput_per_s, 11)} "
