@@ -132,9 +132,9 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _units(problem: Problem) -> list[list[int]]:
-    """Ops grouped into the units a split moves: layers (ops before the first layer join
-    it, after the last join it), or single ops when the graph has no layer names."""
+def _layer_units(problem: Problem) -> list[list[int]]:
+    """Ops grouped by layer (ops before the first layer join it, after the last join it),
+    or single ops when the graph has no layer names."""
     layer = [layer_index(op.name) for op in problem.graph.ops]
     known = sorted({x for x in layer if x is not None})
     if not known:
@@ -150,10 +150,35 @@ def _units(problem: Problem) -> list[list[int]]:
 
 
 def units_hold_groups(problem: Problem) -> bool:
-    """Does every colocate group (``Graph.colocate``) lie inside one unit? Then no split of
-    the cluster or fleet space separates one (they cut between units only)."""
-    unit_of = {v: i for i, unit in enumerate(_units(problem)) for v in unit}
+    """Does every colocate group (``Graph.colocate``) lie inside one layer unit? Then the
+    layers stay the units; else ``_units`` merges the layers a group spans (no split of
+    the cluster or fleet space, which cut between units only, separates it)."""
+    unit_of = {v: i for i, unit in enumerate(_layer_units(problem)) for v in unit}
     return all(len({unit_of[v] for v in grp}) == 1 for grp in index_groups(problem.graph))
+
+
+def _units(problem: Problem) -> list[list[int]]:
+    """The units a split moves: layers (``_layer_units``), those a colocate group spans
+    merged into one."""
+    layers = _layer_units(problem)
+    groups = index_groups(problem.graph)
+    if not groups:
+        return layers
+    unit_of = {v: i for i, unit in enumerate(layers) for v in unit}
+    top = list(range(len(layers)))   # top[i]: the last layer merged with layer i
+    for grp in groups:
+        lo, hi = min(unit_of[v] for v in grp), max(unit_of[v] for v in grp)
+        for i in range(lo, hi + 1):
+            top[i] = max(top[i], hi)
+    out: list[list[int]] = []
+    i = 0
+    while i < len(layers):
+        j = i
+        while j < len(layers) and (j == i or j <= max(top[i:j])):
+            j += 1
+        out.append(sorted(v for unit in layers[i:j] for v in unit))
+        i = j
+    return out
 
 
 @dataclass(frozen=True)
@@ -401,7 +426,8 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) 
                 for pp in range(1, min(L, N // tp) + 1)
                 for sp in ((False, True) if tp > 1 else (False,))]
     out = []
-    named = any(layer_index(op.name) is not None for op in problem.graph.ops)
+    # interleaving deals out equal chunks of layers, which a group across layers would split
+    named = any(layer_index(op.name) is not None for op in problem.graph.ops) and units_hold_groups(problem)
     for tp in [t for t in _divisors(N) if t <= MAX_TP]:
         for pp in range(1, min(L, N // tp) + 1):
             for dp in _divisors(M):

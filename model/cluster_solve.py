@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from distplan.core.errors import DistplanError
 from distplan.costs.problem import Problem
-from distplan.model.cluster import plan_cluster, training_precision, units_hold_groups
+from distplan.model.cluster import plan_cluster, training_precision
 from distplan.model.options import DEFAULT_MICROBATCH_SIZES, SolveOptions, SolveResult
 from distplan.model.progress import Clock, Log
 
@@ -26,12 +26,6 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
     """"pipeline", "cluster" or "fleet" for ``options.space`` ("auto": cluster for training
     with the throughput objective, or inference with the latency objective, on one kind of
     GPU; fleet for training with the throughput objective on several kinds; else pipeline)."""
-    if problem.graph.colocate and not units_hold_groups(problem):   # those spaces cut between layers only
-        if options.space in ("cluster", "fleet") or options.objective == "sensitivity":
-            raise DistplanError(f"graph {problem.graph.name!r} has a colocate group across layers (or ops without "
-                                "layer names), which the cluster and fleet spaces, cutting between layers, cannot "
-                                "keep together; use --space pipeline with the throughput or latency objective")
-        return "pipeline"
     if problem.exposed:   # costs.exposed is modelled in the pipeline space only
         if options.space in ("cluster", "fleet") or options.objective == "sensitivity":
             raise DistplanError("exposed communication (comm 'exposed') is modelled in the pipeline plan space; "

@@ -155,39 +155,40 @@ def test_coarsening_keeps_the_groups():
         assert fine.op_stage[1] == fine.op_stage[6]
 
 
-def test_the_cluster_and_fleet_spaces_refuse_a_group_across_layers_by_name():
-    """Ops without layer names are units of their own: any group spans two."""
-    from distplan.model.cluster_solve import resolve_space
+def test_the_cluster_and_fleet_spaces_merge_the_units_a_group_spans():
+    """Ops without layer names are units of their own; a group across two of them makes
+    them one unit (and every unit between), so no split the spaces try separates it."""
+    from distplan.model.cluster import _layer_units, _units
     pb = problem((("b", "c"),))
-    assert resolve_space(pb, SolveOptions()) == "pipeline"
-    for space in ("cluster", "fleet"):
-        with pytest.raises(DistplanError, match="colocate group across layers.*use --space pipeline"):
-            resolve_space(pb, SolveOptions(space=space))
+    layers, units = _layer_units(pb), _units(pb)
+    b, c = pb.graph.index("b"), pb.graph.index("c")
+    assert len(units) == len(layers) - 1 and any(b in u and c in u for u in units)
+    assert sorted(v for u in units for v in u) == list(range(pb.n_ops))
 
 
-def test_the_cluster_space_keeps_a_group_inside_a_layer():
-    """The cluster space cuts between layers: a group inside layer 1 is never split, so
-    it plans the graph as usual; a group across layers 0 and 1 sends auto to the pipeline space."""
+def test_the_cluster_space_keeps_a_group_inside_a_layer_or_across_layers():
+    """The cluster space cuts between units: a group inside layer 1 is never split; a
+    group across layers 0 and 1 merges them into one unit, so the space plans on (no
+    pipeline cut between them) and every returned plan keeps both groups whole, while a
+    hand-built 2-stage Megatron layout (layer 0 | layer 1) splits the second."""
     import dataclasses
 
     import distplan
+    from distplan.costs.megatron import megatron_plan
     from distplan.model.cluster_solve import resolve_space
     from distplan.workloads.zoo import get_workload
     g = get_workload("gpt3-64x2x4", mode="training")
-    inside = dataclasses.replace(g, colocate=(("l1.qkv", "l1.ffn2"),))
-    pb = distplan.problem(inside, "dgx-a100", mode="training", microbatches=8)
-    assert resolve_space(pb, SolveOptions()) == "cluster"
-    rep = distplan.solve(pb, distplan.SolveOptions(time_limit_s=30, top_k=2))
-    assert rep.solver.path_name == "megatron"
-    for r in rep.plans:
-        assert not plan_violations(pb, r.plan, memory_bound=False)
-    across = distplan.problem(dataclasses.replace(g, colocate=(("l0.ffn2", "l1.qkv"),)), "dgx-a100",
-                              mode="training", microbatches=8)
-    assert resolve_space(across, SolveOptions()) == "pipeline"
-    # a 2-stage Megatron layout (layer 0 | layer 1) keeps the first group and splits the second
-    from distplan.costs.megatron import megatron_plan
-    assert not any("colocated" in x for x in plan_violations(pb, megatron_plan(pb, 4, 1, 2, "bf16")))
-    assert any("colocated" in x for x in plan_violations(across, megatron_plan(across, 4, 1, 2, "bf16")))
+    for groups in ((("l1.qkv", "l1.ffn2"),), (("l0.ffn2", "l1.qkv"),)):
+        pb = distplan.problem(dataclasses.replace(g, colocate=groups), "dgx-a100", mode="training", microbatches=8)
+        assert resolve_space(pb, SolveOptions()) == "cluster"
+        rep = distplan.solve(pb, distplan.SolveOptions(time_limit_s=30, top_k=2))
+        assert rep.solver.path_name == "megatron" and rep.plans
+        for r in rep.plans:
+            assert not plan_violations(pb, r.plan, memory_bound=False)
+            a, b = (pb.graph.index(n) for n in groups[0])
+            assert r.plan.op_stage[a] == r.plan.op_stage[b]
+        split = plan_violations(pb, megatron_plan(pb, 4, 1, 2, "bf16"))
+        assert any("colocated" in x for x in split) == (groups[0][0][:2] != groups[0][1][:2])
 
 
 def test_a_coarsened_solve_keeps_the_group():
