@@ -56,6 +56,8 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
             out.append(f"stage {k}: recompute {s.recompute!r} unknown; use one of {', '.join(RECOMPUTE)}")
         if s.zero not in ZERO_LEVELS:
             out.append(f"stage {k}: zero {s.zero!r} unknown; use {ZERO_HELP}")
+        elif s.zero >= 2 and s.replicas < 2:
+            out.append(f"stage {k}: zero {s.zero} shards over the stage's data-parallel replicas, but it has one")
         elif s.zero == 3 and plan.device_order is not None:
             out.append(f"stage {k}: zero 3 (FSDP) gathers around each unit in the schedule's order; it does not "
                        "combine with an explicit device order")

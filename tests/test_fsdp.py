@@ -125,10 +125,13 @@ def test_whatif_checks_the_level(kw, needle):
         whatif("gpt3-125m", "dgx-a100", tp=1, pp=1, **kw)
 
 
-def test_checker_refuses_unknown_levels():
+def test_checker_refuses_unknown_levels_and_levels_without_replicas():
     p, plan = _layers(2, 3)
     bad = dataclasses.replace(plan, stages=(dataclasses.replace(plan.stages[0], zero=5),))
     assert any("zero 5 unknown" in m for m in plan_violations(p, bad))
+    one = dataclasses.replace(plan, stages=(Stage((0,), zero=3),))
+    assert any("zero 3 shards over the stage's data-parallel replicas, but it has one" in m
+               for m in plan_violations(p, one))
 
 
 def test_cli_fsdp_is_zero(capsys):
