@@ -239,3 +239,14 @@ def test_fsdp_with_tp_on_links_of_its_own_is_exact():
     assert searched_zero_levels(2, 8, 1, 1, p) == (0, 1, 2, 3) and searched_zero_levels(2, 2, 1, 1, p) == (0, 1, 2)
     plan = megatron_plan(p, 2, 8, 1, "bf16", None, "none", True, 3)
     assert estimate_iteration(p, plan).iteration_s == pytest.approx(distplan.simulate(p, plan).iteration_s, rel=1e-9)
+
+
+def test_a_zero3_plan_file_replays_the_same(tmp_path, capsys):
+    from distplan.cli.replay import main
+    from distplan.costs.plan_file import load_plan_file, save_plan
+    p, plan = _layers(2, 3)
+    save_plan(plan, p, tmp_path / "p.json")
+    back, pb = load_plan_file(tmp_path / "p.json")
+    assert back == plan and back.stages[0].zero == 3
+    assert distplan.simulate(pb, back).iteration_s == distplan.simulate(p, plan).iteration_s
+    assert main([str(tmp_path / "p.json")]) == 0 and "6.001" in capsys.readouterr().out
