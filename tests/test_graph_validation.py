@@ -192,3 +192,12 @@ def test_the_largest_numbers_accepted_give_finite_costs():
     assert np.isfinite(p.fwd_time_s[runs]).all() and np.isfinite(p.bwd_time_s[runs]).all()
     for arr in (p.static_bytes, p.act_bytes, p.send_bytes, p.edge_elems):
         assert np.isfinite(arr).all()
+
+
+def test_an_int_past_any_float_is_refused_by_name():
+    """10**400 elements: _check_number converted it to a float for isnan (OverflowError
+    traceback; the CLI fuzz found it in a graph file's tensor elems)."""
+    with pytest.raises(DistplanError, match=r"operator 'a' out_elems is 1.00000e\+400, beyond any real graph"):
+        Graph("g", (Operator("a", "matmul", 1.0, out_elems=10**400),), ())
+    with pytest.raises(DistplanError, match=r"elems is 1.00000e\+400, beyond any real graph"):
+        Graph("g", _ops("a", "b"), (Tensor("a", "b", 10**400),))

@@ -236,7 +236,7 @@ def _check_number(value: float, what: str, limit: float = MAX_ELEMS) -> None:
     seconds), or a DistplanError naming ``what``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise DistplanError(f"{what} must be a number, got {brief(value)}")
-    if math.isnan(value) or math.isinf(value) or value < 0:
+    if (isinstance(value, float) and not math.isfinite(value)) or value < 0:   # an int past 1e308: no float
         raise DistplanError(f"{what} must be finite and >= 0, got {brief(value)}")
     if value >= limit:
         most = "2**63 - 1" if limit == MAX_ELEMS else f"{limit:.0e}"
