@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 
 from distplan.core.errors import DistplanError
+from distplan.core.validate import check_choice, check_float, check_int, check_str
 
 DEFAULT_METHODS = ("random", "sa", "dp", "grid")
 KEY_FIELDS = ("workload", "topology", "precisions", "mode", "batch_size", "seq_len", "seed", "time_limit_s",
@@ -38,6 +39,28 @@ class RunSpec:
     top_k: int = 1
     rel_gap: float = 0.01
     candidate_budget: int | None = None  # deterministic baseline budget (plans scored); None: the clock
+
+    def __post_init__(self) -> None:
+        """Each field of its type, named by the study's flag (core.validate): a negative
+        seed, --top-k 0, --gap 2 or --candidates 0 ran the whole sweep and recorded an
+        error row per run instead of refusing the command."""
+        from distplan.model.options import check_seed
+
+        check_str("workload", self.workload)
+        check_str("topology", self.topology)
+        check_str("--precisions", self.precisions)
+        object.__setattr__(self, "seed", check_seed("--seeds", self.seed))
+        object.__setattr__(self, "time_limit_s", check_float("--time-limits", self.time_limit_s, 0.0, above=True))
+        check_choice("--mode", self.mode, ("inference", "training"))
+        check_int("--batch-size", self.batch_size, optional=True)
+        check_int("--seq-len", self.seq_len, optional=True)
+        check_int("--microbatches", self.microbatches)
+        check_int("--threads", self.threads)
+        check_int("--top-k", self.top_k)
+        check_float("--gap", self.rel_gap, 0.0, below=1.0)
+        check_int("--candidates", self.candidate_budget, optional=True)
+        if not (isinstance(self.methods, tuple) and all(isinstance(m, str) for m in self.methods)):
+            raise DistplanError(f"--methods must be a tuple of baseline names, got {self.methods!r}"[:200])
 
     def key(self) -> tuple[str, ...]:
         """The run's identity as CSV text (what resume matches on)."""

@@ -3,6 +3,7 @@ LocalCluster, CSV resume after an interrupted sweep (torn last line included), t
 and the plots."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from conftest import chain_graph
 from distplan.studies import RunSpec, expand, make_plots, pending, read_rows, run_sweep
 from distplan.cli.studies import main as studies_main
+from distplan.core.errors import DistplanError
 from distplan.studies.spec import KEY_FIELDS
 from distplan.studies.store import FIELDS, append_rows, finished_keys
 from distplan.workloads.graph import Graph, Operator, Tensor
@@ -143,3 +145,33 @@ def test_plots_survive_equal_ratios_and_errors(tmp_path):
     rows.append(base | {"seed": "9", "method": "milp", "status": "error", "error": "no fit"})
     append_rows(p, rows)
     assert len(make_plots(p, tmp_path)) == 3
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--seeds", "-1"], "error: --seeds must be a whole number >= 0, got -1"),
+    (["--seeds", "3000000000"], "error: --seeds must be at most 2,147,483,647"),
+    (["--workers", "0"], "error: --workers must be a positive whole number"),
+    (["--candidates", "0"], "error: --candidates must be a positive whole number"),
+    (["--top-k", "0"], "error: --top-k must be a positive whole number"),
+    (["--gap", "2"], "error: --gap must be a finite number >= 0 and < 1"),
+    (["--microbatches", "0"], "error: --microbatches must be a positive whole number"),
+])
+def test_study_flags_are_checked_before_the_sweep(tmp_path, capsys, flags, needle):
+    """Issue 26: a negative seed, --top-k 0, --gap 2 or --candidates 0 ran the whole sweep
+    and wrote an error row per run; --workers 0 was read as the default. Now one error
+    line, nothing written."""
+    from distplan.cli.studies import main
+    out = tmp_path / "out"
+    rc = main(["--workloads", "mlp-xs", "--topologies", "mcm2x2", "--time-limits", "1", "--methods", "random",
+               "--out", str(out), "--quiet", *flags])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert rc == 2 and len(err) == 1 and err[0].startswith(needle), err
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("kw,needle", [(dict(seed=True), "--seeds"), (dict(time_limit_s=math.nan), "--time-limits"),
+                                       (dict(threads=0), "--threads"), (dict(methods=["random"]), "--methods")])
+def test_run_spec_checks_its_fields(kw, needle):
+    from distplan.studies.spec import RunSpec
+    with pytest.raises(DistplanError, match=needle):
+        RunSpec("mlp-xs", "mcm2x2", **kw)

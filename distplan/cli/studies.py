@@ -12,6 +12,7 @@ import sys
 
 from distplan.cli.args import Parser, check_distinct, check_output_folder, finite_float
 from distplan.core.errors import DistplanError
+from distplan.core.validate import check_int
 
 
 def _list(text: str) -> list[str]:
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise DistplanError(f"study: --seeds and --time-limits take comma-separated numbers ({e})") from None
             if args.threads < 1:
                 raise DistplanError(f"--threads must be >= 1, got {args.threads}")
+            check_int("--workers", args.workers, optional=True)   # 0 was read as "the default"
             check_names(_list(args.workloads), _list(args.topologies), args)
             specs = expand(_list(args.workloads), _list(args.topologies), args.precisions, seeds, limits,
                            mode=args.mode, batch_size=args.batch_size, seq_len=args.seq_len,
