@@ -47,7 +47,8 @@ def _cycle(plan: Plan) -> int:
 def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     """Resident bytes per device (the one memory model, costs.memory): static bytes of every
     op placed there (and of the tied parameters it reads when their owner sits on another
-    stage), per rank (1/tp, less the ZeRO-1 share), plus activations. Training: the bytes
+    stage), per rank (1/tp, less the ZeRO share; ZeRO-3's gathered units on top,
+    costs.sharding), plus activations. Training: the bytes
     each stage keeps for the backward (``training_stage_memory``: saved inputs, sharded by
     tp and sequence parallelism, recomputation dropping what it remakes) times the
     microbatches in flight on its replica under the schedule, and the stage's transient
@@ -103,7 +104,7 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
 
 def static_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     """Static bytes per device: each op's parameters (with gradients and optimizer state in
-    training) per rank, 1/tp of them less the ZeRO-1 share, and tied parameters held where
+    training) per rank, 1/tp of them less the ZeRO share (costs.sharding), and tied parameters held where
     their owner's stage is not; each replica at its own precisions. The simulator holds
     exactly these (sim.taskgraph)."""
     mem = np.zeros(problem.n_devices)

@@ -53,8 +53,9 @@ class IterationEstimate:
 def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     """Seconds after the run until each device has its updated parameters (0 in
     inference): its optimizer update (Adam, memory-bound, over the parameters the device
-    holds, tensor-parallel shares divided, 1/r of them under ZeRO-1) and under ZeRO-1 the
-    parameters' all-gather (r-1 ring steps of bytes/r, without contention)."""
+    holds, tensor-parallel shares divided, 1/r of them under ZeRO) and under ZeRO-1 and 2
+    the parameters' all-gather (r-1 ring steps of bytes/r, without contention; ZeRO-3
+    gathers before each use instead)."""
     out = np.zeros(problem.n_devices)
     if not problem.training:
         return out

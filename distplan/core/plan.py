@@ -99,7 +99,9 @@ class Stage:
     residual adds sharded along the sequence over the tensor-parallel group, with
     reduce-scatter/all-gather in place of its all-reduces); ``zero`` = 1 shards the
     optimizer state over the data-parallel replicas (ZeRO-1: gradients reduce-scattered,
-    each replica updates its shard, parameters all-gathered).
+    each replica updates its shard, parameters all-gathered), 2 the gradients too
+    (ZeRO-2), 3 the parameters as well (ZeRO-3/FSDP: gathered layer by layer;
+    ``costs.sharding``).
 
     Replica groups (module docstring): ``shares`` (microbatches per step of each
     replica; ``None``: round-robin) and ``replica_precision`` (per replica, op index ->
