@@ -237,6 +237,11 @@ class _Builder:
                     first = None
                     if ku == k:
                         ju, src = j, out_at[u][j]
+                    elif pb.exposed and elems[e] <= 0 and (u, k, j) not in sent:
+                        # a tensor without bytes is no transfer (costs.exposed counts sending
+                        # edges only): the reader waits for its producer, nothing more
+                        ju = j % len(Gu)
+                        nb, src = 0.0, out_at[u][ju]
                     elif pb.exposed:   # one direct transfer per source and receiving stage (costs.exposed)
                         ju = j % len(Gu)
                         nb = float(elems[e] * bpe[qs[u]] / tv)

@@ -67,3 +67,21 @@ def test_realistic_runs_finish_no_faster_than_the_busiest_device(x, lm):
         plan = dataclasses.replace(plan, schedule="1f1b")
     r = simulate(pb, plan, SimOptions(link_model=lm))
     assert r.period_s >= max(plan_cost(pb, plan).device_load_s) * (1 - 1e-9)
+
+
+def test_a_tensor_without_bytes_is_no_transfer():
+    """a -> c carries no bytes (a dependency only), a -> b 1000 elements, stages a | b c:
+    plan_cost charges the one sending edge; the simulator made a send and a receive task
+    for the empty tensor too (each a link latency: hypothesis found the ideal period 1.79
+    us above plan_cost's), and now only makes the reader wait for its producer."""
+    kind = DeviceKind("acc", {"fp16": 1e12}, 1e12, 1e12, 1.0)
+    ops = (Operator("a", "matmul", 1.0, 1.0, out_elems=1000, fwd_s=1e-3),
+           Operator("b", "matmul", 1.0, 1.0, out_elems=10, fwd_s=2e-3),
+           Operator("c", "matmul", 1.0, 1.0, out_elems=10, fwd_s=3e-3))
+    g = Graph("empty", ops, (Tensor("a", "c", 0), Tensor("c", "b", 10)))
+    topo = Topology("two", {"acc": kind}, (Device("d0", "acc"), Device("d1", "acc")),
+                    tuple(duplex("d0", "d1", 1e6, 1e-4)))
+    pb = build_problem(g, topo, ProblemOptions(precisions=("fp16",), microbatches=4, comm="exposed"))
+    plan = Plan((0, 1, 1), ("fp16",) * 3, (Stage((0,)), Stage((1,))), 4, "stream")
+    r = simulate(pb, plan, SimOptions(ideal=True))
+    assert r.period_s == pytest.approx(plan_cost(pb, plan).period_s, rel=1e-12) == pytest.approx(5e-3)
