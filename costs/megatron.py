@@ -91,6 +91,7 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
     microbatches per replica a multiple of pp); ``order``: one of ``ORDERS``; ``cp``: the
     context-parallel ranks among the ``dp`` replicas (``stage_devices``)."""
     check_degrees(dp, tp, pp, vp)
+    dp, tp, pp, vp = int(dp), int(tp), int(pp), int(vp)   # numpy ints overflowed pp x vp (vp 10**30)
     if order not in ORDERS:
         raise DistplanError(f"--order {order!r} unknown; use {ORDERS[0]} (Megatron-LM's default) or {ORDERS[1]} "
                             "(data parallelism outermost, as Llama 3)")

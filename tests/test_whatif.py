@@ -132,3 +132,12 @@ def test_more_stages_than_operators_is_refused_on_a_graph_without_layers():
     p = build_problem(g, get_topology("a100x8"))
     with pytest.raises(DistplanError, match=r"--pp 3 is more stages than the 2 operators of 'chain'"):
         stage_of_ops(p, 3)
+
+
+def test_numpy_degrees_with_a_huge_vp_are_one_error():
+    """np.int64(3) x 10**30 overflowed to an OverflowError traceback ('Python int too large
+    to convert to C long'; the reliability fuzz, seed 13)."""
+    import numpy as np
+    with pytest.raises(DistplanError, match=r"chunks is more than the layers"):
+        whatif("gpt3-64x2x4", "a100x8", dp=1, tp=1, pp=np.int64(3), vp=10**30, global_batch=2, seq_len=8,
+               breakdown=False)
