@@ -21,6 +21,7 @@ from distplan.costs.iteration import estimate_iteration
 from distplan.costs.sharding import fsdp_units, gather_memory_bytes
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
+from test_costs_iteration import _problem  # one cache of the random plans' problems
 
 KIND = DeviceKind("k", {"fp16": 1e12}, mem_capacity_bytes=1e12, mem_bw_bytes_per_s=1e18, efficiency=1.0)
 MS = 1e-3
@@ -146,15 +147,6 @@ def test_cli_fsdp_is_zero(capsys):
     assert "disagree" in capsys.readouterr().err
 
 
-_PROBLEMS: dict = {}
-
-
-def _problem(workload: str, topology: str, M: int):
-    key = (workload, topology, M)
-    if key not in _PROBLEMS:
-        _PROBLEMS[key] = make_problem(workload, topology, batch_size=1, seq_len=128, mode="training",
-                                      precisions=("bf16",), microbatches=M)
-    return _PROBLEMS[key]
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
