@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.api.context import check_cp, check_fits, rank_graph, ring_exposed_s, ring_graph
+from distplan.api.experts import all_to_all_graph, check_ep, expert_graph, padding_flops
 from distplan.api.problem import problem as make_problem
 from distplan.sim.symmetry import find_symmetry
 from distplan.costs.recompute import recomputed
@@ -91,6 +92,10 @@ class WhatIf:
     attention: str = "explicit"            # the attention core (workloads.zoo.attention)
     ring_exposed_s: tuple[float, float] = (0.0, 0.0)   # K/V ring per layer and microbatch, fwd/bwd
     cp_comm: str = "p2p"                   # the K/V exchange (costs.context_parallel.CP_COMMS)
+    ep: int = 1                            # expert-parallel ranks (among the data-parallel replicas)
+    etp: int = 0                           # expert-tensor-parallel ranks (0: = tp)
+    capacity_factor: float = 1.0           # routed rows per expert over the even share
+    all_to_all_s: float = 0.0              # one token all-to-all (4 per MoE layer and microbatch)
 
     def table(self) -> str:
         p, s = self.problem, self.plan
@@ -104,7 +109,10 @@ class WhatIf:
             f"{p.graph.batch_size}, global batch {self.global_batch} ({s.microbatches // cp} microbatches), "
             f"{s.op_precision[0]}, {s.schedule}" + (f", order {self.order}" if self.order != "tp-dp-pp" else "")
             + (f", {self.attention} attention" if cp > 1 or self.attention != "explicit" else "")
-            + (f", ZeRO-{st.zero}" + (" (FSDP)" if st.zero == 3 else "") if st.zero else ""),
+            + (f", ZeRO-{st.zero}" + (" (FSDP)" if st.zero == 3 else "") if st.zero else "")
+            + (f", ep {self.ep}" if self.ep > 1 else "")
+            + (f", etp {self.etp}" if self.etp and self.etp != st.tensor_parallel else "")
+            + (f", capacity factor {self.capacity_factor:g}" if self.capacity_factor != 1 else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
@@ -117,7 +125,9 @@ class WhatIf:
         ] + ([f"K/V ring         exposed {self.ring_exposed_s[0] * 1e3:.4g} ms forward, "
               f"{self.ring_exposed_s[1] * 1e3:.4g} ms backward per layer and microbatch (cp {cp}, "
               + ("beyond the attention it overlaps)" if self.cp_comm == "p2p" else "all-gathered, not overlapped)")]
-             if cp > 1 else []))
+             if cp > 1 else [])
+           + ([f"all-to-all       {self.all_to_all_s * 1e3:.4g} ms each, 4 per MoE layer and microbatch (ep "
+               f"{self.ep}: dispatch and combine, forward and backward, not overlapped)"] if self.ep > 1 else []))
 
     def to_json(self) -> dict:
         st = self.plan.stages[0]
@@ -134,7 +144,8 @@ class WhatIf:
                 "compute_share": self.compute_share,
                 "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
                 "optimizer_s": self.sim.optimizer_s, "ring_exposed_s": list(self.ring_exposed_s),
-                "cp_comm": self.cp_comm}
+                "cp_comm": self.cp_comm, "ep": self.ep, "etp": self.etp or st.tensor_parallel,
+                "capacity_factor": self.capacity_factor, "all_to_all_s": self.all_to_all_s}
 
 
 def check_tp_divides_heads(workload: object, tp: int) -> None:
@@ -186,7 +197,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
            vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None,
-           cp_comm: str = "p2p") -> WhatIf:
+           cp_comm: str = "p2p", ep: int = 1, etp: int | None = None, capacity_factor: float = 1.0) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
     multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
@@ -198,13 +209,18 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     the bubble) and the call takes half the time. ``cp`` > 1: context parallelism, each
     sequence split over cp ranks (``costs.context_parallel``); ``attention``: the
     attention core, flash or explicit (default flash with cp > 1); ``cp_comm``: the K/V
-    exchange, ``p2p`` (a ring overlapped with attention) or ``all_gather`` (Llama 3's)."""
+    exchange, ``p2p`` (a ring overlapped with attention) or ``all_gather`` (Llama 3's).
+    ``ep`` > 1: expert parallelism, each of ep data-parallel ranks holding E / ep routed
+    experts, ``etp`` of the tp ranks splitting each, experts padded to ``capacity_factor``
+    times their share (``costs.expert_parallel``)."""
     check_degrees(dp, tp, pp, vp)
     check_tp_divides_heads(workload, tp)
     check_whatif_options(microbatch_size, global_batch, precision, mode, recompute, sequence_parallel,
                          dp_allreduce, overlap_grad_reduce, check_memory, breakdown, order)
     attention = check_cp(workload, cp, attention, cp_comm)
     check_zero(zero, dp * cp)   # ZeRO shards over dp x cp replicas, as Megatron's
+    etp = check_ep(workload, ep, etp, dp, tp, capacity_factor, zero)
+    experts = ep > 1 or etp != tp or capacity_factor != 1
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
     global_batch = global_batch or microbatch_size * dp * 8
@@ -216,6 +232,12 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     precs = ("bf16", "fp8") if recipe else (precision,)
     graph = workload if cp == 1 and attention == "explicit" else \
         rank_graph(workload, microbatch_size, seq_len, mode, cp, attention)
+    padding = 0.0   # FLOPs of capacity padding, a microbatch
+    if experts:
+        graph = expert_graph(workload, microbatch_size, seq_len, mode, cp, attention, ep, etp, tp, capacity_factor)
+        if capacity_factor != 1:
+            padding = padding_flops(graph, expert_graph(workload, microbatch_size, seq_len, mode, cp, attention, ep,
+                                                        etp, tp, 1.0), mode == "training")
     M *= cp   # each of a group's cp ranks runs its share of every microbatch, as a replica
     shape = dict(batch_size=microbatch_size, seq_len=seq_len, mode=mode) if isinstance(graph, str) else {}
     p = make_problem(graph, topology, **shape, precisions=precs, microbatches=M, schedule=schedule)
@@ -227,6 +249,10 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         bare, p = p, make_problem(ring_graph(p, plan, workload, cp, cp_comm), p.topology, precisions=precs,
                                   microbatches=M, schedule=p.schedule)
         ring = ring_exposed_s(bare, p, plan)
+    a2a = 0.0
+    if ep > 1:   # bare keeps the graph without the all-to-alls: free links free them too
+        moved, a2a = all_to_all_graph(p, plan, workload, ep, capacity_factor, cp)
+        p = make_problem(moved, p.topology, precisions=precs, microbatches=M, schedule=p.schedule)
     if recipe:
         plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
     if plan.schedule == "interleaved":
@@ -249,19 +275,19 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     busy = float(np.mean(sim.device_busy_s[used]))
     it = sim.iteration_s
     flops = (p.graph.fwd_flops + (p.graph.bwd_flops if p.training else 0.0)
-             - math.fsum(map(flash_recompute_flops, p.graph.ops))) * M   # model FLOPs: no recomputation
+             - math.fsum(map(flash_recompute_flops, p.graph.ops)) - padding) * M   # model FLOPs: no recomputation
     if breakdown:   # free links free the K/V ring too: its exposed part counts as communication, not compute
         free = simulate(make_problem(bare.graph, _no_comm(p.topology), precisions=precs, microbatches=M,
                                      schedule=p.schedule), plan)
-        if cp > 1:   # the compute without the ring's exposed part (the free run's busy time)
+        if cp > 1 or ep > 1:   # the compute without the exchanges' exposed part (the free run's busy time)
             busy = float(np.mean(free.device_busy_s[used]))
         comm = max(0.0, it - free.iteration_s)
         shares = (busy / it, comm / it, max(0.0, 1.0 - busy / it - comm / it))
     else:
         shares = (busy / it, math.nan, math.nan)
     again = recomputed(p, plan)
-    hw = flops + M * math.fsum(op.fwd_flops + flash_recompute_flops(op) if again[v] else flash_recompute_flops(op)
+    hw = flops + M * padding + M * math.fsum(op.fwd_flops + flash_recompute_flops(op) if again[v] else flash_recompute_flops(op)
                                for v, op in enumerate(p.graph.ops))
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
                   float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound,
-                  order, cp, attention, ring, cp_comm)
+                  order, cp, attention, ring, cp_comm, ep, etp, capacity_factor, a2a)

@@ -30,7 +30,7 @@ from distplan.sim.trace import write_chrome_trace
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--fsdp", "--dp-allreduce",
                 "--overlap-grad-reduce", "--order", "--cp", "--attention", "--cp-comm",
-                "--json")
+                "--ep", "--etp", "--capacity-factor", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -106,6 +106,13 @@ def _main(argv: list[str] | None) -> int:
     c.add_argument("--cp-comm", choices=("p2p", "all_gather"), default="p2p",
                    help="K/V exchange of --cp: p2p (a ring overlapped with attention, Megatron-Core's default) or "
                         "all_gather (K/V gathered before attention, not overlapped: Llama 3's)")
+    c.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel ranks of a mixture-of-experts model: each of ep data-parallel ranks "
+                        "holds E/ep routed experts, tokens dispatched and combined by all-to-alls (ep divides dp)")
+    c.add_argument("--etp", type=int, default=None,
+                   help="expert-tensor-parallel ranks: each expert split over etp of the tp ranks (default tp)")
+    c.add_argument("--capacity-factor", type=float, default=1.0,
+                   help="each expert's rows over its even share of the routed tokens (padding; default 1)")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -160,6 +167,7 @@ def _whatif(args) -> int:
             raise DistplanError("give a plan file, or --workload, --topology and --dp (with --tp, --pp ...) to "
                                 "simulate a named configuration")
         for flag, v in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp), ("--vp", args.vp), ("--cp", args.cp),
+                        ("--ep", args.ep), ("--etp", args.etp),
                         ("--microbatch-size", args.microbatch_size), ("--global-batch", args.global_batch)):
             if v is not None and v < 1:
                 raise DistplanError(f"{flag} must be >= 1, got {v}")
@@ -170,7 +178,7 @@ def _whatif(args) -> int:
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
                    args.sequence_parallel, zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
                    order=args.order, cp=args.cp, attention=args.attention,
-                   cp_comm=args.cp_comm)
+                   cp_comm=args.cp_comm, ep=args.ep, etp=args.etp, capacity_factor=args.capacity_factor)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)

@@ -14,6 +14,8 @@ The importers share these rules: docs/IMPORT.md, "Cost rules".
 """
 from __future__ import annotations
 
+import math
+
 from distplan.workloads.graph import Operator
 
 LAYERNORM_FLOPS_PER_ELEM = 8   # mean, variance, normalise, scale, shift
@@ -122,7 +124,7 @@ def projection(name: str, tokens: int, hidden: int, out_width: int, params: int,
 
 
 def experts(name: str, tokens: int, k_in: int, n_out: int, routed: int, top_k: int, shared: int,
-            training: bool) -> Operator:
+            training: bool, capacity: float = 1.0, held: int | None = None) -> Operator:
     """One matmul of a mixture-of-experts FFN: every token through ``top_k`` of ``routed``
     experts and all ``shared`` ones, each a bias-free ``(k_in x n_out)`` matrix.
 
@@ -132,24 +134,28 @@ def experts(name: str, tokens: int, k_in: int, n_out: int, routed: int, top_k: i
     (one per token and active expert). Memory traffic reads the input rows of every
     active (token, expert) pair, the weights of the experts that get a token (at most
     ``min(routed, tokens * top_k)`` routed ones: a small decode batch reads few), and
-    writes the output.
+    writes the output. Expert parallelism (``costs.expert_parallel``): ``held`` routed
+    experts on this rank (default all), each padded to ``capacity`` times its even share,
+    so ``capacity * tokens * top_k`` routed rows (rounded up) whoever's tokens they are.
     """
-    active = top_k + shared
-    weights = (routed + shared) * k_in * n_out
-    hit = min(routed, tokens * top_k) + shared
-    out = tokens * active * n_out
-    return _op(name, "matmul", 2 * tokens * active * k_in * n_out, training, weights, out,
-               tokens * active * k_in + hit * k_in * n_out + out)
+    held = routed if held is None else held
+    routed_rows = math.ceil(capacity * tokens * top_k - 1e-9)
+    rows = routed_rows + tokens * shared
+    weights = (held + shared) * k_in * n_out
+    hit = min(held, routed_rows) + shared
+    out = rows * n_out
+    return _op(name, "matmul", 2 * rows * k_in * n_out, training, weights, out,
+               rows * k_in + hit * k_in * n_out + out)
 
 
 def expert_combine(name: str, tokens: int, k_in: int, hidden: int, routed: int, top_k: int, shared: int,
-                   training: bool) -> Operator:
+                   training: bool, capacity: float = 1.0, held: int | None = None) -> Operator:
     """The experts' down projections (``k_in`` -> ``hidden``) and the gate-weighted sum of
     each token's ``top_k + shared`` outputs, one op: ``experts`` FLOPs plus
     ``2 * tokens * (top_k + shared) * hidden`` for the weighted sum; output ``tokens x hidden``."""
-    op = experts(name, tokens, k_in, hidden, routed, top_k, shared, training)
-    active = top_k + shared
-    fwd = op.fwd_flops + 2 * tokens * active * hidden
+    op = experts(name, tokens, k_in, hidden, routed, top_k, shared, training, capacity, held)
+    rows = op.out_elems // hidden
+    fwd = op.fwd_flops + 2 * rows * hidden
     out = tokens * hidden
-    touched = op.touched_elems - op.out_elems + tokens * active * hidden + out
+    touched = op.touched_elems - op.out_elems + rows * hidden + out
     return _op(name, "matmul", int(fwd), training, op.param_elems, out, int(touched))

@@ -110,22 +110,37 @@ class MoEConfig(TransformerConfig):
         return 12 * self.layers + self.moe_layers + (2 if self.post_norm else 3)
 
 
-def moe_mlp_block(g: GraphBuilder, cfg: MoEConfig, p: str, mlp_in: str, tokens: int, training: bool) -> str:
+@dataclass(frozen=True)
+class ExpertShare:
+    """One expert-parallel rank's experts (``costs.expert_parallel``): ``held`` routed
+    experts a layer, each padded to ``capacity`` times its even share of the tokens, at
+    ``weight_scale`` times the tensor-parallel split's weights (tp / etp)."""
+
+    held: int | None = None
+    capacity: float = 1.0
+    weight_scale: int = 1
+
+
+def moe_mlp_block(g: GraphBuilder, cfg: MoEConfig, p: str, mlp_in: str, tokens: int, training: bool,
+                  share: ExpertShare = ExpertShare()) -> str:
     """Layer ``p``'s router and experts (module docstring); returns ``ffn2``."""
     T, h, E, k, S, ff = tokens, cfg.hidden, cfg.experts, cfg.top_k, cfg.shared_experts, cfg.expert_width
-    active = k + S
+    held = E if share.held is None else share.held
+    f1_op = costs.experts(p + "ffn1", T, h, 2 * ff, E, k, S, training, share.capacity, held * share.weight_scale)
+    rows = f1_op.out_elems // (2 * ff)   # routed (padded) and shared rows
     router = g.add(costs.matmul(p + "router", T, h, E, False, training), (mlp_in, T * h))
-    f1 = g.add(costs.experts(p + "ffn1", T, h, 2 * ff, E, k, S, training), (mlp_in, T * h), (router, T * E))
-    act = g.add(costs.activation(p + "act", cfg.activation, T * active * ff, training), (f1, T * active * 2 * ff))
+    f1 = g.add(f1_op, (mlp_in, T * h), (router, T * E))
+    act = g.add(costs.activation(p + "act", cfg.activation, rows * ff, training), (f1, rows * 2 * ff))
     # the combine reads each token's top-k gate weights
-    return g.add(costs.expert_combine(p + "ffn2", T, ff, h, E, k, S, training),
-                 (act, T * active * ff), (router, T * k))
+    return g.add(costs.expert_combine(p + "ffn2", T, ff, h, E, k, S, training, share.capacity,
+                                      held * share.weight_scale), (act, rows * ff), (router, T * k))
 
 
 def build_moe(cfg: MoEConfig, batch_size: int, seq_len: int, mode: str, attention: str = "explicit",
-              cp: int = 1) -> Graph:
+              cp: int = 1, share: ExpertShare = ExpertShare()) -> Graph:
     """Graph of one microbatch of ``batch_size`` sequences of ``seq_len`` tokens (one
-    context-parallel rank's ``seq_len / cp``: ``build_transformer``)."""
+    context-parallel rank's ``seq_len / cp``: ``build_transformer``; one expert-parallel
+    rank's experts: ``share``)."""
     training = mode == "training"
     seq_len //= cp
     T = batch_size * seq_len
@@ -135,7 +150,7 @@ def build_moe(cfg: MoEConfig, batch_size: int, seq_len: int, mode: str, attentio
         p = f"l{i}."
         mid, mlp_in = attention_block(g, cfg, p, x, batch_size, seq_len, training, attention, cp)
         if cfg.is_moe_layer(i):
-            out = moe_mlp_block(g, cfg, p, mlp_in, T, training)
+            out = moe_mlp_block(g, cfg, p, mlp_in, T, training, share)
         else:
             out = dense_mlp_block(g, cfg, p, mlp_in, T, cfg.ffn, training)
         x = residual_end(g, cfg, p, mid, out, T, training)
