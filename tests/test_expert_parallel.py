@@ -198,3 +198,14 @@ def test_ep_refuses_bad_values_in_python():
         whatif(MODEL, "a100x16", dp=2, tp=1, pp=1, seq_len=SEQ, ep=1.5)
     with pytest.raises(DistplanError, match="--capacity-factor must be a positive finite number"):
         whatif(MODEL, "a100x16", dp=2, tp=1, pp=1, seq_len=SEQ, capacity_factor=float("inf"))
+
+
+def test_dense_leading_layers_pay_no_all_to_all():
+    """deepseek-64x21x4x16 keeps its first layer dense (floor(3 x 21 / 61) = 1): its FFN
+    is whole on every rank and only the 20 MoE layers pay the all-to-alls."""
+    w = whatif("deepseek-64x21x4x16", ring("r2", 2, EXACT, BW, 0.0), dp=2, tp=1, pp=1, global_batch=2,
+               seq_len=SEQ, ep=2, breakdown=False)
+    g = w.problem.graph
+    assert "l0.router" not in {op.name for op in g.ops} and g.op("l0.ffn1").times == ()
+    assert all(len(g.op(f"l{i}.{n}").times) == 1 for i in range(1, 21) for n in ("ffn1", "ffn2"))
+    assert g.op("l1.ffn1").param_elems == 9 * H * 2 * FF
