@@ -1,11 +1,13 @@
-"""Fidelity against published measurements: large GPT training runs on A100 clusters,
-simulated through the what-if path (``api.configs.whatif``) and compared with the
-figure their paper reports.
+"""Fidelity against published measurements: large GPT training runs on A100 clusters and
+Llama 3 fp8 runs on H100 clusters, simulated through the what-if path
+(``api.configs.whatif``) and compared with the figure their source reports.
 
 Every row is a published configuration with its citation (``Row``); nothing is fitted
 per row (device figures are the presets', ``topologies.kinds``). Compared: ``iteration_s``
-(seconds per optimizer step, Korthikanti et al. 2022) and ``paper_tflops`` (per-GPU
-TFLOP/s as Narayanan et al. 2021 count them, their Eq. 3, over the simulated iteration).
+(seconds per optimizer step, Korthikanti et al. 2022), ``paper_tflops`` (per-GPU
+TFLOP/s as Narayanan et al. 2021 count them, their Eq. 3, over the simulated iteration)
+and ``tokens_per_gpu_s`` (global batch x sequence / GPUs / simulated iteration: NVIDIA's
+Megatron-Bridge DGX-H100 tables, whose model TFLOP/s is the same figure times a constant).
 ``stored`` is the simulated figure this module last produced; ``tests/test_fidelity.py``
 keeps it from drifting. ``--markdown PATH`` writes the table between the ``BEGIN`` /
 ``END`` markers of PATH and names the rows whose ``stored`` moved. Run
@@ -32,6 +34,10 @@ NARAYANAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Traini
 NARAYANAN_URL = "https://arxiv.org/abs/2104.04473"
 KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (MLSys23)"
 KORTHIKANTI_URL = "https://arxiv.org/abs/2205.05198"
+#: both containers' tables are on the archive page (the latest page moves with each release)
+NEMO = "NVIDIA NeMo Framework 25.11, Megatron-Bridge performance summary, DGX-H100 pre-training"
+NEMO_2602 = "NVIDIA NeMo Framework 26.02, Megatron-Bridge performance summary, DGX-H100 pre-training"
+NEMO_URL = "https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary-archive.html"
 #: both papers: sequence 2048, vocabulary 51,200 (the zoo's GPT-3 graphs use 50,257)
 SEQ_LEN = 2048
 PAPER_VOCAB = 51200
@@ -72,14 +78,29 @@ class Row:
     #: model chunks per pipeline stage (Megatron's interleaved 1F1B when > 1): set only
     #: where the row's paper states the published run used it
     vp: int = 1
+    #: the zoo model by name (None: the GPT-3-shaped decoder of hidden x layers x heads)
+    model: str | None = None
+    precision: str = "bf16"
+    #: context-parallel ranks per replica (the sequence split over them; GPUs = tp pp cp dp)
+    cp: int = 1
+    #: ZeRO level over the dp x cp replicas (1: Megatron's distributed optimizer, 3: FSDP)
+    zero: int = 0
+    #: the attention core (None: the what-if's default, explicit unless cp > 1)
+    attention: str | None = None
+    #: the checker's memory bound refuses the run before it is simulated; False only where
+    #: the published run fits and the note says by how much the bound is over (the
+    #: simulated peak is reported and checked against the GPU either way)
+    check_memory: bool = True
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
 
     @property
     def workload(self) -> str:
-        """The zoo's GPT-3-shaped decoder of this size (workloads/zoo/catalog.py)."""
+        """The zoo's decoder (workloads/zoo/catalog.py): ``model``, else the GPT-3-shaped one of this size."""
+        if self.model is not None:
+            return self.model
         return "gpt3-175b" if (self.hidden, self.layers, self.heads) == (12288, 96, 96) else \
             f"gpt3-{self.hidden}x{self.layers}x{self.heads}"
 
@@ -90,9 +111,13 @@ class Row:
     def describe(self) -> str:
         sp = " +SP" if self.sequence_parallel else ""
         vp = f" vp{self.vp}" if self.vp > 1 else ""
-        return (f"h{self.hidden} L{self.layers} a{self.heads}, tp{self.tp} pp{self.pp}{vp} dp{self.dp} = "
+        cp = f" cp{self.cp}" if self.cp > 1 else ""
+        extra = "".join(f", {x}" for x in (self.precision if self.precision != "bf16" else "",
+                                           f"ZeRO-{self.zero}" if self.zero else "",
+                                           f"seq {self.seq_len}" if self.seq_len != SEQ_LEN else "") if x)
+        return (f"h{self.hidden} L{self.layers} a{self.heads}, tp{self.tp} pp{self.pp}{vp}{cp} dp{self.dp} = "
                 f"{self.gpus} GPUs, "
-                f"mb {self.microbatch} gb {self.global_batch}, recompute {self.recompute}{sp}")
+                f"mb {self.microbatch} gb {self.global_batch}, recompute {self.recompute}{sp}{extra}")
 
 
 def paper_flops(row: Row) -> float:
@@ -108,6 +133,14 @@ _K = dict(source=KORTHIKANTI, url=KORTHIKANTI_URL, dp=1, metric="iteration_s")
 _INTERLEAVED = ("published run used the interleaved 1F1B schedule (3 chunks per stage); the row keeps vp 1 (plain "
                 "1F1B) until that is checked against the paper's text (--vp 3 runs the interleaved sensitivity)")
 _MB = "microbatch size not published for Table 1; 1 assumed (as Table 2's PTD-P rows)"
+
+_NEMO_NOTE = ("Megatron-Bridge performance recipe (scripts/performance/configs/llama): the table gives tp/pp/cp/vp, "
+              "mb, gb, FSDP and the precision; no activation recomputation in the H100 preset (none assumed); "
+              "sequence parallelism with tp > 1 and the distributed optimizer (ZeRO-1) are the Megatron-Bridge "
+              "recipes' defaults (assumed); fused (flash) attention; the run overlaps tensor-parallel "
+              "communication with GEMMs (userbuffers), which the simulator does not")
+_OVER_BOUND = ("; memory check off: the checker's bound for interleaved 1F1B lies above the H100's 80 GB while the "
+               "published run trains (the simulated peak, reported, fits)")
 
 ROWS: tuple[Row, ...] = (
     Row("K1", table="Table 5 (config Table 3), selective recompute + SP", hidden=6144, layers=48, heads=64, tp=8,
@@ -151,6 +184,32 @@ ROWS: tuple[Row, ...] = (
         global_batch=1536, published=153.0, stored=167.2476571901137, **_N),
     Row("N8", table="Table 2 (PTD-P, 174.6B, 768 GPUs)", hidden=12288, layers=96, heads=96, tp=8, pp=12, dp=8,
         global_batch=1536, published=149.0, stored=161.43059725283956, **_N),
+    # H100 rows: Megatron-Bridge's published DGX-H100 pre-training tables (fp8 current scaling;
+    # the table's tokens/s/GPU is compared, its Model TFLOP/s is the same figure times
+    # Megatron's model FLOPs per token)
+    Row("H1", source=NEMO, url=NEMO_URL, table="25.11 DGX-H100 table, LLAMA3_8B (FP8-CS, FSDP 8)", model="llama3-8b",
+        hidden=4096, layers=32, heads=32, tp=1, pp=1, dp=8, zero=3, microbatch=1, global_batch=128,
+        recompute="none", sequence_parallel=False, precision="fp8", attention="flash", seq_len=8192,
+        vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=14451.0,
+        stored=18989.912607001486, note=_NEMO_NOTE),
+    Row("H2", source=NEMO, url=NEMO_URL, table="25.11 DGX-H100 table, LLAMA3_70B (FP8-CS, GBS 128)", model="llama3-70b",
+        hidden=8192, layers=80, heads=64, tp=4, pp=8, vp=5, dp=2, zero=1, microbatch=1, global_batch=128,
+        recompute="none", sequence_parallel=True, precision="fp8", attention="flash", seq_len=8192,
+        vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=1602.0,
+        stored=1726.4747957934017, check_memory=False,
+        note=_NEMO_NOTE + _OVER_BOUND),
+    Row("H3", source=NEMO_2602, url=NEMO_URL, table="26.02 LLAMA3_70B table, DGX-H100 (FP8, GBS 256)",
+        model="llama3-70b", hidden=8192, layers=80, heads=64, tp=4, pp=8, vp=5, dp=2, zero=1, microbatch=1,
+        global_batch=256, recompute="none", sequence_parallel=True, precision="fp8", attention="flash",
+        seq_len=8192, vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=1621.0,
+        stored=1753.734389546937, check_memory=False,
+        note=_NEMO_NOTE + _OVER_BOUND),
+    Row("H4", source=NEMO, url=NEMO_URL, table="25.11 DGX-H100 table, LLAMA3.1_405B (FP8-CS, GBS 512)",
+        model="llama3-405b", hidden=16384, layers=126, heads=128, tp=8, pp=8, vp=8, cp=2, dp=8, zero=1,
+        microbatch=1, global_batch=512, recompute="none", sequence_parallel=True, precision="fp8",
+        attention="flash", seq_len=8192, vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=292.0,
+        stored=339.51161592695433,
+        check_memory=False, note=_NEMO_NOTE + _OVER_BOUND),
 )
 BY_KEY = {r.key: r for r in ROWS}
 
@@ -182,8 +241,9 @@ def _alarm(signum, frame):   # noqa: ARG001 (signal handler signature)
 
 def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) -> Outcome:
     """Simulate ``row`` through ``whatif`` with its memory check on (the published run
-    fits, by the checker's bound) and compare it with the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread only).
-    ``vp`` overrides the row's own chunks per stage (a sensitivity run, not the table)."""
+    fits, by the checker's bound; off only where ``Row.check_memory`` says so) and compare
+    it with the published figure. ``cap_s`` bounds the wall time (SIGALRM; main thread
+    only). ``vp`` overrides the row's own chunks per stage (a sensitivity run, not the table)."""
     t0 = time.perf_counter()
     use_alarm = bool(cap_s) and hasattr(signal, "setitimer")
     if use_alarm:
@@ -191,9 +251,10 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
         signal.setitimer(signal.ITIMER_REAL, cap_s)
     try:
         w = whatif(row.workload, row.topology, dp=row.dp, tp=row.tp, pp=row.pp, microbatch_size=row.microbatch,
-                   global_batch=row.global_batch, precision="bf16", seq_len=row.seq_len, recompute=row.recompute,
-                   sequence_parallel=row.sequence_parallel, check_memory=True, breakdown=False,
-                   vp=row.vp if vp is None else vp)
+                   global_batch=row.global_batch, precision=row.precision, seq_len=row.seq_len,
+                   recompute=row.recompute, sequence_parallel=row.sequence_parallel,
+                   check_memory=row.check_memory, breakdown=False, vp=row.vp if vp is None else vp, cp=row.cp,
+                   zero=row.zero, attention=row.attention)
     except RowTimeout:
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
                        skipped=f"over the {cap_s:.0f} s wall-time cap")
@@ -204,7 +265,9 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
     it = w.iteration_s
-    sim = it if row.metric == "iteration_s" else paper_flops(row) / (row.gpus * it) / 1e12
+    sim = it if row.metric == "iteration_s" else \
+        row.global_batch * row.seq_len / (row.gpus * it) if row.metric == "tokens_per_gpu_s" else \
+        paper_flops(row) / (row.gpus * it) / 1e12
     cap = float(w.problem.device_mem_bytes.min())
     return Outcome(row.key, row.published, sim, sim / row.published - 1, time.perf_counter() - t0, it,
                    w.peak_memory_bytes / 2**30, w.bound_memory_bytes / 2**30, w.peak_memory_bytes <= cap)
@@ -218,12 +281,14 @@ def summary(outcomes: list[Outcome]) -> tuple[float, float]:
     return math.fsum(errs) / len(errs), max(errs)
 
 
-UNITS = {"iteration_s": "s/iter", "paper_tflops": "TFLOP/s/GPU"}
+UNITS = {"iteration_s": "s/iter", "paper_tflops": "TFLOP/s/GPU", "tokens_per_gpu_s": "tokens/s/GPU"}
 
 
 def _fmt(x: float | None, metric: str) -> str:
     if x is None:
         return "-"
+    if metric == "tokens_per_gpu_s":
+        return f"{x:,.0f} tok/s"
     return f"{x:.2f} s" if metric == "iteration_s" else f"{x:.1f} TF/s"
 
 
@@ -248,6 +313,14 @@ def markdown(outcomes: list[Outcome]) -> str:
     lines.append("")
     lines.append(f"Mean absolute error {mae:.1%}, worst {worst:.1%} over "
                  f"{sum(o.error is not None for o in outcomes)} rows.")
+    kinds = sorted({BY_KEY[o.key].kind for o in outcomes})
+    if len(kinds) > 1:   # one summary per device kind (the papers' A100 rows, the H100 tables' rows)
+        parts = []
+        for k in kinds:
+            group = [o for o in outcomes if BY_KEY[o.key].kind == k]
+            gm, gw = summary(group)
+            parts.append(f"{k.upper()} rows: {gm:.1%}, worst {gw:.1%} over {sum(o.error is not None for o in group)}")
+        lines.append("By device: " + "; ".join(parts) + ".")
     if outcomes and all(o.peak_memory_gib is not None and o.bound_memory_gib is not None for o in outcomes):
         peaks = [o.peak_memory_gib for o in outcomes]
         over = [o.bound_memory_gib / o.peak_memory_gib - 1 for o in outcomes]
