@@ -45,6 +45,8 @@ DEFAULT_CAP_S = 900.0
 #: marker comments around the generated block in a Markdown page (invisible when rendered)
 BEGIN = "<!-- fidelity-table:begin (generated: python -m distplan.studies.fidelity --markdown PATH) -->"
 END = "<!-- fidelity-table:end -->"
+#: the wall-time cap's alarm repeats at this interval (seconds) until the row returns
+ALARM_REPEAT_S = 0.05
 #: relative drift of a simulated figure from ``Row.stored`` that counts as moved
 DRIFT_REL = 1e-6
 
@@ -248,7 +250,9 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
     use_alarm = bool(cap_s) and hasattr(signal, "setitimer")
     if use_alarm:
         old = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, cap_s)
+        # repeating: an alarm that lands in a finalizer (a garbage-collected earlier row) is
+        # swallowed there ("Exception ignored in ..."), and a one-shot timer never fires again
+        signal.setitimer(signal.ITIMER_REAL, cap_s, max(cap_s, ALARM_REPEAT_S))
     try:
         w = whatif(row.workload, row.topology, dp=row.dp, tp=row.tp, pp=row.pp, microbatch_size=row.microbatch,
                    global_batch=row.global_batch, precision=row.precision, seq_len=row.seq_len,
@@ -256,6 +260,7 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
                    check_memory=row.check_memory, breakdown=False, vp=row.vp if vp is None else vp, cp=row.cp,
                    zero=row.zero, attention=row.attention)
     except RowTimeout:
+        signal.setitimer(signal.ITIMER_REAL, 0)   # no second alarm while the outcome is built
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
                        skipped=f"over the {cap_s:.0f} s wall-time cap")
     except DistplanError as e:
