@@ -29,6 +29,7 @@ from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.costs.sharding import gather_memory_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
+from distplan.core.schedules import interleaved_order
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
     remat: dict[tuple[int, bool, tuple[str, ...]], np.ndarray] = {}
     single = np.zeros(problem.n_devices)   # the one microbatch under way on each device (StageMemory.single)
     phases = follows_1f1b_phases(problem, plan)   # the 1F1B phase rule (one stage per device)
+    chunks: dict[tuple[int, int], dict[int, tuple[StageMemory, int]]] = {}   # interleaved: (rank, replica) -> chunks
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
         seen: set[int] = set()
@@ -171,14 +173,44 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
             one_at_a_time = plan.schedule in ("1f1b", "interleaved")
             per = (sm.peak_1f1b_bytes(n, max(1, counts[i])) if phases
                    else sm.peak_bytes(n, 1 if one_at_a_time else n))
+            if plan.schedule == "interleaved":   # stashes counted over the rank's order below
+                pp = K // plan.virtual_stages
+                chunks.setdefault((k % pp, i), {})[k // pp] = (sm, max(1, counts[i]))
+                flow = sm.flow
+                kept_in = flow.received - (sm.boundary - flow.relayed) if flow is not None else sm.stash
+                per = per - (n - 1) * sm.stash - sm.single + n * kept_in   # what arrives early, and in flight
             for d in set(st.replica_group(i)) - seen:
-                if one_at_a_time:   # a device runs one microbatch of one of its stages at a time:
+                if plan.schedule == "interleaved":
+                    mem[d] += per
+                elif one_at_a_time:   # a device runs one microbatch of one of its stages at a time:
                     mem[d] += per - sm.single + sm.stash      # every stage's stashes, and the most
                     single[d] = max(single[d], sm.single - sm.stash)   # one adds beyond its stash
                 else:
                     mem[d] += per
                 seen.add(d)
+    for (r, i), by_chunk in chunks.items():
+        st = plan.stages[r]
+        held = interleaved_held_bytes(plan.n_stages // plan.virtual_stages, plan.virtual_stages, r,
+                                      {j: sm for j, (sm, _) in by_chunk.items()}, max(m for _, m in by_chunk.values()))
+        for d in set(st.replica_group(i)):
+            mem[d] += held
     return mem + single
+
+
+def interleaved_held_bytes(pp: int, vp: int, rank: int, by_chunk: dict[int, StageMemory], microbatches: int) -> float:
+    """The most a pipeline rank's chunks keep at once over Megatron's interleaved order
+    (``core.schedules.interleaved_order``, which the device runs one task at a time): the
+    stashes of every microbatch in flight on each chunk, the running task's microbatch at
+    its own profile instead (``StageMemory.single``)."""
+    stashed = top = 0.0
+    for phase, j, _ in interleaved_order(pp, vp, rank, microbatches):
+        sm = by_chunk[j]
+        if phase == 0:
+            stashed += sm.stash
+        top = max(top, stashed - sm.stash + sm.single)
+        if phase == 1:
+            stashed -= sm.stash
+    return top
 
 
 def plan_sensitivity(problem: Problem, plan: Plan) -> float:

@@ -179,3 +179,17 @@ def test_checker_bounds_the_simulated_peak(cfg, sp, zero):
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound, peak = plan_memory_bytes(r.problem, r.plan)[used], r.sim.peak_memory_bytes[used]
     assert (peak <= bound * (1 + 1e-9)).all()
+
+
+def test_an_interleaved_rank_keeps_its_stashes_as_its_order_runs():
+    """Rank 1 of pp 2 x vp 2, 4 microbatches: chunk 0 keeps 3 B a microbatch (5 B while it
+    runs), chunk 1 keeps 2 B (6 B). Over Megatron's order F0 F0 F1 B1 F1 B1 F0 B0 F0 B0 ...
+    the most held is 12 B (two chunk-0 stashes beside a running chunk-1 microbatch, or
+    three beside a running chunk-0 one: 9 - 3 + 5 = 11); charging each chunk its own most
+    in flight (3 and 1) at once gave 3 x 3 + 1 x 2 + (6 - 2) = 15 B."""
+    from distplan.core.schedules import interleaved_inflight
+    from distplan.costs.evaluate import interleaved_held_bytes
+    from distplan.costs.memory import StageMemory
+    chunks = {0: StageMemory(3, 5, 0, 0, 0), 1: StageMemory(2, 6, 0, 0, 0)}
+    assert interleaved_inflight(2, 2, 1, 4) == (3, 1)
+    assert interleaved_held_bytes(2, 2, 1, chunks, 4) == 12
