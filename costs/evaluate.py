@@ -171,14 +171,14 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
             sm = memo[k, precs]
             n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]), plan.virtual_stages)
             one_at_a_time = plan.schedule in ("1f1b", "interleaved")
-            per = (sm.peak_1f1b_bytes(n, max(1, counts[i])) if phases
-                   else sm.peak_bytes(n, 1 if one_at_a_time else n))
             if plan.schedule == "interleaved":   # stashes counted over the rank's order below
                 pp = K // plan.virtual_stages
                 chunks.setdefault((k % pp, i), {})[k // pp] = (sm, max(1, counts[i]))
-                flow = sm.flow
-                kept_in = flow.received - (sm.boundary - flow.relayed) if flow is not None else sm.stash
-                per = per - (n - 1) * sm.stash - sm.single + n * kept_in   # what arrives early, and in flight
+                per = sm.beside_stashes_bytes(n)
+            elif phases:
+                per = sm.peak_1f1b_bytes(n, max(1, counts[i]))
+            else:
+                per = sm.peak_bytes(n, 1 if one_at_a_time else n)
             for d in set(st.replica_group(i)) - seen:
                 if plan.schedule == "interleaved":
                     mem[d] += per

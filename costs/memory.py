@@ -344,6 +344,15 @@ class StageMemory:
             return (inflight - 1) * self.stash + self.single + inflight * self.boundary + sends * self.sending
         return inflight * (self.stash + self.boundary + self.sending) + overlapping * max(self.forward, self.backward)
 
+    def beside_stashes_bytes(self, inflight: int) -> float:
+        """What ``peak_bytes(inflight, 1)`` charges beyond the stashes and the running
+        microbatch, plus the received copies it keeps, once per microbatch in flight (an
+        interleaved chunk's next inputs may arrive before its forward runs): what
+        ``costs.evaluate.interleaved_held_bytes`` adds to its order's stashes. Needs ``flow``."""
+        sends = min(inflight, 2) if self.keeps_up else inflight
+        kept_in = self.flow.received - (self.boundary - self.flow.relayed)
+        return inflight * (self.boundary + kept_in) + sends * self.sending
+
     def peak_1f1b_bytes(self, inflight: int, microbatches: int) -> float:
         """The most a stage holds under the simulator's 1F1B order (``inflight`` = min(M,
         K - k) warm-up forwards, then one backward and one forward, then the cool-down

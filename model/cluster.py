@@ -172,9 +172,10 @@ def _units(problem: Problem) -> list[list[int]]:
             top[i] = max(top[i], hi)
     out: list[list[int]] = []
     i = 0
-    while i < len(layers):
-        j = i
-        while j < len(layers) and (j == i or j <= max(top[i:j])):
+    while i < len(layers):   # layers i..reach form one unit, reach growing with each layer taken
+        j, reach = i, top[i]
+        while j <= reach:
+            reach = max(reach, top[j])
             j += 1
         out.append(sorted(v for unit in layers[i:j] for v in unit))
         i = j
