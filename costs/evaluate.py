@@ -16,20 +16,21 @@ Rules: docs/concepts/milp.md, "The period it linearises".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
 from distplan.costs.exposed import add_exposed_loads, transfers
-from distplan.costs.memory import (StageMemory, activation_factors, follows_1f1b_phases, inflight_microbatches,
+from distplan.costs.memory import (Flow, StageMemory, activation_factors, follows_1f1b_phases, inflight_microbatches,
                                    stream_activation_bytes, remat_per_op_bytes, saved_elems, training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.costs.sharding import gather_memory_bytes
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.core.schedules import interleaved_order
+from distplan.core.schedules import interleaved_early, interleaved_inflight, interleaved_order
 
 
 @dataclass(frozen=True)
@@ -170,19 +171,17 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
                 memo[k, precs] = training_stage_memory(problem, plan, k, qs, again, saved, remat[key])
             sm = memo[k, precs]
             n = inflight_microbatches(plan.schedule, k, K, max(1, counts[i]), plan.virtual_stages)
-            one_at_a_time = plan.schedule in ("1f1b", "interleaved")
-            if plan.schedule == "interleaved":   # stashes counted over the rank's order below
+            one_at_a_time = plan.schedule == "1f1b"
+            if plan.schedule == "interleaved":   # charged over the rank's order below
                 pp = K // plan.virtual_stages
                 chunks.setdefault((k % pp, i), {})[k // pp] = (sm, max(1, counts[i]))
-                per = sm.beside_stashes_bytes(n)
-            elif phases:
+                continue
+            if phases:
                 per = sm.peak_1f1b_bytes(n, max(1, counts[i]))
             else:
                 per = sm.peak_bytes(n, 1 if one_at_a_time else n)
             for d in set(st.replica_group(i)) - seen:
-                if plan.schedule == "interleaved":
-                    mem[d] += per
-                elif one_at_a_time:   # a device runs one microbatch of one of its stages at a time:
+                if one_at_a_time:   # a device runs one microbatch of one of its stages at a time:
                     mem[d] += per - sm.single + sm.stash      # every stage's stashes, and the most
                     single[d] = max(single[d], sm.single - sm.stash)   # one adds beyond its stash
                 else:
@@ -198,19 +197,60 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
 
 
 def interleaved_held_bytes(pp: int, vp: int, rank: int, by_chunk: dict[int, StageMemory], microbatches: int) -> float:
-    """The most a pipeline rank's chunks keep at once over Megatron's interleaved order
+    """The most a pipeline rank's chunks hold at once over Megatron's interleaved order
     (``core.schedules.interleaved_order``, which the device runs one task at a time): the
     stashes of every microbatch in flight on each chunk, the running task's microbatch at
-    its own profile instead (``StageMemory.single``)."""
+    its own forward or backward profile (with its own received and sent buffers), the
+    inputs and gradients that may have arrived early for tasks not yet started
+    (``core.schedules.interleaved_early``, from the neighbouring ranks' orders), and the
+    tensors still in transit from earlier tasks. A ``StageMemory`` without ``flow`` is
+    charged its ``single`` profile and nothing beside it."""
+    sms = [by_chunk[j] for j in range(vp)]
+    flows = [sm.flow for sm in sms]
+    order = interleaved_order(pp, vp, rank, microbatches)
+    whole = any(f is None for f in flows)
+    transit = np.zeros(len(order))
+    if not whole:
+        early = interleaved_early(pp, vp, rank, microbatches)
+        transit += sum(c * f.relayed for c, f in zip(interleaved_inflight(pp, vp, rank, microbatches), flows))
+        transit += in_transit_bytes(order, flows)
     stashed = top = 0.0
-    for phase, j, _ in interleaved_order(pp, vp, rank, microbatches):
-        sm = by_chunk[j]
+    for i, (phase, j, _) in enumerate(order):
+        sm = sms[j]
         if phase == 0:
             stashed += sm.stash
-        top = max(top, stashed - sm.stash + sm.single)
+        if whole:
+            own, arrived = sm.single, 0.0
+        else:
+            own = flows[j].forward_peak if phase == 0 else flows[j].backward_peak
+            arrived = sum(a * f.received + g * f.grad_in for a, g, f in zip(*early[i], flows))
+        top = max(top, stashed - sm.stash + own + arrived + transit[i])
         if phase == 1:
             stashed -= sm.stash
     return top
+
+
+def in_transit_bytes(order: Sequence[tuple[int, int, int]], flows: Sequence[Flow]) -> np.ndarray:
+    """Per task of a rank's order: the bytes of earlier tasks' sends (forward outputs,
+    gradients back) still on their links when it starts. Each link serves one direction
+    of the rank's sends in order (FIFO), a forward's send taking its chunk's ``out_s``, a
+    backward's ``back_s``; the tasks run back to back at their compute times, the
+    fastest the device can go, which no slower real run can exceed (a send waits less,
+    and more time has passed since it left)."""
+    now = 0.0
+    free = [0.0, 0.0]                 # when each link (forward, back) finishes its queue
+    queued: list[tuple[float, float]] = []   # (end of transfer, bytes)
+    out = np.zeros(len(order))
+    for i, (phase, j, _) in enumerate(order):
+        queued = [(t, b) for t, b in queued if t > now]
+        out[i] = sum(b for _, b in queued)
+        f = flows[j]
+        now += f.forward_s if phase == 0 else f.backward_s
+        link_s, nbytes = (f.out_s, f.sent) if phase == 0 else (f.back_s, f.grad_out)
+        if nbytes > 0:
+            free[phase] = max(free[phase], now) + link_s
+            queued.append((free[phase], nbytes))
+    return out
 
 
 def plan_sensitivity(problem: Problem, plan: Plan) -> float:

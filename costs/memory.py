@@ -344,15 +344,6 @@ class StageMemory:
             return (inflight - 1) * self.stash + self.single + inflight * self.boundary + sends * self.sending
         return inflight * (self.stash + self.boundary + self.sending) + overlapping * max(self.forward, self.backward)
 
-    def beside_stashes_bytes(self, inflight: int) -> float:
-        """What ``peak_bytes(inflight, 1)`` charges beyond the stashes and the running
-        microbatch, plus the received copies it keeps, once per microbatch in flight (an
-        interleaved chunk's next inputs may arrive before its forward runs): what
-        ``costs.evaluate.interleaved_held_bytes`` adds to its order's stashes. Needs ``flow``."""
-        sends = min(inflight, 2) if self.keeps_up else inflight
-        kept_in = self.flow.received - (self.boundary - self.flow.relayed)
-        return inflight * (self.boundary + kept_in) + sends * self.sending
-
     def peak_1f1b_bytes(self, inflight: int, microbatches: int) -> float:
         """The most a stage holds under the simulator's 1F1B order (``inflight`` = min(M,
         K - k) warm-up forwards, then one backward and one forward, then the cool-down
@@ -402,6 +393,10 @@ class Flow:
     backward_peak: float
     grad_first: bool
     backward_after: float = 0.0   # the backward's profile after its last gradient sent back
+    out_s: float = 0.0            # link time per microbatch of the tensors sent on
+    back_s: float = 0.0           # of the gradients sent back
+    forward_s: float = 0.0        # the stage's compute per microbatch, forward
+    backward_s: float = 0.0       # and backward
 
 
 def _share(problem, v: int, tp: int, sp: bool) -> float:
@@ -594,7 +589,7 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     first_back = min((pos[w] for u, w in edges if stage[w] == k and stage[u] < k), default=0)
     flow = Flow(received, relayed, sent_rest, grad_in, grad_out, float(max(fwd_own.max(initial=0.0), stash)),
                 float(max(bwd_own.max(initial=0.0), stash)), bool(n) and order[-1] in sends,
-                float(bwd_own[:first_back].max(initial=0.0)))
+                float(bwd_own[:first_back].max(initial=0.0)), float(out_s), float(back_s), float(f_s), float(b_s))
     return StageMemory(stash, single, fwd, bwd, boundary, sending, keeps_up, flow)
 
 

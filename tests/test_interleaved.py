@@ -170,8 +170,8 @@ def test_simulator_equals_analytic(cfg):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_CONFIGS, st.booleans(), st.booleans())
 def test_checker_bounds_the_simulated_peak(cfg, sp, zero):
-    """The checker counts each chunk's in-flight microbatches over Megatron's order
-    (costs.memory.inflight_microbatches): the simulated peak never exceeds it."""
+    """The checker walks Megatron's order (costs.evaluate.interleaved_held_bytes): the
+    simulated peak never exceeds it, and it stays within 6 % of the peak."""
     w, dp, pp, vp, tp, groups, rc, _ = cfg
     assume(dp * tp * pp <= 16 and pp * vp <= 6)
     r = whatif(w, "a100x16", dp=dp, tp=tp, pp=pp, vp=vp, global_batch=dp * pp * groups, recompute=rc,
@@ -179,6 +179,7 @@ def test_checker_bounds_the_simulated_peak(cfg, sp, zero):
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound, peak = plan_memory_bytes(r.problem, r.plan)[used], r.sim.peak_memory_bytes[used]
     assert (peak <= bound * (1 + 1e-9)).all()
+    assert (bound <= 1.06 * peak).all()   # 5.7 % at most over 891 such plans
 
 
 def test_an_interleaved_rank_keeps_its_stashes_as_its_order_runs():
@@ -193,3 +194,19 @@ def test_an_interleaved_rank_keeps_its_stashes_as_its_order_runs():
     chunks = {0: StageMemory(3, 5, 0, 0, 0), 1: StageMemory(2, 6, 0, 0, 0)}
     assert interleaved_inflight(2, 2, 1, 4) == (3, 1)
     assert interleaved_held_bytes(2, 2, 1, chunks, 4) == 12
+
+
+def test_early_arrivals_follow_the_neighbouring_ranks_orders():
+    """pp 2 x vp 2, 4 microbatches, rank 1 (orders: rank 0 F0.0 F0.1 F1.0 F1.1 F0.2 B1.0
+    F0.3 B1.1 ...; rank 1 F0.0 F0.1 F1.0 B1.0 F1.1 ...). While rank 1 runs F0.0, rank 0
+    can have run F0.0 and F0.1 (its F1.0 needs rank 1's F0.0): one early chunk-0 input.
+    While it runs F1.1, rank 0 can have run up to F0.3 (its B1.1 needs rank 1's B1.1):
+    two early chunk-0 inputs (F0.2, F0.3), and B1.0's gradient for rank 1's B0.0."""
+    from distplan.core.schedules import interleaved_early, interleaved_order
+    order = interleaved_order(2, 2, 1, 4)
+    early = interleaved_early(2, 2, 1, 4)
+    assert order[0] == (0, 0, 0) and early[0] == ((1, 0), (0, 0))
+    assert order[1] == (0, 0, 1) and early[1] == ((0, 1), (0, 0))   # rank 0's F1.0 is done
+    assert order[4] == (0, 1, 1) and early[4] == ((2, 0), (1, 0))
+    assert early[-1] == ((0, 0), (0, 0))
+    assert all(a >= 0 for e in early for part in e for a in part)

@@ -83,3 +83,60 @@ def interleaved_inflight(pp: int, vp: int, rank: int, microbatches: int) -> tupl
         else:
             live[j] -= 1
     return tuple(top)
+
+
+def _interleaved_deps(pp: int, vp: int, rank: int, task: tuple[int, int, int]) -> tuple[int, tuple[int, int, int]] | None:
+    """The task on another rank that ``task`` of ``rank`` waits for (its input or its
+    gradient), as ``(rank, task)``, or None (the first chunk's forward, the loss)."""
+    phase, j, x = task
+    if phase == 0:
+        if rank > 0:
+            return rank - 1, (0, j, x)
+        return (pp - 1, (0, j - 1, x)) if j > 0 else None
+    if rank < pp - 1:
+        return rank + 1, (1, j, x)
+    return (0, (1, j + 1, x)) if j < vp - 1 else None
+
+
+@functools.lru_cache(maxsize=256)
+def interleaved_early(pp: int, vp: int, rank: int, microbatches: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """Per task of :func:`interleaved_order` on ``rank``: per chunk j, how many inputs and
+    how many gradients may have arrived for tasks the rank has not started yet, while that
+    task runs. The other ranks run their own orders; a rank may have finished at most the
+    prefix of its order whose tasks' inputs and gradients (``_interleaved_deps``) come from
+    finished tasks (this rank's: those before the running one). Data dependencies only,
+    no timing: an upper bound on what the simulator can hold."""
+    if pp == 1:
+        n = len(interleaved_order(1, vp, 0, microbatches))
+        return ((tuple([0] * vp), tuple([0] * vp)),) * n
+    orders = [interleaved_order(pp, vp, r, microbatches) for r in range(pp)]
+    where = [{t: i for i, t in enumerate(o)} for o in orders]
+    dep = [[_interleaved_deps(pp, vp, r, t) for t in o] for r, o in enumerate(orders)]
+    done = [0] * pp                     # finished prefix of each rank's order
+    prev, nxt = (rank - 1) % pp, (rank + 1) % pp
+    got_in, got_grad = [0] * vp, [0] * vp    # arrivals per chunk of this rank
+    used_in, used_grad = [0] * vp, [0] * vp  # this rank's forwards / backwards started per chunk
+    out = []
+    for i, (phase, j, _) in enumerate(orders[rank]):
+        done[rank] = i
+        moved = True
+        while moved:   # advance every other rank as far as its dependencies allow
+            moved = False
+            for s in range(pp):
+                if s == rank:
+                    continue
+                while done[s] < len(orders[s]):
+                    d = dep[s][done[s]]
+                    if d is not None and where[d[0]][d[1]] >= done[d[0]]:
+                        break
+                    ph, js, _ = orders[s][done[s]]
+                    if s == prev and ph == 0 and (rank > 0 or js + 1 < vp):
+                        got_in[js if rank > 0 else js + 1] += 1
+                    if s == nxt and ph == 1 and (rank < pp - 1 or js > 0):
+                        got_grad[js if rank < pp - 1 else js - 1] += 1
+                    done[s] += 1
+                    moved = True
+        (used_in if phase == 0 else used_grad)[j] += 1
+        out.append((tuple(max(0, g - u) for g, u in zip(got_in, used_in)),
+                    tuple(max(0, g - u) for g, u in zip(got_grad, used_grad))))
+    return tuple(out)
