@@ -7,7 +7,7 @@ Markers in the Markdown (HTML comments, invisible on the rendered page):
   the reader's own files), ``<!-- snippet: slow -->`` runs it with ``-m slow``;
 - ``<!-- expect: A | B -->`` right after a block: its output contains A and B;
 - ``<!-- check: COMMAND | A | B -->`` (``check-slow:`` for a slow one): COMMAND runs with
-  bash in a scratch folder that has ``solve.py``, ``examples/`` and ``topologies/``, and its
+  bash in a scratch folder that has ``solve.py``, ``examples/``, ``topologies/`` and ``bench/``, and its
   output contains A and B. Put it just above the ```bash block that shows the command.
 
 docs/concepts/fidelity.md's generated block (``studies.fidelity.BEGIN`` / ``END``) must start
@@ -108,7 +108,7 @@ def _env() -> dict[str, str]:
 
 
 def _scratch(tmp_path: Path) -> Path:
-    for name in ("solve.py", "examples", "topologies"):
+    for name in ("solve.py", "examples", "topologies", "bench"):
         (tmp_path / name).symlink_to(ROOT / name)
     return tmp_path
 
@@ -178,3 +178,23 @@ def test_fidelity_table_is_the_generated_one():
     assert block == table or block.startswith(table + "\n"), \
         "docs/concepts/fidelity.md's table differs from studies.fidelity.markdown of the stored figures: run " \
         "`python -m distplan.studies.fidelity --markdown docs/concepts/fidelity.md`"
+
+
+def test_bench_readme_cluster_plan_table_is_the_stored_run():
+    """bench/README.md's cluster-space table states what bench/results/cluster_plan_bench.json holds."""
+    import json
+
+    rows = json.loads((ROOT / "bench" / "results" / "cluster_plan_bench.json").read_text())["rows"]
+    text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+
+    def fmt(x: float) -> str:
+        return f"{x:,.0f}" if x >= 500 else f"{x:.1f}"
+
+    for r in rows:
+        name, m, topo = r["case"].split()
+        cells = [fmt(r[k]) for k in ("cluster", "bound_step_rate", "pipeline_milp", "grid", "random", "hand")]
+        line = next((ln for ln in text.splitlines() if ln.startswith(f"| {name}, {m[1:]}, {topo} |")), None)
+        assert line is not None, f"bench/README.md has no row for {r['case']}"
+        got = [c.strip().strip("*").split(" (")[0] for c in line.strip("|").split("|")[1:7]]
+        assert got == cells, f"{r['case']}: bench/README.md says {got}, the results file {cells}"
+        assert f"{r['cluster_wall_s']:.1f} s" in line or f"{r['cluster_wall_s']:.0f} s" in line, line
