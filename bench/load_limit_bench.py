@@ -3,14 +3,10 @@ each run as ``python solve.py ... --time-limit S``, wall time of the whole proce
 against ``S x 1.1 + 5 s`` (the acceptance bound), and what came back (a plan, or one
 ``error:`` line and exit 2 naming the size and the limit).
 
-Cases (the graph files are generated into ``--dir``):
-  chain100k   100,000 ops in a chain, --time-limit 20
-  star100k    one op feeding 99,999 others, --time-limit 20
-  dense20k    20,000 ops and 200,000 tensors (random forward edges), --time-limit 20
-  chain2k-c0  2,000 ops in a chain, --coarsen 0, --time-limit 10
-  pareto1m    bert-base, --pareto 1000000, --time-limit 5
-
-Not a test: no assertion on time (the 2-core machine is shared).
+Cases (graph files generated into ``--dir``): chain100k (100,000 ops in a chain),
+star100k (one op feeding 99,999), dense20k (20,000 ops, 200,000 random forward
+tensors), all at --time-limit 20; chain2k-c0 (2,000 ops, --coarsen 0, --time-limit 10);
+pareto1m (bert-base, --pareto 1000000, --time-limit 5). Not a test: no assertion on time.
 
     python bench/load_limit_bench.py [--cases chain100k,...] [--dir /tmp/distplan-load]
                                      [--json bench/results/load_limit_bench.json]

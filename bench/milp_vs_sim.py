@@ -1,28 +1,18 @@
-"""Issue 21's acceptance check: the planner's own figure for each plan it returns (the MILP
-period in the pipeline space, the analytic iteration in the cluster space) against the
-realistic simulation of that plan (link latency, one transfer per link at a time, the
-stream's flow control, the 1F1B window).
+"""Issue 21's acceptance check: the planner's own figure for each plan it returns against
+the realistic simulation of that plan (link latency, FIFO links, the stream's flow
+control, the 1F1B window): the MILP period vs ``SimResult.period_s`` for pipeline plans,
+the analytic iteration (``predicted['model_iteration_s']``) vs ``SimResult.iteration_s``
+for cluster plans. Target: median |gap| <= 2 %, worst <= 5 % (gap = sim / model - 1).
+
+Cases: the top plans (``--top-k``, 3) of every zoo model on mcm4x4 and dgx-a100, both
+modes, and ``transformers`` families (random weights, nothing downloaded) through both
+ONNX exporters (``legacy``, ``dynamo``), inference on both topologies. Rows where the
+realistic run pays something the model leaves out carry a note.
 
     python bench/milp_vs_sim.py                     # every zoo model and every import family
     python bench/milp_vs_sim.py --quick             # a few of each (a few minutes)
     python bench/milp_vs_sim.py --zoo-only | --imports-only
     python bench/milp_vs_sim.py --families bert,gpt2 --exporters legacy
-
-Cases: the top plans (``--top-k``, 3) of every zoo model on mcm4x4 and dgx-a100, inference
-and training (a model that fits no plan gets a row saying why), and ``transformers``
-models of several families (random weights from their configs, nothing downloaded)
-exported by ``torch.onnx.export`` with their usual inputs, attention masks included,
-through both exporters (``legacy``: ``dynamo=False``, TorchScript; ``dynamo``: the
-default) and imported with ``import_onnx``, inference on both topologies. Rows: the
-plan's model figure, the simulated figure and the relative gap (sim / model - 1:
-positive when the simulation is slower). Target (issue 21): median |gap| <= 2 %, worst
-<= 5 %. Rows where the realistic run pays something the model leaves out carry a note.
-
-Compared figures: pipeline plans (chiplets; inference on GPUs): the MILP's steady-state
-period (``RankedPlan.milp_period_s``) vs the realistic ``SimResult.period_s``; cluster
-plans (training on GPUs): the analytic iteration (``plan.predicted['model_iteration_s']``)
-vs ``SimResult.iteration_s`` (the cluster space has no MILP period; its ranking figure
-is the iteration).
 """
 from __future__ import annotations
 

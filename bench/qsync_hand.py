@@ -2,17 +2,13 @@
 
 One stage, 8 data-parallel replicas (tp 1): 4 V100 at fp16, 4 T4 with the matrix
 products (kinds matmul, attn_score, attn_context, head) at int8 and the rest at fp16;
-each replica's share of the 16 microbatches following its speed (its forward + backward
-seconds per microbatch at its precisions, casts included,
-``costs.iteration.replica_microbatch_s``; the integer shares where the slowest replica
-finishes first, ``core.plan.balanced_shares``); gradients
-reduced while the backward runs (``overlap_grad_reduce``), by a ring or hierarchically.
-Prints, for bert-base and bert-large training (batch 8 per microbatch, 16 microbatches,
-128 samples per step), the simulated samples/s of every variant (per optimizer step:
-128 / the simulated iteration, what a run pays and what the baselines are scored by),
-the analytic prediction (``costs.iteration.estimate_iteration``) beside it, the
-steady-state rate (batch / simulated period, which leaves the gradient reduction out),
-and the references of issue 15 (grid baseline, the fleet's ideal).
+each replica's share of the 16 microbatches balanced on its seconds per microbatch
+(``costs.iteration.replica_microbatch_s``, ``core.plan.balanced_shares``); gradients
+reduced while the backward runs, by a ring or hierarchically. Prints, for bert-base and
+bert-large training (batch 8, 16 microbatches, 128 samples per step), every variant's
+simulated samples/s per optimizer step, the analytic prediction
+(``costs.iteration.estimate_iteration``) beside it, the steady-state rate (batch /
+simulated period, without the gradient reduction), and issue 15's references.
 
     python bench/qsync_hand.py [bert-base bert-large]
 """

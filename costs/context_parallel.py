@@ -1,21 +1,16 @@
 """Context parallelism (Megatron-Core's ``--context-parallel-size``; ring attention, Liu
 et al. 2023): each of a group of ``cp`` ranks holds ``seq_len / cp`` tokens of every
 sequence (the graph of one rank: ``workloads.zoo.attention``) and the group's ranks are
-data-parallel replicas in the plan (gradients reduced and the optimizer sharded over
-dp x cp, as Megatron does); the cp ranks of a group are consecutive replicas.
+consecutive data-parallel replicas in the plan (gradients reduced and the optimizer
+sharded over dp x cp, as Megatron does).
 
-What the transform leaves out is the K/V ring: in each layer's forward ``cp - 1`` steps,
-each passing a K/V chunk (``2 b s/cp kv_dim/tp`` elements per tensor-parallel rank) to
-the next rank of the group while the attention of the chunk at hand runs; the backward
-passes K/V again with dK/dV (twice the bytes a step). With equal chunks a step computes
-``c = C / cp`` of the core's C seconds and the last arrives after ``cp - 1`` transfers of
-``x`` (``costs.collectives.ring_step_s``, the slowest group), so the core takes
-``C + (cp - 1) max(0, x - c)``. ``all_gather`` (Megatron-Core's ``--cp-comm-type
-all_gather``; Llama 3's method, section 3.3.2): K/V all-gathered before the core and
-again in its backward, dK/dV reduce-scattered after it, none of it overlapped. The
-exposed part is added to the core's op times as measured times (``Operator.times``),
-which the analytic model, the checker and the simulator all read: it occupies the
-device, not the links.
+The K/V exchange the transform leaves out is timed here: the overlapped ring (``cp - 1``
+steps a layer forward, twice the bytes backward, the core taking
+``C + (cp - 1) max(0, x - C / cp)``) or ``all_gather`` (Llama 3's method: nothing
+overlapped). The exposed part is added to the core's op times as measured times
+(``Operator.times``), which the analytic model, the checker and the simulator all read:
+it occupies the device, not the links. The rule in full: docs/guides/whatif-and-simulator.md,
+"Context parallelism and flash attention".
 """
 from __future__ import annotations
 

@@ -416,24 +416,19 @@ def _estimate_lanes(problem: Problem, plan: Plan, per, F, B, c, period) -> Itera
 
 
 class _JointNet:
-    """The simulator's run of a 1F1B training plan, a stage's work per microbatch at a
-    time, as tasks and transfers for the replay kernel (``costs.replay``, the
-    simulator's own engine): every device (rank 0 of each replica) runs its replicas' forward and backward
-    blocks in the simulator's order (``Plan.window_offsets``: round, then pattern,
-    forwards first); inside a block the ops run back to back, each op (or the cast of
-    an input) waiting for the tensors it receives from other stages; every tensor that
-    crosses a stage boundary, microbatch by microbatch, is a transfer over its whole
-    route (relays included: store and forward, no device involved), and every gradient
-    reduction's ring steps are transfers too, released when the replica's gradients
-    are ready (after the op's backward of its last microbatch when overlapped, else
-    after the device's last task), all on FIFO links served in order of arrival
-    (``costs.collectives.Transfers``). So transfers of different microbatches, replicas
-    and reductions queue behind one another on a shared link as in the simulator.
+    """The simulator's run of a 1F1B training plan, as tasks and transfers for the replay
+    kernel (``costs.replay``, the simulator's own engine).
 
-    A block is a list of segments (gates, seconds, sends, marks), each one kernel task:
-    it starts when the device is free and its gate tensors have arrived, runs its
-    seconds, then releases its send tensors and reduction anchors. Blocks are built once per stage,
-    replica and precisions of the incoming tensors' producers."""
+    Every device (rank 0 of each replica) runs its replicas' forward and backward blocks in
+    the simulator's order (``Plan.window_offsets``); inside a block the ops run back to
+    back, each waiting for the tensors it receives. Every stage-boundary tensor of every
+    microbatch is a transfer over its whole route (relays: store and forward), and every
+    gradient reduction's ring steps are transfers released when the replica's gradients are
+    ready, all on FIFO links in order of arrival (``costs.collectives.Transfers``), so they
+    queue behind one another as in the simulator. A block is a list of segments (gates,
+    seconds, sends, marks), each one kernel task; blocks are built once per stage, replica
+    and precisions of the incoming tensors' producers.
+    """
 
     def __init__(self, problem: Problem, plan: Plan):
         self.pb, self.plan = problem, plan

@@ -3,17 +3,12 @@
 Run from the repository root:  python -m pytest examples/test_my_planner.py
 
 "My planner" here is deliberately naive: it splits the operators, in topological order,
-evenly over the devices of one device path and runs every operator at the lowest
-precision its device allows. It ignores memory, so it also says whether its plan fits
-(by the usual memory estimate). The tests hold it to three promises:
-
-* a plan it says fits is feasible (checked independently of the planner);
-* no such plan is faster than the proven optimum of the instance, and its cost-model
-  period is what the simulator measures;
-* a plan it says does not fit is rejected by the checker too.
-
-A planner that cheated (claimed a plan fits when it overflows memory, or produced a
-plan below a proven optimum) would fail here.
+evenly over the devices of one device path at the lowest precision each device allows,
+and says whether its plan fits (by the usual memory estimate). The tests hold it to
+three promises: a plan it says fits is feasible (checked independently); no such plan is
+faster than the instance's proven optimum, and its cost-model period is what the
+simulator measures; a plan it says does not fit is rejected by the checker too. A
+planner that cheated would fail here (docs/guides/testing.md).
 """
 from __future__ import annotations
 

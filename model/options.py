@@ -23,62 +23,69 @@ DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 
 @dataclass(frozen=True)
 class SolveOptions:
-    """Solver settings.
+    """Solver settings: what to optimise, how long, and which plan space.
 
-    ``objective``: "throughput" minimises the pipeline period, "latency" one
-    microbatch's end-to-end latency (costs.evaluate.plan_latency_s), "sensitivity"
-    (training on a mixed fleet, the fleet space) the summed sensitivity among the plans
-    whose iteration meets ``iteration_target``: seconds, or a share over the fastest plan
-    found ("5%"; default "0%": as fast as the fastest, no kind straggling).
-    ``sensitivity_budget`` caps the summed numerical sensitivity; ``sensitivity_weight``
-    adds weight x sensitivity (seconds per unit) to the objective.
-    ``n_stages``: pipeline positions (default: every device). ``path``: force one device
-    path family by name (model.paths; replicated layouts are named "<family>/<r>x<K>"),
-    default: try them all and keep the best. ``replicas``: force the replication factor r
-    (lanes, model.lanes); default: every divisor of the device count for inference
-    streams under the throughput objective, 1 otherwise.
-    ``progress``: called with one human-readable line per event of a long solve.
-    ``coarsen_ops`` (read by ``distplan.solve``, not by ``model.solve``): solve on the
-    graph coarsened to this many operators and expand the plans back; None: 150 when
-    the graph has more than 300 operators, 0: never.
-    ``extra_constraints``: user constraints, ``f(m, problem, spec)`` (PyPSA's
-    ``extra_functionality``), called on every Pyomo model built, after distplan's own
-    families (model.build.add_extra_constraints): ``m`` the model (variables m.y, m.prec,
-    m.z, m.T, ...), ``spec`` its model.build.ModelSpec (path, lanes, objective). It may
-    only restrict (add constraints, variables, tighter bounds or fixings). The heuristic,
-    DP and budget phases ignore it: their bounds remain valid lower bounds (a restriction
-    cannot lower the optimum) but weaker, so the bound reported is in effect the MILP's
-    own, and their plans are used only where they satisfy the MILP (model.admission).
-    ``space``: which plan space to search (``SPACES``).
-    ``microbatch_sizes`` (cluster space, training): samples per microbatch to search at
-    the problem's global batch (microbatches x batch size), besides the problem's own;
-    None: ``DEFAULT_MICROBATCH_SIZES``; (): the problem's alone.
-    ``virtual_stages`` (cluster space, training): also search Megatron's interleaved 1F1B
-    with these virtual stages per pipeline rank (each >= 2; where pp x vp divides the
-    layers and pp the microbatches a replica runs). Off by default: an interleaved
-    plan's analytic iteration replays its order (0.8-1.7 s against 0.03 s for 1F1B on
-    gpt3-13b, a100x64), so a time-limited search visits far fewer points.
+    Every field is checked in ``__post_init__`` (one DistplanError naming it); each
+    field's meaning is in its own docstring below. The plan spaces are described in
+    docs/concepts/plan-space.md, the MILP in docs/concepts/milp.md.
     """
 
     objective: str = "throughput"
+    """"throughput" minimises the pipeline period, "latency" one microbatch's end-to-end
+    latency (costs.evaluate.plan_latency_s), "sensitivity" (training on a mixed fleet, the
+    fleet space) the summed sensitivity among the plans whose iteration meets
+    ``iteration_target``."""
     sensitivity_budget: float | None = None
+    """Caps the summed numerical sensitivity; None: no budget."""
     sensitivity_weight: float = 0.0
+    """Adds weight x sensitivity (seconds per unit) to the objective."""
     iteration_target: float | str | None = None
+    """Seconds, or a share over the fastest plan found ("5%"; default "0%": as fast as the
+    fastest, no kind straggling); read by the "sensitivity" objective."""
     top_k: int = 5
+    """Plans to return."""
     time_limit_s: float = 60.0   # the whole solve, every phase (model.planner)
+    """The whole solve, every phase, on one clock."""
     rel_gap: float = 0.01
+    """The relative gap target: a solve within it counts as optimal."""
     threads: int = 2
+    """HiGHS threads."""
     seed: int = 0
+    """HiGHS's random seed."""
     n_stages: int | None = None
+    """Pipeline positions (default: every device)."""
     path: str | None = None
+    """Force one device path family by name (model.paths; replicated layouts are named
+    "<family>/<r>x<K>"); default: try them all and keep the best."""
     replicas: int | None = None
+    """Force the replication factor r (lanes, model.lanes); default: every divisor of the
+    device count for inference streams under the throughput objective, 1 otherwise."""
     verbose: bool = False
+    """Show HiGHS's own log."""
     progress: Callable[[str], None] | None = field(default=None, compare=False)
+    """Called with one human-readable line per event of a long solve."""
     coarsen_ops: int | None = None
+    """Read by ``distplan.solve``, not by ``model.solve``: solve on the graph coarsened to
+    this many operators and expand the plans back; None: 150 when the graph has more than
+    300 operators, 0: never."""
     extra_constraints: Callable[..., None] | None = field(default=None, compare=False)
+    """User constraints ``f(m, problem, spec)`` (PyPSA's ``extra_functionality``), called
+    on every Pyomo model built after distplan's own families
+    (model.build.add_extra_constraints): ``m`` the model (m.y, m.prec, m.z, m.T, ...),
+    ``spec`` its model.build.ModelSpec. It may only restrict. The heuristic, DP and budget
+    phases ignore it, so the bound reported is in effect the MILP's own, and their plans
+    are used only where they satisfy the MILP (model.admission)."""
     space: str = "auto"
+    """Which plan space to search (``SPACES``)."""
     microbatch_sizes: tuple[int, ...] | None = None
+    """Cluster space, training: samples per microbatch to search at the problem's global
+    batch, besides the problem's own; None: ``DEFAULT_MICROBATCH_SIZES``; (): the
+    problem's alone."""
     virtual_stages: tuple[int, ...] = ()
+    """Cluster space, training: also search Megatron's interleaved 1F1B with these virtual
+    stages per pipeline rank (each >= 2; where pp x vp divides the layers and pp the
+    microbatches a replica runs). Off by default: an interleaved plan's analytic iteration
+    replays its order, so a time-limited search visits far fewer points."""
 
     def __post_init__(self) -> None:
         """Every field checked by core.validate (one DistplanError naming the field);
@@ -157,45 +164,52 @@ def _iteration_target(value: float | str | None) -> float | str | None:
 
 @dataclass
 class SolveResult:
-    """Outcome of :func:`model.solve`.
+    """Outcome of :func:`model.solve`: the ranked plans, the proven bound and the status.
 
-    ``objective_s`` is the MILP objective of the best plan (period or latency, plus
-    weight x sensitivity when weighted), ``bound_s`` HiGHS's proven lower bound on it,
-    ``gap`` = (objective - bound) / objective. ``plans`` best first, each with
-    ``predicted['milp_period_s']`` (and ``milp_latency_s``, ``sensitivity``).
-    ``replicas``/``lanes``/``path_name``: the winning layout (``path`` = its lane 0).
-    ``bound_s`` is valid over every lane layout of every replication factor explored:
-    the least of their proven bounds (with ``extra_constraints``: for the constrained
-    plans too); ``explored`` has one row per layout (model.planner.Explored as a dict:
-    replicas, layout, heuristic_s, bound_s, status, solved, objective_s).
-    ``status``: "optimal" (the gap target is proven), "time_limit" (the clock ran out
-    first; ``cut_short`` lists, one line each, what was left undone: layouts not
-    evaluated or not solved, fewer than top_k plans), "interrupted" (Ctrl-C: the best
-    plan so far with its proven bound), or HiGHS's own status.
-    ``hook_objective_s``/``hook_bound_s`` (pipeline space, with ``extra_constraints``):
-    HiGHS's own objective and dual bound for the winning layout under the user's rows,
-    beside distplan's figures, which re-score the plan by its own model without them;
-    None otherwise.
+    ``bound_s`` is valid over every lane layout of every replication factor explored (the
+    least of their proven bounds; with ``extra_constraints``: for the constrained plans
+    too). Each field's meaning is in its own docstring below.
     """
 
     status: str
+    """"optimal" (the gap target is proven), "time_limit" (the clock ran out first; see
+    ``cut_short``), "interrupted" (Ctrl-C: the best plan so far with its proven bound), or
+    HiGHS's own status."""
     objective_s: float
+    """The MILP objective of the best plan (period or latency, plus weight x sensitivity
+    when weighted)."""
     bound_s: float
+    """HiGHS's proven lower bound on ``objective_s``."""
     gap: float
+    """(objective - bound) / objective."""
     seconds: float
     build_seconds: float
     n_binaries: int
     n_constraints: int
     plans: list[Plan]
+    """Best first, each with ``predicted['milp_period_s']`` (and ``milp_latency_s``,
+    ``sensitivity``)."""
     path_name: str
+    """The winning layout's name."""
     path: tuple[int, ...] = ()
+    """The winning layout's lane 0."""
     log: list[str] = field(default_factory=list)
     replicas: int = 1
+    """The winning layout's replication factor."""
     lanes: tuple[tuple[int, ...], ...] = ()
+    """The winning layout's lanes."""
     explored: list[dict] = field(default_factory=list)
+    """One row per layout (model.planner.Explored as a dict: replicas, layout,
+    heuristic_s, bound_s, status, solved, objective_s)."""
     cut_short: list[str] = field(default_factory=list)
+    """What was left undone, one line each: layouts not evaluated or not solved, fewer
+    than top_k plans."""
     hook_objective_s: float | None = None
+    """Pipeline space with ``extra_constraints``: HiGHS's own objective for the winning
+    layout under the user's rows (distplan's figures re-score the plan by its own model
+    without them); None otherwise."""
     hook_bound_s: float | None = None
-    #: the problem the plans are for when the planner changed the microbatch size (the
-    #: cluster space; same model and global batch), else None
+    """As ``hook_objective_s``, HiGHS's dual bound."""
     problem: object | None = None
+    """The problem the plans are for when the planner changed the microbatch size (the
+    cluster space; same model and global batch), else None."""

@@ -11,32 +11,28 @@ LINK_MODELS = ("fifo", "fair", "free")
 
 @dataclass(frozen=True)
 class SimOptions:
-    """Options of :func:`sim.simulate`.
-
-    ``link_model``:
-      - ``"fifo"``: a link serves one transfer at a time, in order of arrival (ties: the
-        schedule's order). The link is busy ``bytes / bw``; the data reaches the link's far
-        end ``latency_s`` after it has been serialised (latency is pipelined, so an isolated
-        transfer takes ``latency_s + bytes / bw`` per hop, store and forward).
-      - ``"fair"``: all transfers present on a link share its bandwidth equally
-        (processor sharing); latency as above.
-      - ``"free"``: no contention; every transfer gets the full bandwidth at once.
-    ``ideal``: link latencies are zero and, with ``"fifo"``, every link serves its transfers
-    in the schedule's static cyclic order (a statically scheduled interconnect) instead of
-    arrival order, and the schedule offsets every dependency that crosses servers by one
-    round, so compute and communication overlap fully. Under ``ideal`` the steady-state
-    period of a plan with single-device stages equals ``costs.evaluate.plan_cost``'s period.
-    Launch overheads are kept (they are part of each operator's time).
-    ``trace``: keep the per-task spans for :func:`sim.trace.write_chrome_trace`.
-    ``symmetry``: simulate identical data-parallel replicas and tensor-parallel ranks once
-    when the run is provably symmetric (``sim.symmetry``; exact, same figures); False
-    simulates every copy.
-    """
+    """Options of :func:`sim.simulate`; each field's meaning is in its docstring below."""
 
     ideal: bool = False
+    """Link latencies are zero and, with ``"fifo"``, every link serves its transfers in the
+    schedule's static cyclic order (a statically scheduled interconnect) instead of arrival
+    order, and the schedule offsets every dependency that crosses servers by one round, so
+    compute and communication overlap fully. Then the steady-state period of a plan with
+    single-device stages equals ``costs.evaluate.plan_cost``'s period. Launch overheads are
+    kept (they are part of each operator's time)."""
     link_model: str = "fifo"
+    """``"fifo"``: a link serves one transfer at a time, in order of arrival (ties: the
+    schedule's order), busy ``bytes / bw``, the data at the far end ``latency_s`` after it
+    has been serialised (an isolated transfer takes ``latency_s + bytes / bw`` per hop,
+    store and forward). ``"fair"``: all transfers present on a link share its bandwidth
+    equally (processor sharing); latency as above. ``"free"``: no contention; every
+    transfer gets the full bandwidth at once."""
     trace: bool = False
+    """Keep the per-task spans for :func:`sim.trace.write_chrome_trace`."""
     symmetry: bool = True
+    """Simulate identical data-parallel replicas and tensor-parallel ranks once when the
+    run is provably symmetric (``sim.symmetry``; exact, same figures); False simulates
+    every copy."""
 
     def __post_init__(self) -> None:
         """Every field checked by core.validate: bools are bools (``ideal="no"`` is an error)."""

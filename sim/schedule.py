@@ -167,32 +167,13 @@ def stream_backpressure(prog: Program, plan: Plan) -> list[tuple[int, int, int, 
 def stream_flow_control(prog: Program, plan: Plan) -> list[tuple[int, int, int, int]]:
     """Stream, realistic runs: bounded receive queues (credit-based flow control).
 
-    Without it a producer faster than its consumer sends microbatch after microbatch and
-    the consumer's queue of received tensors grows with the run. Here every hop of
-    tensor e (to the consumer's device, or to a stage that relays it further) is
-    flow-controlled on its own, as a pipeline runtime bounds each stage's receive
-    queue: the hop's first link for microbatch m + depth waits until the node that
-    frees the copy of microbatch m at the hop's far end has finished (at the consumer
-    the consumer op, or the cast before it; at a relay the next hop's first link); depth
-    counts microbatches on the same consumer replica. depth 1: each stage device holds
-    at most one copy of each tensor it receives or relays, the one microbatch of them
-    ``costs.memory.stream_activation_bytes`` charges; the transfer of the next
-    microbatch then overlaps the stage's other ops, not the consumer op, so a cycle of
-    one microbatch holds the hop's links (each link's whole load per microbatch and its
-    latency: the tensor may queue behind others) and the freeing node. When that cycle
-    is longer than the busiest server's work per microbatch (the period every steady
-    state has, and the plan's when nothing else binds), depth 1 would slow the plan
-    down, and the hop gets depth 2 (double buffering: the next input arrives while the
-    consumer runs), one copy of e beyond the charge. A copy whose next microbatch relays
-    through other devices (stages of different replica counts) keeps one credit loop from
-    the consumer back to the producer's first link.
-
-    Built only where it cannot deadlock: no tensor-parallel stage and every device runs
-    its tasks in microbatch order (all of its node types in one round, as when it hosts
-    one stage of one replica's pattern): every wait then goes to the same or a later
-    microbatch, and within one microbatch the order is a topological one. Ideal runs
-    (the MILP's model, unbounded queues) do not use it. Returns gates as
-    ``stream_backpressure``."""
+    Every hop of a received or relayed tensor waits, for microbatch m + depth, until the
+    node that frees microbatch m's copy at its far end has finished: depth 1 (the one
+    copy ``costs.memory.stream_activation_bytes`` charges), or 2 where depth 1 would slow
+    the plan below its busiest server. Built only where it cannot deadlock (no
+    tensor-parallel stage, every device in microbatch order); ideal runs do not use it.
+    The rule and why: docs/concepts/simulator.md, "Stream flow control". Returns gates
+    as ``stream_backpressure``."""
     if any(st.tensor_parallel > 1 for st in plan.stages) or not prog.inputs:
         return []
     rounds: dict[int, int] = {}

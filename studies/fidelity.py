@@ -4,13 +4,11 @@ Llama 3 fp8 runs on H100 clusters, simulated through the what-if path
 
 Every row is a published configuration with its citation (``Row``); nothing is fitted
 per row (device figures are the presets', ``topologies.kinds``). Compared: ``iteration_s``
-(seconds per optimizer step, Korthikanti et al. 2022), ``paper_tflops`` (per-GPU
-TFLOP/s as Narayanan et al. 2021 count them, their Eq. 3, over the simulated iteration)
-and ``tokens_per_gpu_s`` (global batch x sequence / GPUs / simulated iteration: NVIDIA's
-Megatron-Bridge DGX-H100 tables, whose model TFLOP/s is the same figure times a constant).
-``stored`` is the simulated figure this module last produced; ``tests/test_fidelity.py``
-keeps it from drifting. ``--markdown PATH`` writes the table between the ``BEGIN`` /
-``END`` markers of PATH and names the rows whose ``stored`` moved. Run
+(Korthikanti et al. 2022), ``paper_tflops`` (Narayanan et al. 2021, Eq. 3) and
+``tokens_per_gpu_s`` (NVIDIA's Megatron-Bridge DGX-H100 tables). ``stored`` is the
+simulated figure this module last produced; ``tests/test_fidelity.py`` keeps it from
+drifting. ``--markdown PATH`` writes the table between the ``BEGIN`` / ``END`` markers of
+PATH and names the rows whose ``stored`` moved. Run
 ``python -m distplan.studies.fidelity [--rows K1,K2] [--json] [--markdown [PATH]] [--cap-s S]``.
 
 The table and how to regenerate it: docs/concepts/fidelity.md.

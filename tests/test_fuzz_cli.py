@@ -1,43 +1,17 @@
-"""Fuzz suite for the command lines (issue 13, "Make it stay fixed").
+"""Fuzz suite for the command lines (issue 13): ``solve.py``, ``python -m distplan.sim``
+and ``python -m distplan.studies`` on generated graph, topology and plan files and
+argument lists, valid and broken (wrong types, missing/unknown keys, nan/inf/huge
+numbers, cycles, non-UTF-8 bytes, folders where files belong).
 
-Hypothesis generates graph files, topology files (YAML and JSON), plan files (mutations
-of real plan files written by ``solve.py``), and argument lists for ``solve.py``,
-``python -m distplan.sim`` and ``python -m distplan.studies``: valid ones and broken
-ones (wrong types, missing and unknown keys, nan/inf/negative/huge numbers, cycles,
-unknown names, non-UTF-8 bytes, folders where files belong...). Every case must end in
-one of two ways:
-
-* exit 0, and every plan file it wrote passes the independent checker
-  (``costs.check.plan_violations == []``), meets the sensitivity budget on the graph the
-  user gave, and replays (``python -m distplan.sim``) with exit 0, i.e. it also fits
-  memory in the realistic simulation; or
-* exit 2 with exactly one non-empty stderr line, starting with ``error:`` (with progress
-  output on, i.e. without ``--quiet``: the ``error:`` line is the last and only one).
-  Warnings a real run would print (RuntimeWarning, UserWarning...) count as lines.
-
-Never a traceback (any exception escaping ``main()`` fails the case), never longer than
-the time limit (``--time-limit T``: wall <= T * 1.1 + 3 s; ``--compare``: every method
-gets the budget). A watchdog fails a case that runs far beyond that instead of letting
-CI hang.
-
-Cases run ``main()`` in-process (stdout/stderr captured) for speed; a few run as
-subprocesses, where stderr must hold the one line and nothing else.
-
-The default run does a quick pass (about 80 cases, ~20 s); ``-m slow`` runs the same
-targets with about 6,000 cases (~3-4 min on 2 cores) and prints, at the end, the cases per
-target and how many ended 0 vs 2::
-
-    python -m pytest -q -p no:cacheprovider -o addopts="" -m slow tests/test_fuzz_cli.py -s
-
-Hypothesis runs derandomized (fixed seed, no example database), so CI sees the same
-cases every run; a failure is reported unshrunk, with the mutations that made the case
-(``DISTPLAN_FUZZ_SHRINK=1`` shrinks). ``DISTPLAN_FUZZ_SEED=N`` explores other cases,
-``DISTPLAN_FUZZ_LOG=cases.jsonl`` records every case (target, argv, exit, last stderr
-line), ``DISTPLAN_FUZZ_COUNTS=counts.json`` keeps the counts.
-
-Known bugs in files this suite does not own are pinned, as strict xfails, in
-``tests/test_fuzz_regressions.py`` (``test_known_*``); the generators here leave those
-cases out, each with a comment naming its pin.
+Every case ends either in exit 0 with every plan file it wrote passing the checker,
+the sensitivity budget and a replay, or in exit 2 with exactly one stderr line starting
+``error:`` (the last and only one with progress on); never a traceback, never past the
+time limit (wall <= T x 1.1 + 3 s; a watchdog fails a hung case). The default run does
+about 80 cases; ``-m slow`` about 6,000 and prints the counts per target. Derandomized
+(fixed seed): ``DISTPLAN_FUZZ_SEED=N`` explores others, ``DISTPLAN_FUZZ_SHRINK=1``
+shrinks, ``DISTPLAN_FUZZ_LOG=cases.jsonl`` / ``DISTPLAN_FUZZ_COUNTS=counts.json`` record.
+Known bugs in files this suite does not own are strict xfails in
+tests/test_fuzz_regressions.py, left out here with a comment naming the pin.
 """
 from __future__ import annotations
 

@@ -1,28 +1,16 @@
-"""Reliability fuzz, round two (issue 26): bad API arguments (problem, the option types,
-the what-if, the report's methods, whole calls such as compare/load_plan/save_plan/pareto
-given junk), flags that do not apply (by combination and by the plan space the run
-resolves to), malformed graph / topology / plan files (figures of 1e30 and more, unknown
-kinds and names must be refused), and output paths that collide with inputs or with
-each other.
+"""Reliability fuzz, round two (issue 26): junk API arguments, flags that do not apply
+(by combination and by the plan space the run resolves to), malformed graph / topology /
+plan files (figures of 1e30 and more, unknown kinds and names), and output paths that
+collide with inputs or each other. Every case runs in-process.
 
-Every case runs in-process (the API, ``distplan.cli.main.main`` and the replay CLI's
-``main``), so a case takes milliseconds. The oracle for every case:
-
-* API: a ``DistplanError`` (naming one of the arguments at fault, where the case knows
-  them), or a correct result; a bool, a string, nan or inf accepted where a count or a
-  number belongs is a wrong acceptance;
-* CLI: exit 2 with exactly one stderr line, starting ``error:``, and no traceback; or
-  exit 0 where the case may succeed. A flag that does not apply must be refused by name
-  ("--X does not apply"); nothing is written; no input file changes (byte for byte).
-
-Cases come from ``random.Random`` generators with fixed seeds (``SEEDS``; override with
-``DISTPLAN_RELIABILITY_SEEDS=5,6,7``), so CI sees the same cases every run. The default
-run does a quick pass (300 cases, ~2 s); ``-m slow`` runs 26,400 (~40 s on 2 cores) and prints
-the cases per family, the outcomes and the seeds::
-
-    python -m pytest -q -p no:cacheprovider -o addopts="" -m slow tests/test_fuzz_reliability.py -s
-
-A failing case is reported with its family, seed and case number and what it did.
+Oracle: the API raises a ``DistplanError`` (naming an argument at fault, where the case
+knows it) or returns a correct result (a bool, string, nan or inf accepted as a number
+is a wrong acceptance); a CLI exits 2 with one stderr line ``error:`` and no traceback
+(a flag that does not apply refused by name, nothing written, no input file changed),
+or 0 where the case may succeed. Fixed seeds (``SEEDS``, or
+``DISTPLAN_RELIABILITY_SEEDS=5,6,7``): 300 cases by default, 26,400 with ``-m slow``,
+which prints the cases per family, the outcomes and the seeds; a failure names its
+family, seed and case number.
 """
 from __future__ import annotations
 

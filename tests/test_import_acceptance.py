@@ -1,20 +1,15 @@
 """Issue 12's acceptance: real ``transformers`` models (configs, random weights, nothing
-downloaded) imported two ways -- ``torch.onnx.export`` with its default settings, and
-``distplan.from_module`` -- plan as fast as the zoo model of the same architecture and
-shape: simulated throughput of the best plan at least 0.95x the zoo's, at 512 tokens,
-inference and training (the zoo built with ``get_workload(name, mode=...)``, the import
-with ``mode=...``; neither flipped afterwards).
+downloaded) imported by ``torch.onnx.export`` (default settings) and by
+``distplan.from_module`` plan at least 0.95x as fast as the zoo model of the same
+architecture and shape (simulated best plan, 512 tokens, inference and training, neither
+side's mode flipped afterwards).
 
-The slow tests keep the ratio for BERT-base and GPT-2 on dgx-a100 (inference and
-training) and on mcm4x4 (inference; training fits no model there, the zoo's included). A vision model (ViT,
-``transformers.ViTModel``) and a recurrent one (an LSTM language model) have no zoo
-counterpart: they are exported and imported both ways (parameters exact, FLOPs within 1 %
-of the analytic count, no unknown operator) and ``python solve.py --workload model.onnx``
-(and ``distplan.solve`` on the from_module graph) must plan them on mcm4x4 and dgx-a100,
-inference and training: small configs in the default run, ViT-base and Zaremba's large
-PTB LSTM in the slow one. Run as a script, ``python tests/test_import_acceptance.py
-[--quick] [MODEL ...]``, it prints the acceptance table of docs/IMPORT.md (every model or
-those named, both import paths, mcm4x4 and dgx-a100, both modes).
+The slow tests keep that ratio for BERT-base and GPT-2 on dgx-a100 (both modes) and on
+mcm4x4 (inference; training fits no model there). ViT and an LSTM language model, with
+no zoo counterpart, must import exactly (parameters exact, FLOPs within 1 %, no unknown
+operator) and plan on mcm4x4 and dgx-a100 in both modes (small configs by default, ViT-base
+and the large PTB LSTM when slow). As a script, ``python tests/test_import_acceptance.py
+[--quick] [MODEL ...]`` prints docs/IMPORT.md's acceptance table.
 """
 from __future__ import annotations
 

@@ -1,34 +1,18 @@
-"""Model families nobody here wrote, through both importers: ``transformers`` models built
-from small configs with random weights (nothing downloaded), exported by
-``torch.onnx.export(model, (), path, kwargs=inputs)`` with its default settings (the dynamo
-exporter) and imported with ``import_onnx``, and traced by ``distplan.from_module``.
-
-For each family and path:
-
-- parameters equal ``sum(p.numel() for p in model.parameters())`` exactly, or differ by
-  exactly what the exporter removed from the file (``Family.onnx_missing``: ResNet's batch
-  norms folded into its convolutions);
-- the matrix-product FLOPs (operators of kind matmul, head, conv, attn_score,
-  attn_context, before fusion) are at least what ``torch.utils.flop_counter`` counts
-  running the model with eager attention, and at most that plus the epilogues distplan
-  costs with a product by convention (one add per output element of a product with a
-  bias, or of a convolution an exporter folded a batch norm into; the softmax, 5 FLOPs per
-  score, of a fused ``scaled_dot_product_attention``). The ONNX imports land within 0.6 %
-  of the reference, ``from_module`` within 1.3 % (Swin 3.9 %: at head size 8 and width
-  16 its epilogues are that large), every difference being such an epilogue;
-- no operator of unknown type (no ``UnknownOperatorWarning``, no import warning);
-- ``distplan.solve`` finds a plan on dgx-a100.
+"""Model families nobody here wrote, through both importers (``transformers`` models from
+small configs with random weights, exported by the dynamo ``torch.onnx.export`` and
+imported with ``import_onnx``, and traced by ``distplan.from_module``). For each family
+and path: parameters equal the module's exactly (or differ by exactly what the exporter
+removed, ``Family.onnx_missing``); matrix-product FLOPs lie between
+``torch.utils.flop_counter``'s count and that count plus the epilogues distplan costs
+with a product by convention (ONNX within 0.6 %, ``from_module`` within 1.3 %, Swin
+3.9 %); no unknown operator; ``distplan.solve`` finds a plan on dgx-a100.
 
 Then focused tests of the import rules those families needed (hand-built ONNX graphs):
-rotary cos / sin tables and ALiBi slopes the exporter folded are not parameters, batch
-norm statistics are not parameters, position-bias lookups folded into constants count as
-the table entries they hold and window masks not at all, and torch's record of what each
-initializer was (parameter, buffer, constant) is read.
-
-The default run keeps the families that exercise those rules (Llama, ALBERT, Swin,
-ResNet, and Mixtral's grouped experts through ``from_module``) at 2 layers and hidden 64
-or less; the other families, and Swin-tiny and ResNet-50 at their published sizes, are
-``slow``.
+folded rotary tables, ALiBi slopes and batch-norm statistics are not parameters,
+folded position-bias lookups count as the entries they hold, window masks not at all,
+and torch's record of what each initializer was is read. The default run keeps Llama,
+ALBERT, Swin, ResNet and Mixtral (``from_module``) at 2 layers, hidden <= 64; the other
+families and Swin-tiny and ResNet-50 at full size are ``slow``.
 """
 from __future__ import annotations
 

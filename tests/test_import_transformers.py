@@ -1,35 +1,17 @@
-"""Real models in (issue 12): `transformers` models built from their configs with random
-weights (nothing is downloaded), exported by ``torch.onnx.export`` with its default
-settings, import exactly: parameters equal ``sum(p.numel() for p in model.parameters())``,
-forward FLOPs within 1 % of an analytic count made from the torch module alone, no
-traceback, and ``distplan.problem(path, "mcm4x4")`` builds.
+"""Real models in (issue 12): ``transformers`` models from their configs with random weights
+(nothing downloaded), exported by ``torch.onnx.export`` with default settings, import
+exactly: parameters equal ``sum(p.numel() for p in model.parameters())``, forward FLOPs
+within 1 % of an analytic count from the torch module, no traceback, and
+``distplan.problem(path, "mcm4x4")`` builds.
 
-Two exporters, both with their default settings:
-- ``dynamo``: ``torch.onnx.export(model, (), path, kwargs=inputs)``, the default of
-  PyTorch 2.13 (it needs ``onnxscript``; its own optimiser folds constants);
-- ``torchscript``: ``torch.onnx.export(..., dynamo=False)``, the legacy exporter, whose
-  graphs carry the shape arithmetic of issue 12 (``Expand(x, Where(Equal(shape, -1),
-  ConstantOfShape(...), shape))``) and a tied head's ``Transpose(wte)`` folded into an
-  initializer of its own. transformers 5 decorates ``forward`` in a way the legacy tracer
-  cannot call (it passes every argument by position, and the decorator then fills
-  ``use_cache`` a second time), so the model is wrapped in a module that calls it by
-  keyword; the export settings stay the defaults.
-
-Weights: ``trained`` (every parameter drawn at random, as in a trained model: no two are
-equal) is what the parameter check is exact on for both exporters. ``fresh`` (the
-model's own initialisation) has every bias zero and every norm scale one, and both
-exporters merge equal-valued initializers into one (the legacy one read by each user
-through an ``Identity``); the importer counts such a constant-filled initializer once per
-reading operator, so the count is exact again for the legacy exporter. The dynamo
-exporter's optimiser also drops a ``Gemm``'s all-zero bias (BERT's pooler), so on fresh
-weights its count is short by exactly those zero biases: checked as such.
-
-Besides the four transformers, a vision model (``transformers.ViTModel``: a patch
-convolution and a class token ahead of the encoder) and a recurrent one
-(``LSTMLanguageModel``, built here: ``transformers`` has no LSTM) go through the same
-checks; the legacy exporter needs the wrapper to pass a plain tensor output through.
-
-The default run uses small configs (2 layers, hidden 128); the real sizes are ``slow``.
+Both exporters: ``dynamo`` (the default) and ``torchscript`` (``dynamo=False``, the legacy
+one with issue 12's shape arithmetic and a tied head's folded ``Transpose(wte)``; the
+model is wrapped to be called by keyword, which transformers 5 needs). ``trained``
+weights (all distinct) are exact for both; ``fresh`` weights (zero biases, unit norm
+scales) are merged by the exporters and counted once per reader, and the dynamo
+optimiser drops a ``Gemm``'s all-zero bias, checked as exactly that shortfall. ViT and
+an LSTM language model go through the same checks. Small configs (2 layers, hidden 128)
+by default; real sizes are ``slow``.
 """
 from __future__ import annotations
 

@@ -47,25 +47,10 @@ TP_ROLES = ("column", "row", "sharded", "replicated", "vocab_embedding", "vocab_
 
 @dataclass(frozen=True)
 class Operator:
-    """One operator, per microbatch.
+    """One operator, per microbatch: its work, parameters and tensors.
 
-    ``touched_elems`` counts elements read plus written by the forward pass (inputs,
-    weights, outputs); multiplied by the precision's bytes it gives memory traffic.
-    ``send_elems``: elements of ``out_elems`` that other operators read; None derives it
-    from the out-tensors (costs.memory.send_elems). A fused operator sets it to what its
-    members send out of it, so its inner tensors are not held for later stages.
-    ``tied_to``/``tied_elems``: parameters this operator reads that operator ``tied_to``
-    owns (a tied LM head reads the embedding table); counted in the owner's
-    ``param_elems`` only, and held again on this operator's devices when the two sit on
-    different stages.
-    ``tp_role``: how the op splits over a tensor-parallel group (``TP_ROLES``; None:
-    the generic rule).
-    ``fwd_s``/``bwd_s``: measured seconds per microbatch of the forward/backward on every
-    device kind and precision (None: the roofline of costs.compute); ``times``: measured
-    seconds per device kind, as ``(kind, precision, fwd_s, bwd_s)`` rows (precision ""
-    for every precision, a None time for "not measured"), from a ``distplan-profile``
-    (workloads/profile.py). A row for the kind and precision wins over the kind's ""
-    row, which wins over ``fwd_s``/``bwd_s``, which win over the roofline.
+    Each field's meaning is in its docstring below; the graph JSON that holds them is in
+    docs/guides/own-model.md.
     """
 
     name: str
@@ -75,13 +60,31 @@ class Operator:
     param_elems: int = 0
     out_elems: int = 0
     touched_elems: float = 0.0
+    """Elements read plus written by the forward pass (inputs, weights, outputs); times
+    the precision's bytes it gives memory traffic."""
     send_elems: float | None = None
+    """Elements of ``out_elems`` that other operators read; None derives it from the
+    out-tensors (costs.memory.send_elems). A fused operator sets it to what its members
+    send out of it, so its inner tensors are not held for later stages."""
     tied_to: str | None = None
+    """The operator that owns parameters this one reads (a tied LM head reads the embedding
+    table); counted in the owner's ``param_elems`` only, and held again on this
+    operator's devices when the two sit on different stages."""
     tied_elems: int = 0
+    """How many of ``tied_to``'s parameters this operator reads."""
     tp_role: str | None = None
+    """How the op splits over a tensor-parallel group (``TP_ROLES``; None: the generic
+    rule)."""
     fwd_s: float | None = None
+    """Measured seconds per microbatch of the forward on every device kind and precision
+    (None: the roofline of costs.compute)."""
     bwd_s: float | None = None
+    """As ``fwd_s``, for the backward."""
     times: tuple[tuple[str, str, float | None, float | None], ...] = ()
+    """Measured seconds per device kind, as ``(kind, precision, fwd_s, bwd_s)`` rows
+    (precision "" for every precision, a None time for "not measured"), from a
+    ``distplan-profile`` (workloads/profile.py). A row for the kind and precision wins over
+    the kind's "" row, which wins over ``fwd_s``/``bwd_s``, which win over the roofline."""
 
     def measured_s(self, kind: str, prec: str, phase: str) -> float | None:
         """The measured seconds of ``phase`` ('fwd' or 'bwd') on device kind ``kind`` at

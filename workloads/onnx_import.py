@@ -313,25 +313,18 @@ _MASKED = 50.0
 
 
 def _score_constants(ins: list[str], st: _State) -> None:
-    """A floating-point initializer of rank >= 2 that is added to attention scores, as it
-    is or through folded constants, and that no operator read before, is something the
-    exporter computed from constants (the sequence length and image size are fixed) and
-    folded; read by its values (the parameter rules are exact on trained weights):
+    """Initializers added to attention scores that the exporter computed from constants.
 
-    - a mask: its values other than the masked ones (not finite or of magnitude >= 50:
-      Swin's -100, -1e4, ``finfo.min``) are whole numbers (0 where attended; Swin's
-      shifted-window mask is a difference of region ids): not a parameter. GPT-2's causal
-      mask, BERT's padding mask;
-    - constant-filled (a fresh model's zero bias): not a parameter;
-    - a learned position bias looked up for every pair of positions (T5's bucket table,
-      Swin's relative position table) and folded with its lookup, which repeats each
-      table entry: its distinct values are the table entries it holds, and that is its
-      parameter count (Swin-tiny's ``[2401, heads]`` lookups of ``[169, heads]`` tables),
-      the masked positions left out (a shifted Swin block's bias and mask folded into one
-      ``[windows, heads, 49, 49]`` constant).
-      A table the exporter kept, looked up by a ``Gather`` the importer folds, holds no
-      repeats and stays a parameter as it is. Table rows no position pair reads are not
-      in the file and cannot be counted (T5 at 64 tokens reads 27 of its 32 buckets)."""
+    A floating-point initializer of rank >= 2 added to attention scores (as it is or
+    through folded constants) that no operator read before is read by its values: a mask
+    (its unmasked values whole numbers: GPT-2's causal mask, BERT's padding mask, Swin's
+    shifted-window mask) or a constant-filled one (a fresh zero bias) is not a parameter; a
+    learned position bias folded with its lookup (T5's bucket table, Swin's relative
+    position table) counts its distinct values, the table entries it holds, masked
+    positions left out. A table the exporter kept, looked up by a ``Gather`` the importer
+    folds, stays a parameter as it is. Table rows no position pair reads are not in the file
+    and cannot be counted. The import rules: docs/IMPORT.md.
+    """
     import numpy as np  # noqa: PLC0415
     from onnx import numpy_helper  # noqa: PLC0415
 

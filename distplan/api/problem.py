@@ -23,28 +23,16 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
             profile: "str | Path | dict | Profile | None" = None, comm: str = "overlapped") -> Problem:
     """Build the Problem both the planner and the simulator read.
 
-    ``workload``: a zoo name (``bert-base``), a graph ``.json``, an ``.onnx`` file (needs
-    the ``onnx`` extra; ``input_shapes`` fixes symbolic input dimensions), or a Graph.
-    ``topology``: a preset name (``mcm4x4``), a ``.yaml``/``.json`` file, or a Topology
-    (a file as a str or a ``pathlib.Path``).
-    ``mode``: "inference" or "training" (default: a Graph's own mode; inference for a
-    name or file). ``precisions``: the formats the planner may choose from
-    (``"fp16,int8"`` or a list); None: ``default_precisions`` (inference fp16 and int8;
-    training mixed precision, bf16 and fp16, never int8/fp8 unless asked for).
-    ``low_bit_ops``: which operators may compute at int8/fp8: "matmul" (the default: matrix
-    products only, as int8 inference engines run them; norms, softmax, activations and
-    residual adds stay in 16 bits) or "all".
-    ``profile``: measured per-op times (a ``distplan-profile`` file's path, its document
-    as a dict, or a Profile; workloads/profile.py): each entry replaces the roofline time
-    of that op on that device kind (and precision, where given); the rest keep the
-    roofline. An op it names that the graph lacks, or a profile naming none of the
-    topology's kinds, is an error.
-    ``comm``: "overlapped" (the default: transfers load links only, overlapped with
-    compute) or "exposed" (each transfer also adds its time to the sending and the
-    receiving device's load, once per source op and receiving stage, sent directly;
-    costs.exposed).
-
-    Every argument is checked first (core.validate; :func:`check_problem_arguments`).
+    ``workload``: a zoo name, a graph ``.json``, an ``.onnx`` file (``input_shapes`` fixes
+    symbolic dimensions) or a Graph; ``topology``: a preset name, a ``.yaml``/``.json``
+    file (str or Path) or a Topology. ``mode``: "inference" or "training" (default: a
+    Graph's own; inference for a name or file). ``precisions``: the formats to choose from
+    (None: ``default_precisions``). ``low_bit_ops``: "matmul" (int8/fp8 on matrix products
+    only) or "all". ``profile``: measured per-op times replacing the roofline
+    (workloads/profile.py). ``comm``: "overlapped" (transfers load links only) or
+    "exposed" (also the sending and receiving devices; costs.exposed). Every argument is
+    checked first (:func:`check_problem_arguments`). Details and examples:
+    docs/reference/api.md, docs/guides/own-model.md.
     """
     # a pathlib.Path names a file as a str does (it was refused: 'got PosixPath')
     workload = os.fspath(workload) if isinstance(workload, os.PathLike) else workload

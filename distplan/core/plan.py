@@ -186,20 +186,11 @@ class Stage:
 class Plan:
     """op index (topological) -> stage and precision; stage -> devices; schedule.
 
-    ``device_order`` (schedule 'explicit' only): device index -> sequence of
-    (microbatch, op index, phase 'F'/'B') the device executes in that order.
-    ``dp_allreduce`` (``DP_ALLREDUCE``): the data-parallel gradient reduction, a ring
-    over the replicas or hierarchical (reduce-scatter inside each node, all-reduce
-    across nodes, all-gather inside); ``overlap_grad_reduce``: each operator's gradients
-    are reduced as soon as its last backward is done, overlapping the rest of the
-    backward (Megatron's bucketed overlap, one bucket per operator), instead of after
-    the stage's last task.
     Schedule ``interleaved`` (Megatron's virtual pipeline stages, ``core.schedules``):
     ``stages`` are the ``pp x vp`` model chunks in model order, chunk c on the devices of
     chunk ``c mod pp`` (``pipeline_ranks`` pp, ``virtual_stages`` vp); a plan file
-    states it by its schedule name and its chunks' devices, nothing else.
-    ``predicted`` carries the planner's own figures (e.g. ``milp_period_s``); it is a
-    read-only mapping (a Plan is frozen): :meth:`with_predicted` returns a new Plan.
+    states it by its schedule name and its chunks' devices, nothing else. Other fields:
+    their docstrings below.
     """
 
     op_stage: tuple[int, ...]
@@ -208,9 +199,19 @@ class Plan:
     microbatches: int
     schedule: str
     device_order: dict[int, tuple[tuple[int, int, str], ...]] | None = None
+    """Schedule 'explicit' only: device index -> sequence of (microbatch, op index, phase
+    'F'/'B') the device executes in that order."""
     predicted: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """The planner's own figures (e.g. ``milp_period_s``), a read-only mapping (a Plan is
+    frozen): :meth:`with_predicted` returns a new Plan."""
     dp_allreduce: str = "ring"
+    """The data-parallel gradient reduction (``DP_ALLREDUCE``): a ring over the replicas or
+    hierarchical (reduce-scatter inside each node, all-reduce across nodes, all-gather
+    inside)."""
     overlap_grad_reduce: bool = False
+    """Reduce each operator's gradients as soon as its last backward is done, overlapping
+    the rest of the backward (Megatron's bucketed overlap, one bucket per operator),
+    instead of after the stage's last task."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "predicted", MappingProxyType(dict(self.predicted)))
