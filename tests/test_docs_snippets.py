@@ -198,3 +198,16 @@ def test_bench_readme_cluster_plan_table_is_the_stored_run():
         got = [c.strip().strip("*").split(" (")[0] for c in line.strip("|").split("|")[1:7]]
         assert got == cells, f"{r['case']}: bench/README.md says {got}, the results file {cells}"
         assert f"{r['cluster_wall_s']:.1f} s" in line or f"{r['cluster_wall_s']:.0f} s" in line, line
+
+
+def test_hardware_calibration_figures_are_the_stored_run():
+    """docs/HARDWARE.md's H200 calibration figures are what bench/results/calibration-h200.json holds."""
+    import json
+
+    cal = json.loads((ROOT / "bench" / "results" / "calibration-h200.json").read_text())
+    text = " ".join((ROOT / "docs" / "HARDWARE.md").read_text(encoding="utf-8").split())
+    best = cal["best_fraction_of_peak"]
+    quoted = ", ".join(f"{p} {best[p]:.2f}" for p in ("fp32", "tf32", "bf16", "fp16", "fp8"))
+    assert f"Best fraction of dense peak reached: {quoted}" in text, quoted
+    assert f"only {best['int8']:.2f}" in text
+    assert f"launch overhead measured {cal['launch_overhead_s'] * 1e6:.0f} us" in text
