@@ -21,6 +21,7 @@ import numpy as np
 
 from distplan.baselines.random_search import sample_plan
 from distplan.baselines.result import BaselineResult, Tracker
+from distplan.core.clock import Clock
 from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import allowed_precisions, build_plan, compact, device_paths, neighbours, repair_precisions
 from distplan.costs.problem import Problem
@@ -144,13 +145,14 @@ def _dp_starts(problem: Problem, sensitivity_budget: float | None):
 
 def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | None = None,
            sensitivity_budget: float | None = None, max_candidates: int | None = None,
-           t_start: float = 0.1, t_end: float = 1e-3, init: str = "random") -> BaselineResult:
+           t_start: float = 0.1, t_end: float = 1e-3, init: str = "random",
+           clock: Clock | None = None) -> BaselineResult:
     """Anneal from a random feasible partition (or the DP's best plan) until the budget
     ends; return the best plan."""
     if init not in ("random", "dp"):
         raise DistplanError(f"annealing init {init!r} unknown; use 'random' or 'dp'")
     rng = np.random.default_rng(seed)
-    tr = Tracker(problem, "sa", budget_s, scorer, sensitivity_budget, max_candidates)
+    tr = Tracker(problem, "sa", budget_s, scorer, sensitivity_budget, max_candidates, clock)
     paths = device_paths(problem)
     space = _Space(problem, paths, rng)
     cur = None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.baselines.result import BaselineResult, Tracker
+from distplan.core.clock import Clock
 from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import build_plan, contiguous_stages, device_paths
 from distplan.costs.memory import activation_factors, contiguous_sent_bytes, contiguous_tied_bytes
@@ -171,10 +172,11 @@ def precision_pass(problem: Problem, op_stage: Sequence[int], op_precision: Sequ
 
 
 def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | None = None,
-           sensitivity_budget: float | None = None, max_candidates: int | None = None) -> BaselineResult:
+           sensitivity_budget: float | None = None, max_candidates: int | None = None,
+           clock: Clock | None = None) -> BaselineResult:
     """Score the DP partitions best-estimate first until the budget ends (``seed`` unused:
     the DP is deterministic)."""
-    tr = Tracker(problem, "dp", budget_s, scorer, sensitivity_budget, max_candidates)
+    tr = Tracker(problem, "dp", budget_s, scorer, sensitivity_budget, max_candidates, clock)
     for part in partitions(problem):
         if tr.expired():
             break

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from distplan.baselines.result import BaselineResult, Tracker
+from distplan.core.clock import Clock
 from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import allowed_precisions, device_paths, fastest_precision
 from distplan.costs.problem import Problem
@@ -107,9 +108,9 @@ def grid_plan(problem: Problem, dp: int, tp: int, pp: int, microbatches: int, po
 
 def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | None = None,
            sensitivity_budget: float | None = None, max_candidates: int | None = None,
-           microbatch_counts: Sequence[int] | None = None) -> BaselineResult:
+           microbatch_counts: Sequence[int] | None = None, clock: Clock | None = None) -> BaselineResult:
     """Score grid points in a seeded random order until the grid or the budget ends."""
-    tr = Tracker(problem, "grid", budget_s, scorer, sensitivity_budget, max_candidates)
+    tr = Tracker(problem, "grid", budget_s, scorer, sensitivity_budget, max_candidates, clock)
     paths = device_paths(problem)
     points = grid_points(problem, microbatch_counts)
     order = np.random.default_rng(seed).permutation(len(points))

@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 
 from distplan.baselines.result import BaselineResult, Tracker
+from distplan.core.clock import Clock
 from distplan.baselines.scoring import Scorer
 from distplan.baselines.space import allowed_precisions, build_plan, contiguous_stages, device_paths
 from distplan.costs.evaluate import plan_memory_bytes
@@ -116,10 +117,11 @@ def sample_plan(problem: Problem, rng: np.random.Generator,
 
 
 def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | None = None,
-           sensitivity_budget: float | None = None, max_candidates: int | None = None) -> BaselineResult:
+           sensitivity_budget: float | None = None, max_candidates: int | None = None,
+           clock: Clock | None = None) -> BaselineResult:
     """Sample valid partitions until the budget ends; return the best feasible one."""
     rng = np.random.default_rng(seed)
-    tr = Tracker(problem, "random", budget_s, scorer, sensitivity_budget, max_candidates)
+    tr = Tracker(problem, "random", budget_s, scorer, sensitivity_budget, max_candidates, clock)
     paths = device_paths(problem)
     while not tr.expired():
         tr.evaluate(sample_plan(problem, rng, paths))

@@ -15,13 +15,16 @@ a result).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 from distplan.costs.evaluate import plan_sensitivity
 from distplan.costs.problem import Problem
 from distplan.core.errors import DistplanError
-from distplan.core.interrupt import current_stop
+from distplan.core.clock import Clock
+from distplan.core.interrupt import Stop, current_stop
+from distplan.core.space import BoundKind, SearchResult, Status
 from distplan.core.plan import Plan
 from distplan.baselines.scoring import Scorer, default_scorer
 
@@ -40,6 +43,9 @@ class BaselineResult:
     (the deterministic budget: a seeded search then reproduces exactly), "time" (the
     wall clock: not reproducible run to run), "interrupted" (Ctrl-C) or "exhausted" (no
     new plan to try).
+
+    A view of the search's ``core.space.SearchResult`` (``search``), kept for the
+    baselines' public API (``run_baseline``, studies, compare).
     """
 
     method: str
@@ -51,6 +57,14 @@ class BaselineResult:
     implausible: int = 0
     history: tuple[tuple[float, float], ...] = field(default=(), compare=False)
     stopped_by: str = field(default="", compare=False)
+    search: SearchResult | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, r: SearchResult) -> BaselineResult:
+        """The view of a baseline's search."""
+        d = r.details
+        return cls(d["method"], r.best, d["throughput_per_s"], r.seconds, d["candidates"], d["rejected"],
+                   d["implausible"], d["history"], d["stopped_by"], r)
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -69,11 +83,15 @@ class Tracker:
     The budget holds even when one evaluation is long (simulating a large plan): the
     search also stops when half the mean evaluation time no longer fits before the
     deadline (expected overrun and underrun: half an evaluation each), and at once on a
-    Ctrl-C that asked to stop (distplan.core.interrupt).
+    Ctrl-C that asked to stop (distplan.core.interrupt). ``clock`` (core.clock): the
+    search's clock, its limit the budget (default: one of ``budget_s`` started now).
     """
 
     def __init__(self, problem: Problem, method: str, budget_s: float, scorer: Scorer | None = None,
-                 sensitivity_budget: float | None = None, max_candidates: int | None = None) -> None:
+                 sensitivity_budget: float | None = None, max_candidates: int | None = None,
+                 clock: Clock | None = None) -> None:
+        if clock is not None:
+            budget_s = clock.remaining_s() if math.isfinite(clock.limit_s) else budget_s
         if not budget_s > 0:
             raise DistplanError(f"baseline {method!r}: budget must be > 0 s, got {budget_s}")
         if max_candidates is not None and max_candidates < 1:
@@ -83,8 +101,9 @@ class Tracker:
         self.scorer = scorer or default_scorer()
         self.sensitivity_budget = sensitivity_budget
         self.max_candidates = max_candidates
-        self.t0 = time.perf_counter()
-        self.deadline = self.t0 + budget_s
+        self.clock = clock if clock is not None else Clock(budget_s, stop=current_stop() or Stop())
+        self.t0 = self.clock.t0
+        self.deadline = min(self.clock.deadline, time.perf_counter() + budget_s)
         self.budget_s = budget_s
         self.candidates = 0
         self.rejected = 0
@@ -127,7 +146,7 @@ class Tracker:
         if self.max_candidates is not None and self.candidates >= self.max_candidates:
             return True
         stop = current_stop()
-        if stop is not None and stop.requested:
+        if self.clock.stop.requested or (stop is not None and stop.requested):
             self._cut = "interrupted"
             return True
         now = time.perf_counter()
@@ -177,10 +196,26 @@ class Tracker:
         elif score > self.best:
             self.best, self.best_plan = score, plan
             self.history.append((self.elapsed_s(), score))
+            self.clock.stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps it
         self._cache[key] = score
         return score
 
+    def search_result(self) -> SearchResult:
+        """The search's outcome in the one interface: no bound, no solver report; the
+        objective is the best plan's seconds per sample batch (batch size / throughput)."""
+        stopped = self.stopped_by()
+        found = self.best_plan is not None
+        rate = self.best if found else 0.0
+        status = {"interrupted": Status.INTERRUPTED, "time": Status.TIME_LIMIT}.get(stopped, Status.SEARCHED)
+        plans = (self.best_plan,) if found else ()
+        objective = self.problem.graph.batch_size / rate if found and rate > 0 else math.inf
+        cut = (f"{self.method}: search stopped by the {'interruption' if stopped == 'interrupted' else 'time limit'}",
+               ) if stopped in ("interrupted", "time") else ()
+        details = {"method": self.method, "throughput_per_s": rate, "candidates": self.candidates,
+                   "rejected": self.rejected, "implausible": self.implausible, "history": tuple(self.history),
+                   "stopped_by": stopped}
+        return SearchResult(self.method, status if found else Status.NOT_FOUND, plans, objective, -math.inf,
+                            BoundKind.NONE, cut_short=cut, seconds=self.elapsed_s(), details=details)
+
     def result(self) -> BaselineResult:
-        return BaselineResult(self.method, self.best_plan, self.best if self.best_plan else 0.0,
-                              self.elapsed_s(), self.candidates, self.rejected, self.implausible,
-                              tuple(self.history), self.stopped_by())
+        return BaselineResult.of(self.search_result())

@@ -77,7 +77,7 @@ def plan_rows(case: str, workload: Any, topology: str, mode: str, time_limit_s: 
     rows = []
     for x in r.plans:
         pred = dict(x.plan.predicted or {})
-        cluster = not math.isfinite(x.milp_period_s) and "model_iteration_s" in pred
+        cluster = not math.isfinite(x.milp_period_s) and r.solver.analytic   # the space's figure: its iteration
         if x.sim is None:
             rows.append(Row(case, topo_name, mode, x.rank, "-", math.nan, math.nan, "not simulated (time limit)"))
         elif cluster:

@@ -11,7 +11,7 @@ Points are visited in increasing lower bound (``LB0`` plus the unhideable reduct
 memory-feasible split evaluated, large ones the min-max split by bisection. Guarantee:
 the reported bound (seconds per iteration) holds over the whole declared space under the
 analytic model, and is the optimum when every visited point was solved exactly. The
-clock (``SearchClock``) stops between points, splits and options; ``cut_short`` says
+clock (``core.clock.Clock``) stops between points, splits and options; ``cut_short`` says
 what was skipped. Space, search and clock: docs/guides/gpu-training.md.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
+from distplan.core.clock import Clock
 from distplan.core.gap import gap
 from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan, Stage
@@ -445,13 +446,12 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) 
 
 
 @dataclass
-class SearchClock:
-    """The search's deadline (perf_counter seconds; ``stop``: Ctrl-C) and the estimates it
-    did not allow: options of a visited split whose forecast (``estimate_s``) exceeded
-    the time left, or that ran into the deadline."""
+class Skips:
+    """The estimates the search's clock (``core.clock.Clock``) did not allow: options of a
+    visited split whose forecast (``estimate_s``) exceeded the time left, or that ran
+    into the deadline."""
 
-    deadline: float = math.inf
-    stop: object = None
+    clock: Clock
     skipped: int = 0                 # options not estimated
     points: set = field(default_factory=set)
     worst_s: float = 0.0             # the largest forecast among them
@@ -459,8 +459,7 @@ class SearchClock:
 
     def left(self) -> float:
         """Seconds to the deadline (0 once a stop was requested)."""
-        stopped = self.stop is not None and self.stop.requested
-        return 0.0 if stopped else self.deadline - time.perf_counter()
+        return self.clock.remaining_s()
 
     def skip(self, pt: ClusterPoint, need_s: float, left_s: float) -> None:
         self.skipped += 1
@@ -484,7 +483,7 @@ def estimate_s(problem: Problem, plan: Plan) -> float:
 
 
 def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int] | None,
-              bound_s: float, clock: SearchClock | None = None, must: bool = False) -> list[ClusterPlan]:
+              bound_s: float, clock: Skips | None = None, must: bool = False) -> list[ClusterPlan]:
     """The plan of ``split`` (None: the interleaved point's equal chunks, ``_interleaved``)
     under each gradient-reduction option, with its analytic
     iteration: a flat ring or (when replicas share nodes) hierarchical, overlapped or not
@@ -508,8 +507,8 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
             clock.skip(pt, need[i], clock.left())
             continue
         try:
-            with _dropping(clock.stop if timed else None):   # the first option of a search with no plan runs
-                t = (estimate_iteration(problem, plan, deadline_s=clock.deadline if timed else math.inf).iteration_s
+            with _dropping(clock.clock.stop if timed else None):   # the first option of a search with no plan runs
+                t = (estimate_iteration(problem, plan, deadline_s=clock.clock.deadline if timed else math.inf).iteration_s
                      if problem.training else estimate_latency(problem, plan))
         except (TimeUp, _Dropped):
             clock.skip(pt, need[i], 0.0)
@@ -585,18 +584,22 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
 
 def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
-                 stop=None, microbatch_sizes=(), virtual_stages=()) -> ClusterResult:
+                 stop=None, microbatch_sizes=(), virtual_stages=(), clock: Clock | None = None) -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
-    docstring); ``deadline`` (perf_counter) or ``stop`` (Ctrl-C) cut the search short.
+    docstring); ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
+    (without one: ``deadline``, a perf_counter instant, else ``time_limit_s``, and ``stop``).
     ``microbatch_sizes`` (training): also search these samples per microbatch, at the
     same global batch (an outer dimension of the space, searched exactly like the rest);
     ``virtual_stages`` (training): also Megatron's interleaved 1F1B at these vp
     (``space_points``)."""
     t0 = time.perf_counter()
-    clock = SearchClock(deadline if deadline is not None else t0 + time_limit_s, stop)
+    if clock is None:
+        clock = Clock.until(deadline if deadline is not None else t0 + time_limit_s, stop)
+    stop = clock.stop
+    skips = Skips(clock)
 
     def expired() -> bool:
-        return clock.left() <= 0
+        return clock.remaining_s() <= 0
 
     say = progress or (lambda _: None)
     if problem.training:
@@ -663,11 +666,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         tot, extra = float(wk.w.sum()), space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
         solved += 1
         if pt.vp > 1:   # Megatron's equal chunks: one plan, its reduction options
-            skipped = clock.skipped
-            got = _evaluate(space.pb, space, pt, None, lb0, clock, must=not best)
-            if clock.skipped > skipped:
+            skipped = skips.skipped
+            got = _evaluate(space.pb, space, pt, None, lb0, skips, must=not best)
+            if skips.skipped > skipped:
                 bound = min(bound, lb0)
-            infeasible += not got and clock.skipped == skipped
+            infeasible += not got and skips.skipped == skipped
             best += got
             best.sort(key=lambda c: c.iteration_s)
             del best[top_k:]
@@ -690,9 +693,9 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                     bound = min(bound, lb_split)
                     partial += 1
                     break
-                skipped = clock.skipped
-                best += _evaluate(space.pb, space, pt, split, lb_split, clock, must=not best)
-                if clock.skipped > skipped:   # an option of this split not estimated: its bound stands
+                skipped = skips.skipped
+                best += _evaluate(space.pb, space, pt, split, lb_split, skips, must=not best)
+                if skips.skipped > skipped:   # an option of this split not estimated: its bound stands
                     bound = min(bound, lb_split)
                 best.sort(key=lambda c: c.iteration_s)
                 del best[top_k:]
@@ -705,7 +708,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 continue
             pb = tot + (m - 1) * tau + extra if exact else lb0
             bound = min(bound, pb)   # the other splits of this point are not searched
-            best += _evaluate(space.pb, space, pt, split, pb, clock, must=not best)
+            best += _evaluate(space.pb, space, pt, split, pb, skips, must=not best)
         if not best:
             continue
         if stop is not None:
@@ -720,8 +723,8 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         bound = min(bound, heap[0][0])
     if partial:
         cut.append(f"{partial:,} visited cluster points with splits left unevaluated")
-    if clock.line() is not None:
-        cut.append(clock.line())
+    if skips.line() is not None:
+        cut.append(skips.line())
     if not best:
         raise DistplanError(f"no cluster plan fits {problem.topology.name!r}: every dp x tp x pp split "
                             "exceeds the device memory")
@@ -730,7 +733,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     unvisited = len(heap) if cut else 0   # left by the clock, bounded by their first bound
     pruned = len(pts) - solved - unvisited
     say(f"cluster space: {solved:,} visited ({infeasible:,} infeasible by memory), {pruned:,} pruned by bound"
-        + (f", {unvisited:,} not visited ({'interrupted' if clock.left() <= 0 and stop is not None and stop.requested else 'time'})"
+        + (f", {unvisited:,} not visited ({'interrupted' if clock.remaining_s() <= 0 and stop is not None and stop.requested else 'time'})"
            if unvisited else "") + "; "
         f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap_:.2%}")
     return ClusterResult(best, bound, gap_, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,

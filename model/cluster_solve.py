@@ -1,5 +1,6 @@
 """The cluster plan space (model.cluster) behind ``model.solve``: which space a problem
-gets (``resolve_space``) and the cluster search's outcome as a ``SolveResult``.
+gets (``space_name``; ``model.spaces.resolve_space`` turns it into the space object) and
+the cluster search's outcome as a ``core.space.SearchResult``.
 
 Status: "optimal" when the gap between the best plan's analytic iteration and the
 bound over the whole declared space is within ``rel_gap``; "searched" when every point
@@ -10,19 +11,21 @@ search (the bound then covers the points not visited by their first bound).
 """
 from __future__ import annotations
 
+from distplan.core.clock import Clock
 from distplan.core.errors import DistplanError
+from distplan.core.space import BoundKind, SearchResult, Status
 from distplan.costs.problem import Problem
 from distplan.model.cluster import plan_cluster, training_precision
-from distplan.model.options import DEFAULT_MICROBATCH_SIZES, SolveOptions, SolveResult
-from distplan.model.progress import Clock, Log
+from distplan.model.options import DEFAULT_MICROBATCH_SIZES, LAYOUT_NAMES, SolveOptions
+from distplan.model.progress import Log
 
 #: SolveResult.path_name of a cluster-space solve
-CLUSTER_SPACE = "megatron"
+CLUSTER_SPACE = LAYOUT_NAMES["cluster"]
 #: device kinds the cluster space is meant for (one kind, GPU-class nodes)
 GPU_KINDS = ("a100", "h100", "v100", "t4")
 
 
-def resolve_space(problem: Problem, options: SolveOptions) -> str:
+def space_name(problem: Problem, options: SolveOptions) -> str:
     """"pipeline", "cluster" or "fleet" for ``options.space`` ("auto": cluster for training
     with the throughput objective, or inference with the latency objective, on one kind of
     GPU; fleet for training with the throughput objective on several kinds; else pipeline)."""
@@ -67,12 +70,13 @@ def resolve_space(problem: Problem, options: SolveOptions) -> str:
     return "cluster"
 
 
-def solve_cluster(problem: Problem, options: SolveOptions, clock: Clock, say: Log) -> SolveResult:
+def search_cluster(problem: Problem, options: SolveOptions, clock: Clock) -> SearchResult:
     """Search the cluster space within the clock; plans carry their analytic iteration
-    (``predicted['milp_objective']`` and ``['model_iteration_s']``)."""
+    (``predicted['milp_objective']`` and ``['model_iteration_s']``); no solver report (no MILP)."""
+    say = Log(options.progress)
     sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
-    res = plan_cluster(problem, top_k=options.top_k, progress=say, deadline=clock.deadline,
-                       stop=clock.stop, microbatch_sizes=sizes if problem.training else (),
+    res = plan_cluster(problem, top_k=options.top_k, progress=say, clock=clock,
+                       microbatch_sizes=sizes if problem.training else (),
                        virtual_stages=options.virtual_stages if problem.training else ())
     best = res.plans[0]
     chosen = best.problem if best.problem is not None else problem
@@ -82,15 +86,14 @@ def solve_cluster(problem: Problem, options: SolveOptions, clock: Clock, say: Lo
                                    model_bound_s=c.bound_s, cluster_point=c.point.label())
              for c in same]
     if res.cut_short:
-        status = clock.why()
+        status = Status(clock.why())
     else:
-        status = "optimal" if res.gap <= options.rel_gap else "searched"
+        status = Status.OPTIMAL if res.gap <= options.rel_gap else Status.SEARCHED
     for what in res.cut_short:
         clock.cut_short.append(what)
-    explored = [{"points": res.points, "visited": res.solved, "pruned": res.pruned,
-                 "infeasible": res.infeasible, "precision": res.precision}]
-    return SolveResult(status=status, objective_s=best.iteration_s, bound_s=res.bound_s, gap=res.gap,
-                       seconds=clock.elapsed_s(), build_seconds=0.0, n_binaries=0, n_constraints=0,
-                       plans=plans, path_name=CLUSTER_SPACE, log=say.lines, replicas=best.point.dp,
-                       explored=explored, cut_short=list(clock.cut_short),
-                       problem=chosen if chosen is not problem else None)
+    explored = ({"points": res.points, "visited": res.solved, "pruned": res.pruned,
+                 "infeasible": res.infeasible, "precision": res.precision},)
+    return SearchResult("cluster", status, tuple(plans), best.iteration_s, res.bound_s, BoundKind.ANALYTIC,
+                        analytic=True, cut_short=tuple(clock.cut_short), seconds=clock.elapsed_s(),
+                        problem=chosen if chosen is not problem else None, replicas=best.point.dp,
+                        explored=explored, log=tuple(say.lines))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distplan.core.clock import Clock
 from distplan.core.gap import gap
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage, balanced_shares
@@ -291,12 +292,17 @@ def _plan(problem: Problem, point: FleetPoint, units: list[list[int]], split: li
 
 
 def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None] | None = None,
-               deadline: float | None = None, stop=None, sensitivity_budget: float | None = None) -> FleetResult:
+               deadline: float | None = None, stop=None, sensitivity_budget: float | None = None,
+               clock: Clock | None = None) -> FleetResult:
     """The best plans of the declared space (module docstring) under the analytic
-    iteration; ``deadline`` (perf_counter) or ``stop`` cut the search short."""
+    iteration; ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
+    (without one: ``deadline``, a perf_counter instant, and ``stop``)."""
     if not problem.training:
         raise DistplanError("the fleet space plans training; inference on a mixed fleet uses the pipeline space")
     t0 = time.perf_counter()
+    if clock is None:
+        clock = Clock.until(deadline if deadline is not None else math.inf, stop)
+    stop = clock.stop
     say = progress or (lambda _m: None)
     units = _units(problem)
     kinds = sorted({int(c) for c in problem.device_kind.tolist()})
@@ -340,12 +346,12 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     cut: list[str] = []
     cap = np.asarray(problem.device_mem_bytes)
     for i, (pt, qs, unit_s) in enumerate(points):
-        stopped = stop is not None and stop.requested
-        if (deadline is not None and time.perf_counter() > deadline) or stopped:
+        stopped = stop.requested
+        if clock.expired():
             cut.append(f"fleet space: {len(points) - i} of {len(points)} points not visited "
                        f"({'interrupted' if stopped else 'time'})")
             break
-        if found and stop is not None:
+        if found:
             stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps the best so far
         size = D // pt.pp
         blocks = [list(pt.order[k * size:(k + 1) * size]) for k in range(pt.pp)]

@@ -1,21 +1,24 @@
 """The mixed-fleet space (model.fleet) behind ``model.solve``: each microbatch size of
-the global batch searched in turn, the outcome as a ``SolveResult``.
+the global batch searched in turn, the outcome as a ``core.space.SearchResult``.
 
 Status: "optimal" when the best plan's analytic iteration is within ``rel_gap`` of the
 fleet's ideal (a bound on every plan); "searched" when every point was visited;
 "time_limit" / "interrupted" when the clock cut the search."""
 from __future__ import annotations
 
-from distplan.core.gap import gap
+import dataclasses
+
+from distplan.core.clock import Clock
 from distplan.core.errors import DistplanError
+from distplan.core.space import BoundKind, SearchResult, Status
 from distplan.costs.problem import Problem
 from distplan.model.cluster import batch_variants
 from distplan.model.fleet import idle_kind_error, plan_fleet
-from distplan.model.options import DEFAULT_MICROBATCH_SIZES, SolveOptions, SolveResult
-from distplan.model.progress import Clock, Log
+from distplan.model.options import DEFAULT_MICROBATCH_SIZES, LAYOUT_NAMES, SolveOptions
+from distplan.model.progress import Log
 
 #: SolveResult.path_name of a fleet-space solve
-FLEET_SPACE = "fleet"
+FLEET_SPACE = LAYOUT_NAMES["fleet"]
 
 
 def mixed_training(problem: Problem) -> bool:
@@ -59,9 +62,11 @@ def _least_sensitivity(results, options: SolveOptions, say: Log):
     return out
 
 
-def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log) -> SolveResult:
+def search_fleet(problem: Problem, options: SolveOptions, clock: Clock) -> SearchResult:
     """Search the fleet space at every microbatch size within the clock; plans carry their
-    analytic iteration (``predicted['model_iteration_s']``)."""
+    analytic iteration (``predicted['model_iteration_s']``); the bound is the fleet's
+    ideal; no solver report (no MILP)."""
+    say = Log(options.progress)
     if not problem.training:
         raise DistplanError("the fleet plan space plans training; use --space pipeline for inference")
     if options.virtual_stages:
@@ -82,7 +87,7 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
         say(f"fleet space: microbatch size {pb.graph.batch_size} x {pb.microbatches} microbatches")
         try:
             results.append((pb, plan_fleet(pb, top_k=10**9 if least_sens else options.top_k, progress=say,
-                                           deadline=clock.deadline, stop=clock.stop,
+                                           clock=clock,
                                            sensitivity_budget=options.sensitivity_budget)))
         except DistplanError as e:
             say(f"fleet space: microbatch size {pb.graph.batch_size}: {e}")
@@ -95,18 +100,19 @@ def solve_fleet(problem: Problem, options: SolveOptions, clock: Clock, say: Log)
                       if least_sens else x[1].plans[0].iteration_s)
     bound = min(r.bound_s for _, r in results)
     best = res.plans[0]
-    gap_ = gap(best.iteration_s, bound)
     plans = [f.plan.with_predicted(milp_objective=f.iteration_s, model_iteration_s=f.iteration_s,
                                    sensitivity=f.sensitivity,
                                    model_bound_s=bound, cluster_point=f.point.label(chosen))
              for f in res.plans]
     for _, r in results:
         clock.cut_short.extend(r.cut_short)
-    status = clock.why() if clock.cut_short else ("optimal" if gap_ <= options.rel_gap else "searched")
-    explored = [{"points": sum(r.points for _, r in results), "visited": sum(r.solved for _, r in results),
-                 "pruned": 0, "infeasible": sum(r.infeasible for _, r in results)}]
-    return SolveResult(status=status, objective_s=best.iteration_s, bound_s=bound, gap=gap_,
-                       seconds=clock.elapsed_s(), build_seconds=0.0, n_binaries=0, n_constraints=0,
-                       plans=plans, path_name=FLEET_SPACE, log=say.lines,
-                       replicas=best.plan.stages[0].replicas, explored=explored, cut_short=list(clock.cut_short),
-                       problem=chosen if chosen is not problem else None)
+    status = Status(clock.why()) if clock.cut_short else None
+    explored = ({"points": sum(r.points for _, r in results), "visited": sum(r.solved for _, r in results),
+                 "pruned": 0, "infeasible": sum(r.infeasible for _, r in results)},)
+    out = SearchResult("fleet", Status.SEARCHED, tuple(plans), best.iteration_s, bound, BoundKind.IDEAL,
+                       analytic=True, cut_short=tuple(clock.cut_short), seconds=clock.elapsed_s(),
+                       problem=chosen if chosen is not problem else None, replicas=best.plan.stages[0].replicas,
+                       explored=explored, log=tuple(say.lines))
+    if status is None:
+        status = Status.OPTIMAL if out.gap <= options.rel_gap else Status.SEARCHED
+    return dataclasses.replace(out, status=status)

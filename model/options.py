@@ -9,6 +9,7 @@ from distplan.core.errors import DistplanError
 from distplan.core.validate import (check_bool, check_callable, check_choice, check_float, check_int, check_ints,
                                     check_str)
 from distplan.core.plan import Plan
+from distplan.core.space import BoundKind, SearchResult
 
 OBJECTIVES = ("throughput", "latency", "sensitivity")
 #: plan spaces: "pipeline" (the MILP: stages along device paths, per-op precision,
@@ -169,6 +170,11 @@ class SolveResult:
     ``bound_s`` is valid over every lane layout of every replication factor explored (the
     least of their proven bounds; with ``extra_constraints``: for the constrained plans
     too). Each field's meaning is in its own docstring below.
+
+    A view of the space's ``core.space.SearchResult`` (``search``, built by :meth:`of`;
+    kept for the public API): the solver figures (``build_seconds``, ``n_binaries``,
+    ``n_constraints``) read 0 where no MILP ran (``search.solver`` None), ``path_name``
+    then names the space's layout ("megatron", "fleet").
     """
 
     status: str
@@ -213,3 +219,30 @@ class SolveResult:
     problem: object | None = None
     """The problem the plans are for when the planner changed the microbatch size (the
     cluster space; same model and global batch), else None."""
+    space: str = "pipeline"
+    """The plan space searched ("pipeline", "cluster", "fleet")."""
+    bound_kind: BoundKind = BoundKind.PROVEN
+    """What ``bound_s`` is: proven (pipeline), under the analytic model (cluster), the ideal (fleet)."""
+    analytic: bool = False
+    """Plans scored by the analytic iteration (cluster, fleet), not the MILP's model."""
+    search: SearchResult | None = field(default=None, repr=False, compare=False)
+    """The space's own result (``core.space.SearchResult``)."""
+
+    @classmethod
+    def of(cls, r: SearchResult) -> SolveResult:
+        """The view of one space's search."""
+        s = r.solver
+        status = s.status if s is not None and r.status == "other" else r.status.value
+        return cls(status=status, objective_s=r.objective, bound_s=r.bound, gap=r.gap, seconds=r.seconds,
+                   build_seconds=s.build_s if s else 0.0, n_binaries=s.binaries if s else 0,
+                   n_constraints=s.constraints if s else 0, plans=list(r.plans),
+                   path_name=s.path_name if s else LAYOUT_NAMES.get(r.space, r.space),
+                   path=s.path if s else (), log=list(r.log), replicas=r.replicas,
+                   lanes=s.lanes if s else (), explored=[dict(e) for e in r.explored],
+                   cut_short=list(r.cut_short), hook_objective_s=s.hook_objective_s if s else None,
+                   hook_bound_s=s.hook_bound_s if s else None, problem=r.problem, space=r.space,
+                   bound_kind=r.bound_kind, analytic=r.analytic, search=r)
+
+
+#: SolveResult.path_name of the spaces without a MILP layout
+LAYOUT_NAMES = {"cluster": "megatron", "fleet": "fleet"}

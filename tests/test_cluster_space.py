@@ -17,7 +17,7 @@ from distplan.costs.iteration import estimate_iteration
 from distplan.model import SolveOptions
 from distplan.model.cluster import plan_cluster, training_precision
 from distplan.testing.cluster_oracle import cluster_optimum
-from distplan.model.cluster_solve import resolve_space
+from distplan.model.spaces import resolve_space
 from distplan.topologies import kinds as K
 from distplan.topologies.builders import rail_cluster
 
@@ -82,7 +82,7 @@ def test_bound_is_below_every_plan_on_a_larger_space():
 def test_solve_picks_the_cluster_space_for_training_on_gpus():
     p = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=128, mode="training",
                      precisions=("bf16", "int8"), microbatches=8)
-    assert resolve_space(p, SolveOptions()) == "cluster"
+    assert resolve_space(p, SolveOptions()).name == "cluster"
     rep = distplan.solve(p, SolveOptions(time_limit_s=30, top_k=2))
     assert rep.solver.path_name == "megatron" and rep.solver.status in ("optimal", "searched")
     assert all(pr == "bf16" for pr in rep.best.plan.op_precision)     # int8 is not a training default
@@ -90,8 +90,8 @@ def test_solve_picks_the_cluster_space_for_training_on_gpus():
     assert "model iter s" in rep.table() and rep.to_json()["solver"]["space"] == "cluster"
     inf = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=128, mode="inference",
                        precisions=("bf16",), microbatches=8)
-    assert resolve_space(inf, SolveOptions()) == "pipeline"
-    assert resolve_space(p, SolveOptions(space="pipeline")) == "pipeline"
+    assert resolve_space(inf, SolveOptions()).name == "pipeline"
+    assert resolve_space(p, SolveOptions(space="pipeline")).name == "pipeline"
     with pytest.raises(DistplanError, match="training"):
         resolve_space(inf, SolveOptions(space="cluster"))
 
@@ -99,7 +99,7 @@ def test_solve_picks_the_cluster_space_for_training_on_gpus():
 def test_no_training_precision_is_refused():
     p = make_problem("gpt3-256x4x4", "dgx-a100", batch_size=1, seq_len=64, mode="training",
                      precisions=("int8",), microbatches=2, low_bit_ops="all")
-    assert resolve_space(p, SolveOptions()) == "pipeline"
+    assert resolve_space(p, SolveOptions()).name == "pipeline"
     with pytest.raises(DistplanError, match="bf16"):
         plan_cluster(p)
 
@@ -109,8 +109,8 @@ def test_inference_latency_space_uses_tensor_parallelism():
     Megatron's all-reduces, each precision tried for every op; the simulated latency is
     the model's."""
     p = make_problem("llama-7b", "dgx-h100", mode="inference", precisions=("fp16",), microbatches=1)
-    assert resolve_space(p, SolveOptions(objective="latency")) == "cluster"
-    assert resolve_space(p, SolveOptions()) == "pipeline"   # throughput: the pipeline MILP
+    assert resolve_space(p, SolveOptions(objective="latency")).name == "cluster"
+    assert resolve_space(p, SolveOptions()).name == "pipeline"   # throughput: the pipeline MILP
     r = plan_cluster(p, top_k=2)
     best = r.plans[0]
     assert best.point.tp == 8 and best.plan.microbatches == 1 and r.gap == 0.0

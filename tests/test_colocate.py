@@ -175,12 +175,12 @@ def test_the_cluster_space_keeps_a_group_inside_a_layer_or_across_layers():
 
     import distplan
     from distplan.costs.megatron import megatron_plan
-    from distplan.model.cluster_solve import resolve_space
+    from distplan.model.spaces import resolve_space
     from distplan.workloads.zoo import get_workload
     g = get_workload("gpt3-64x2x4", mode="training")
     for groups in ((("l1.qkv", "l1.ffn2"),), (("l0.ffn2", "l1.qkv"),)):
         pb = distplan.problem(dataclasses.replace(g, colocate=groups), "dgx-a100", mode="training", microbatches=8)
-        assert resolve_space(pb, SolveOptions()) == "cluster"
+        assert resolve_space(pb, SolveOptions()).name == "cluster"
         rep = distplan.solve(pb, distplan.SolveOptions(time_limit_s=30, top_k=2))
         assert rep.solver.path_name == "megatron" and rep.plans
         for r in rep.plans:

@@ -16,7 +16,7 @@ from distplan.costs.check import check_plan
 from distplan.costs.iteration import estimate_iteration, replica_microbatch_s
 from distplan.costs.problem import ProblemOptions, build_problem
 from distplan.model import SolveOptions
-from distplan.model.cluster_solve import resolve_space
+from distplan.model.spaces import resolve_space
 from distplan.model.fleet import plan_fleet
 from distplan.sim import simulate
 from distplan.testing.strategies import KIND_A, KIND_B
@@ -91,9 +91,9 @@ def test_tiny_mixed_optimum_equals_exhaustive_enumeration():
 
 def test_auto_space_is_fleet_for_mixed_training_only():
     pb = _tiny()
-    assert resolve_space(pb, SolveOptions()) == "fleet"
+    assert resolve_space(pb, SolveOptions()).name == "fleet"
     inf = distplan.problem("mlp-xs", "hybrid-v100-t4")
-    assert resolve_space(inf, SolveOptions()) == "pipeline"
+    assert resolve_space(inf, SolveOptions()).name == "pipeline"
 
 
 def _qsync(pb) -> Plan:

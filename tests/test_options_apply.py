@@ -11,7 +11,7 @@ import distplan
 from distplan.cli import main as cli_main
 from distplan.core.errors import DistplanError
 from distplan.model.applies import NOT_READ, unused_options
-from distplan.model.cluster_solve import resolve_space
+from distplan.model.spaces import resolve_space
 
 TINY = {"format": "distplan-graph", "version": 1, "name": "tiny", "mode": "inference", "batch_size": 1, "seq_len": 16,
         "ops": [{"name": f"o{i}", "kind": "matmul", "fwd_flops": 1e9 * (i + 1), "bwd_flops": 2e9 * (i + 1),
@@ -23,7 +23,7 @@ TINY = {"format": "distplan-graph", "version": 1, "name": "tiny", "mode": "infer
 def cluster_problem():
     """mlp-xs training on 8 A100: the auto space is the cluster space."""
     p = distplan.problem("mlp-xs", "a100x8", mode="training")
-    assert resolve_space(p, distplan.SolveOptions()) == "cluster"
+    assert resolve_space(p, distplan.SolveOptions()).name == "cluster"
     return p
 
 
@@ -33,7 +33,7 @@ def pipeline_training(tmp_path_factory):
     f = tmp_path_factory.mktemp("apply") / "tiny.json"
     f.write_text(json.dumps(TINY))
     p = distplan.problem(str(f), "mcm2x2", mode="training")
-    assert resolve_space(p, distplan.SolveOptions()) == "pipeline"
+    assert resolve_space(p, distplan.SolveOptions()).name == "pipeline"
     return p, f
 
 

@@ -113,7 +113,7 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
                             "coarse_ops": rep.coarse_ops,
                             # a bound on the iteration covers a step's samples, not one microbatch's
                             "bound_samples": (rep.problem.microbatches * rep.problem.graph.batch_size
-                                              if problem.training and "model_iteration_s" in best.plan.predicted
+                                              if problem.training and solved.analytic
                                               else problem.graph.batch_size)})
 
 

@@ -30,7 +30,8 @@ from distplan.costs.evaluate import plan_cost, plan_sensitivity
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.model import SolveOptions, SolveResult
 from distplan.model import solve as milp_solve
-from distplan.model.cluster_solve import resolve_space
+from distplan.core.space import PlanSpace
+from distplan.model.spaces import SPACES, resolve_space
 from distplan.model.phase_fast import first_plan_s, max_ops_for
 from distplan.sim import SimOptions, SimResult
 from distplan.sim import simulate as sim_run
@@ -139,10 +140,11 @@ def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.
     """Solve, on a coarsened graph when it is large; plans come back on ``problem``'s ops.
     The MILP gets the time left until ``deadline`` less the ranking margin."""
     margin = ranking_margin_s(problem, options)
-    # the cluster and fleet spaces split whole layers and reads the ops' tensor-parallel roles: never coarsened
-    target = None if resolve_space(problem, options) in ("cluster", "fleet") else coarsen_target(problem, options.coarsen_ops)
+    space = resolve_space(problem, options)
+    # the analytic spaces (cluster, fleet) split whole layers and read the ops' tensor-parallel roles: never coarsened
+    target = None if space.analytic else coarsen_target(problem, options.coarsen_ops)
     if target is None:
-        if resolve_space(problem, options) == "pipeline":
+        if not space.analytic:   # the MILP's first plan (model.phase_fast)
             check_first_plan_fits(problem, deadline, options.time_limit_s)
         solved = milp_solve(problem, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
         return solved, list(solved.plans), None
@@ -241,12 +243,12 @@ def budget_excess(problem: Problem, plan: Plan, budget: float | None) -> str | N
     return None
 
 
-def expected_sim_s(problem: Problem, plan: Plan, trace: bool = False) -> float:
+def expected_sim_s(problem: Problem, plan: Plan, trace: bool = False, analytic: bool = False) -> float:
     """A rough forecast of the seconds ``_simulate_one`` takes (``sim.forecast``): the
     realistic run (with ``trace`` identical copies are not merged) and, for a plan of
-    the pipeline MILP, the ideal run, which never merges copies."""
+    the pipeline MILP (not ``analytic``), the ideal run, which never merges copies."""
     real = forecast_sim_s(problem, plan, trace=trace)
-    return real if "model_iteration_s" in plan.predicted else real + forecast_sim_s(problem, plan, trace=True)
+    return real if analytic else real + forecast_sim_s(problem, plan, trace=True)
 
 
 #: a plan is simulated when its forecast fits the time left less this share of the time
@@ -262,12 +264,14 @@ def simulation_margin_s(time_limit_s: float) -> float:
 
 
 def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensitivity_budget: float | None = None,
-               *, deadline: float = math.inf, stop: Stop | None = None,
+               *, deadline: float = math.inf, stop: Stop | None = None, space: PlanSpace | None = None,
                ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...]]:
     """Check and simulate every plan (realistic and ideal); keep those that fit memory
     in the realistic simulation and meet the sensitivity budget, best simulated
-    throughput first (the cluster space's training plans: shortest simulated iteration
-    first). Returns (ranked, dropped with the reason). Past ``deadline``
+    throughput first (plans of an analytic space, ``space.analytic``: realistic run only,
+    shortest simulated iteration first). ``space``: the plan space the plans come from
+    (default: the one ``distplan.solve`` picks for ``problem`` with default options).
+    Returns (ranked, dropped with the reason). Past ``deadline``
     (perf_counter seconds) or once ``stop`` is requested (Ctrl-C), the plans not
     simulated yet are left out; a plan whose forecast does not fit the time left is not
     simulated, and when none fits the plans come back unsimulated (``_rank``).
@@ -280,12 +284,18 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensiti
                             f"{type(plans).__name__}"[:200])
     check_bool("trace", trace)
     check_float("sensitivity_budget", sensitivity_budget, 0.0, optional=True, none_means="no budget")
-    ranked, dropped, _, _ = _rank(problem, list(plans), trace, sensitivity_budget, deadline, stop)
+    if space is None:
+        try:
+            space = resolve_space(problem, SolveOptions())
+        except DistplanError:
+            space = SPACES["pipeline"]
+    ranked, dropped, _, _ = _rank(problem, list(plans), trace, sensitivity_budget, deadline, stop,
+                                  analytic=space.analytic)
     return ranked, dropped
 
 
 def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: float | None, deadline: float,
-          stop: Stop | None, margin_s: float = 0.0,
+          stop: Stop | None, margin_s: float = 0.0, analytic: bool = False,
           ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int, str | None]:
     """rank_plans, how many plans the deadline or Ctrl-C left unsimulated, and why none
     was simulated (None when one was). A plan is simulated only when its forecast
@@ -301,17 +311,17 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         if rows and (left <= 0 or (stop is not None and stop.requested)):
             break
         if id(plan) not in cost:   # no forecast without a deadline
-            cost[id(plan)] = expected_sim_s(problem, plan, trace) if math.isfinite(left) else 0.0
+            cost[id(plan)] = expected_sim_s(problem, plan, trace, analytic) if math.isfinite(left) else 0.0
         fits = cost[id(plan)] <= left - margin_s or (not rows and cost[id(plan)] <= RANKING_GRACE_MIN_S)
         if not fits:
             waiting.append(plan)   # would outlast the time limit
             continue
         try:
             if stop is None:
-                row = _simulate_one(problem, plan, trace, sensitivity_budget)
+                row = _simulate_one(problem, plan, trace, sensitivity_budget, analytic)
             else:
                 with stop.raising():   # a signal now drops this simulation, never the plans
-                    row = _simulate_one(problem, plan, trace, sensitivity_budget)
+                    row = _simulate_one(problem, plan, trace, sensitivity_budget, analytic)
         except KeyboardInterrupt:
             if stop is None or not stop.requested:
                 raise
@@ -342,8 +352,8 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
                 dropped.append((plan, over))
             else:
                 rows.append((plan, None, None))
-        return _ranked(rows, sort=False), tuple(dropped), len(waiting) - checked, why
-    return _ranked(rows, sort=True), tuple(dropped), len(plans) - len(rows) - len(dropped), why
+        return _ranked(rows, sort=False, analytic=analytic), tuple(dropped), len(waiting) - checked, why
+    return _ranked(rows, sort=True, analytic=analytic), tuple(dropped), len(plans) - len(rows) - len(dropped), why
 
 
 def _check(problem: Problem, plan: Plan) -> None:
@@ -354,7 +364,7 @@ def _check(problem: Problem, plan: Plan) -> None:
 
 
 def _simulate_one(problem: Problem, plan: Plan, trace: bool, sensitivity_budget: float | None,
-                  ) -> tuple[Plan, SimResult, SimResult | None] | str:
+                  analytic: bool = False) -> tuple[Plan, SimResult, SimResult | None] | str:
     """(plan, realistic run, ideal run or None) or why the plan is dropped."""
     _check(problem, plan)
     why = budget_excess(problem, plan, sensitivity_budget)
@@ -364,17 +374,18 @@ def _simulate_one(problem: Problem, plan: Plan, trace: bool, sensitivity_budget:
     why = simulated_overflow(problem, real)
     if why is not None:
         return why
-    # the ideal mode is the pipeline MILP's model; a cluster plan's model is the analytic
+    # the ideal mode is the pipeline MILP's model; an analytic space's model is the analytic
     # iteration, and its ideal run would not merge identical replicas (a full 1,000-GPU run)
-    ideal = None if "model_iteration_s" in plan.predicted else sim_run(problem, plan, SimOptions(ideal=True))
+    ideal = None if analytic else sim_run(problem, plan, SimOptions(ideal=True))
     return plan, real, ideal
 
 
-def _ranked(rows: list, sort: bool) -> tuple[RankedPlan, ...]:
+def _ranked(rows: list, sort: bool, analytic: bool = False) -> tuple[RankedPlan, ...]:
     """RankedPlans of (plan, realistic, ideal) rows, sorted by the simulation (``sort``;
-    unsimulated rows keep their order)."""
-    if sort and rows and all("model_iteration_s" in p.predicted for p, _, _ in rows):   # model.cluster: a
-        rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))   # training step, or one request
+    unsimulated rows keep their order): an analytic space's by iteration (a training
+    step, or one request), the pipeline MILP's by throughput."""
+    if sort and rows and analytic:
+        rows.sort(key=lambda r: (r[1].iteration_s, -r[1].throughput_per_s))
     elif sort:
         rows.sort(key=lambda r: (-r[1].throughput_per_s, r[1].makespan_s))
     return tuple(RankedPlan(i + 1, p if real is None else p.with_predicted(sim_period_s=real.period_s,
@@ -409,7 +420,8 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
             raise DistplanError(f"the solver returned no plan (status {solved.status})")
         stop.arm()   # plans exist: a signal from now on keeps them (simulated or not)
         ranked, dropped, unranked, unsimulated = _rank(problem, plans, trace, options.sensitivity_budget, deadline,
-                                                       stop, simulation_margin_s(options.time_limit_s))
+                                                       stop, simulation_margin_s(options.time_limit_s),
+                                                       analytic=solved.analytic)
     if not ranked:
         raise DistplanError(f"none of the {len(plans)} plans the solver found is usable: {dropped[0][1]}"
                             + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")

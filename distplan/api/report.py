@@ -11,11 +11,10 @@ from distplan.core.atomic import write_json_atomic
 from distplan.core.errors import DistplanError
 from distplan.core.validate import check_instance, check_int, check_path, is_int
 from distplan.core.plan import Plan, plan_to_dict
+from distplan.core.space import BoundKind
 from distplan.costs.plan_file import save_plan
 from distplan.costs.problem import Problem
 from distplan.model import SolveOptions, SolveResult
-from distplan.model.cluster_solve import CLUSTER_SPACE
-from distplan.model.fleet_solve import FLEET_SPACE
 from distplan.sim import SimResult
 
 
@@ -164,7 +163,7 @@ class SolveReport:
             "workload": g.name, "mode": g.mode, "topology": p.topology.name,
             "precisions_allowed": list(p.precisions), "microbatches": p.microbatches,
             **({"comm": p.comm} if p.exposed else {}),
-            "solver": {"space": {CLUSTER_SPACE: "cluster", FLEET_SPACE: "fleet"}.get(s.path_name, "pipeline"), "status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
+            "solver": {"space": s.space, "status": s.status, "objective_s": s.objective_s, "bound_s": s.bound_s,
                        "gap": s.gap, "seconds": s.seconds, "build_seconds": s.build_seconds,
                        "binaries": s.n_binaries, "constraints": s.n_constraints, "coarse_ops": self.coarse_ops,
                        "time_limit_s": self.options.time_limit_s if self.options is not None else None,
@@ -187,7 +186,7 @@ class SolveReport:
         """The human-readable table: one row per plan, what each differs in from the
         winner, then the solver's line."""
         p, g, s = self.problem, self.problem.graph, self.solver
-        if s.path_name in (CLUSTER_SPACE, FLEET_SPACE):
+        if s.analytic:
             return self._cluster_table()
         winner = self.best.plan
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, "
@@ -255,7 +254,7 @@ class SolveReport:
             x = r.sim
             err = model / x.iteration_s - 1 if x is not None and x.iteration_s > 0 else None
             how = [r.plan.predicted.get("cluster_point", "?")]
-            if s.path_name == CLUSTER_SPACE:
+            if s.space == "cluster":
                 how.append(_cluster_precisions(r.plan))
             elif any(st.shares for st in r.plan.stages):
                 how.append("shares " + " / ".join(",".join(map(str, st.shares)) for st in r.plan.stages if st.shares))
@@ -268,7 +267,7 @@ class SolveReport:
                          f"{_cell(x and max(x.peak_memory_bytes) / 2**20, 9, '.1f')}  {'; '.join(how)}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         ex = s.explored[0] if s.explored else {}
-        lines.append(f"solver: {'cluster' if s.path_name == CLUSTER_SPACE else 'fleet'} space, {s.status}, best analytic {'iteration' if p.training else 'latency'} "
+        lines.append(f"solver: {s.space} space, {s.status}, best analytic {'iteration' if p.training else 'latency'} "
                      f"{s.objective_s:.6g} s, proven "
                      f"bound {s.bound_s:.6g} s, gap {gap}, {s.seconds:.1f} s; {ex.get('points', 0):,} points: "
                      f"{ex.get('visited', 0):,} visited ({ex.get('infeasible', 0):,} over memory), "
@@ -278,7 +277,7 @@ class SolveReport:
                      + " (not simulated)")
         lines.append("note: the bound holds over the declared space (README: the cluster plan space) under the "
                      f"analytic model; plans are ranked by the {ranked_by}"
-                     if s.path_name == CLUSTER_SPACE else
+                     if s.bound_kind == BoundKind.ANALYTIC else
                      "note: the bound is the fleet's ideal (all work spread over every device by speed, no bubble, "
                      f"no communication; README: the fleet plan space); plans are ranked by the {ranked_by}")
         if self.interrupted:

@@ -21,7 +21,7 @@ from distplan.cli.args import (Parser, check_distinct, check_output_file, check_
 from distplan.core.schedules import SCHEDULES
 from distplan.core.validate import check_float
 from distplan.model.applies import check_options_apply
-from distplan.model.cluster_solve import resolve_space
+from distplan.model.spaces import resolve_space
 from distplan.model.highs import abandoned_alive
 
 #: written to stderr when a first Ctrl-C asks the run to stop with what it has
@@ -188,7 +188,7 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
         kw["threads"] = args.threads
     opts = api.SolveOptions(**kw)
     # a flag the plan space never reads is an error naming it (the rule model.solve applies)
-    check_options_apply(problem, opts, resolve_space(problem, opts))
+    check_options_apply(problem, opts, resolve_space(problem, opts).name)
     return opts
 
 
