@@ -84,14 +84,13 @@ class Tracker:
     search also stops when half the mean evaluation time no longer fits before the
     deadline (expected overrun and underrun: half an evaluation each), and at once on a
     Ctrl-C that asked to stop (distplan.core.interrupt). ``clock`` (core.clock): the
-    search's clock, its limit the budget (default: one of ``budget_s`` started now).
+    search's clock (default: one of ``budget_s`` started now); the search ends at the
+    earlier of its deadline and ``budget_s`` from now.
     """
 
     def __init__(self, problem: Problem, method: str, budget_s: float, scorer: Scorer | None = None,
                  sensitivity_budget: float | None = None, max_candidates: int | None = None,
                  clock: Clock | None = None) -> None:
-        if clock is not None:
-            budget_s = clock.remaining_s() if math.isfinite(clock.limit_s) else budget_s
         if not budget_s > 0:
             raise DistplanError(f"baseline {method!r}: budget must be > 0 s, got {budget_s}")
         if max_candidates is not None and max_candidates < 1:

@@ -28,7 +28,7 @@ class BaselineSpace:
         object.__setattr__(self, "name", parse_methods(self.name)[0])
 
     def search(self, problem: Problem, options, clock: Clock) -> SearchResult:
-        budget = clock.remaining_s() if math.isfinite(clock.limit_s) else options.time_limit_s
+        budget = clock.limit_s if math.isfinite(clock.limit_s) else options.time_limit_s   # the clock's deadline binds
         r = METHODS[self.name](problem, budget, options.seed, scorer=self.scorer,
                                sensitivity_budget=options.sensitivity_budget,
                                max_candidates=self.max_candidates, clock=clock)

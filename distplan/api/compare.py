@@ -23,7 +23,11 @@ from distplan.api.pipeline import check_problem_plan, solve
 from distplan.core.errors import DistplanError
 from distplan.core.validate import check_callable, check_float, check_instance, check_int
 from distplan.api.report import _json_safe
-from distplan.baselines import METHODS, parse_methods, run_baseline
+from distplan.baselines import METHODS, parse_methods
+from distplan.baselines.result import BaselineResult
+from distplan.baselines.spaces import BaselineSpace
+from distplan.core.clock import Clock
+from distplan.core.interrupt import Stop, current_stop
 from distplan.baselines.scoring import sim_rate
 from distplan.core.plan import Plan, plan_to_dict
 from distplan.model import SolveOptions
@@ -119,9 +123,11 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
 
 def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
                sensitivity_budget: float | None = None, scorer=None, candidates: int | None = None) -> MethodRow:
-    """One baseline as a table row."""
-    r = run_baseline(method, problem, budget_s, seed, scorer=scorer, sensitivity_budget=sensitivity_budget,
-                     max_candidates=candidates)
+    """One baseline as a table row: its plan space (``baselines.spaces.BaselineSpace``)
+    searched on a clock of ``budget_s``."""
+    space = BaselineSpace(method, scorer=scorer, max_candidates=candidates)
+    options = SolveOptions(seed=seed, sensitivity_budget=sensitivity_budget)
+    r = BaselineResult.of(space.search(problem, options, Clock(budget_s, stop=current_stop() or Stop())))
     found = r.plan is not None
     period = problem.graph.batch_size / r.throughput_per_s if found and r.throughput_per_s > 0 else math.nan
     return MethodRow(method, r.throughput_per_s, r.seconds, r.candidates, "found" if found else "none",

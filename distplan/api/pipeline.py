@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from distplan.api.report import RankedPlan, SolveReport
+from distplan.core.clock import Clock
 from distplan.core.deadline import current_deadline, deadline_at
 from distplan.core.errors import DistplanError, InternalError
 from distplan.core.interrupt import Stop, stop_on_interrupt
@@ -56,13 +57,13 @@ def coarsen_target(problem: Problem, requested: int | None) -> int | None:
 FIRST_PLAN_SLACK_S = 2.0
 
 
-def check_first_plan_fits(problem: Problem, deadline: float, limit_s: float) -> None:
+def check_first_plan_fits(problem: Problem, clock: Clock) -> None:
     """A graph whose first plan alone (``model.phase_fast.first_plan_s``: cubic in the ops
-    of an inference stream) cannot be found in the time left is refused up front, with its
-    size, the forecast and the limit, instead of running past the limit."""
-    need, left = first_plan_s(problem), deadline - time.perf_counter()
+    of an inference stream) cannot be found in the time left on ``clock`` is refused up
+    front, with its size, the forecast and the limit, instead of running past the limit."""
+    need, left = first_plan_s(problem), clock.deadline - time.perf_counter()
     run = current_deadline()   # the command line's limit, counted from the process's start
-    limit_s = run.limit_s if run is not None else limit_s
+    limit_s = run.limit_s if run is not None else clock.limit_s
     if need > max(left, 0.0) + FIRST_PLAN_SLACK_S:   # a plan late by a second beats none
         raise DistplanError(
             f"{problem.graph.name!r} has {problem.n_ops:,} ops: the search for a first plan takes about "
@@ -129,41 +130,41 @@ def ranking_margin_s(problem: Problem, options: SolveOptions) -> float:
 FINE_PLAN_S_PER_OP = 1e-4
 
 
-def _milp_options(options: SolveOptions, deadline: float, margin_s: float) -> SolveOptions:
-    """``options`` with the time left until ``deadline``, less ``margin_s``, as the MILP's limit."""
-    left = deadline - time.perf_counter() - margin_s
+def _milp_options(options: SolveOptions, clock: Clock, margin_s: float) -> SolveOptions:
+    """``options`` with the time left on ``clock``, less ``margin_s``, as the MILP's limit."""
+    left = clock.deadline - time.perf_counter() - margin_s
     return dataclasses.replace(options, time_limit_s=max(left, MIN_SOLVE_S))
 
 
-def _milp_plans(problem: Problem, options: SolveOptions, deadline: float = math.inf,
+def _milp_plans(problem: Problem, options: SolveOptions, clock: Clock,
                 ) -> tuple[SolveResult, list[Plan], int | None]:
     """Solve, on a coarsened graph when it is large; plans come back on ``problem``'s ops.
-    The MILP gets the time left until ``deadline`` less the ranking margin."""
+    The MILP gets the time left on ``clock`` less the ranking margin."""
     margin = ranking_margin_s(problem, options)
     space = resolve_space(problem, options)
     # the analytic spaces (cluster, fleet) split whole layers and read the ops' tensor-parallel roles: never coarsened
     target = None if space.analytic else coarsen_target(problem, options.coarsen_ops)
     if target is None:
         if not space.analytic:   # the MILP's first plan (model.phase_fast)
-            check_first_plan_fits(problem, deadline, options.time_limit_s)
-        solved = milp_solve(problem, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
+            check_first_plan_fits(problem, clock)
+        solved = milp_solve(problem, _milp_options(options, clock, margin) if math.isfinite(clock.limit_s) else options)
         return solved, list(solved.plans), None
     from distplan.workloads.coarsen import coarsen, expand_plan
 
-    with deadline_at(deadline - options.time_limit_s, options.time_limit_s):   # no plan yet: past it, an error
+    with deadline_at(clock.t0, clock.limit_s):   # no plan yet: past it, an error
         c = coarsen(problem.graph, target_ops=target)
         coarse = effective_coarse_memory(build_problem(c.coarse, problem.topology, ProblemOptions(
             precisions=problem.precisions, microbatches=problem.microbatches, schedule=problem.schedule,
             low_bit_ops=problem.low_bit_ops, comm=problem.comm)), problem, c)
         coarse = effective_coarse_times(coarse, problem, c)
-    check_first_plan_fits(coarse, deadline, options.time_limit_s)
+    check_first_plan_fits(coarse, clock)
     if options.progress:
         options.progress(f"coarsened {problem.n_ops} ops to {coarse.n_ops} for the solve; plans are expanded back "
                          "and simulated on the original graph (the proven gap holds for the coarse problem)")
-    solved = milp_solve(coarse, _milp_options(options, deadline, margin) if math.isfinite(deadline) else options)
+    solved = milp_solve(coarse, _milp_options(options, clock, margin) if math.isfinite(clock.limit_s) else options)
     plans = []
     for p in solved.plans:
-        if plans and time.perf_counter() > deadline:   # each expansion costs the fine graph: the best ones stand
+        if plans and time.perf_counter() > clock.deadline:   # each expansion costs the fine graph: the best ones stand
             solved = dataclasses.replace(solved, cut_short=[*solved.cut_short, (
                 f"expanding the coarse plans: {len(solved.plans) - len(plans)} of {len(solved.plans)} not expanded "
                 "to the fine graph (time limit)")])
@@ -289,13 +290,13 @@ def rank_plans(problem: Problem, plans: list[Plan], trace: bool = False, sensiti
             space = resolve_space(problem, SolveOptions())
         except DistplanError:
             space = SPACES["pipeline"]
-    ranked, dropped, _, _ = _rank(problem, list(plans), trace, sensitivity_budget, deadline, stop,
+    ranked, dropped, _, _ = _rank(problem, list(plans), trace, sensitivity_budget, Clock.until(deadline, stop),
                                   analytic=space.analytic)
     return ranked, dropped
 
 
-def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: float | None, deadline: float,
-          stop: Stop | None, margin_s: float = 0.0, analytic: bool = False,
+def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: float | None, clock: Clock,
+          margin_s: float = 0.0, analytic: bool = False,
           ) -> tuple[tuple[RankedPlan, ...], tuple[tuple[Plan, str], ...], int, str | None]:
     """rank_plans, how many plans the deadline or Ctrl-C left unsimulated, and why none
     was simulated (None when one was). A plan is simulated only when its forecast
@@ -303,12 +304,13 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
     its forecast is under ``RANKING_GRACE_MIN_S``), best plan first; when none fits, every plan comes back checked but unsimulated (``RankedPlan.sim``
     None), in the solver's order, with its model figures: a plan whose replicas do not
     merge, at scale, can take minutes to simulate."""
+    deadline, stop = clock.deadline, clock.stop
     rows, dropped, waiting = [], [], []
     cost: dict[int, float] = {}
     interrupted_at = None   # the plan whose simulation a signal stopped
     for plan in plans:
         left = deadline - time.perf_counter()
-        if rows and (left <= 0 or (stop is not None and stop.requested)):
+        if rows and (left <= 0 or stop.requested):
             break
         if id(plan) not in cost:   # no forecast without a deadline
             cost[id(plan)] = expected_sim_s(problem, plan, trace, analytic) if math.isfinite(left) else 0.0
@@ -317,13 +319,10 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
             waiting.append(plan)   # would outlast the time limit
             continue
         try:
-            if stop is None:
+            with stop.raising():   # a signal now drops this simulation, never the plans
                 row = _simulate_one(problem, plan, trace, sensitivity_budget, analytic)
-            else:
-                with stop.raising():   # a signal now drops this simulation, never the plans
-                    row = _simulate_one(problem, plan, trace, sensitivity_budget, analytic)
         except KeyboardInterrupt:
-            if stop is None or not stop.requested:
+            if not stop.requested:
                 raise
             interrupted_at = plan
             break
@@ -411,16 +410,17 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
         check_instance("options", options, SolveOptions, "use distplan.SolveOptions(...)")
     check_bool("trace", trace)
     options = options or SolveOptions()
-    deadline = time.perf_counter() + options.time_limit_s
+    t0 = time.perf_counter()
     with stop_on_interrupt() as stop:
-        solved, plans, coarse_ops = _milp_plans(problem, options, deadline)
+        clock = Clock(options.time_limit_s, t0, stop)
+        solved, plans, coarse_ops = _milp_plans(problem, options, clock)
         if solved.problem is not None:   # the cluster space chose another microbatch size
             problem = solved.problem
         if not plans:
             raise DistplanError(f"the solver returned no plan (status {solved.status})")
         stop.arm()   # plans exist: a signal from now on keeps them (simulated or not)
-        ranked, dropped, unranked, unsimulated = _rank(problem, plans, trace, options.sensitivity_budget, deadline,
-                                                       stop, simulation_margin_s(options.time_limit_s),
+        ranked, dropped, unranked, unsimulated = _rank(problem, plans, trace, options.sensitivity_budget, clock,
+                                                       simulation_margin_s(options.time_limit_s),
                                                        analytic=solved.analytic)
     if not ranked:
         raise DistplanError(f"none of the {len(plans)} plans the solver found is usable: {dropped[0][1]}"
