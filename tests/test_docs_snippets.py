@@ -211,3 +211,26 @@ def test_hardware_calibration_figures_are_the_stored_run():
     assert f"Best fraction of dense peak reached: {quoted}" in text, quoted
     assert f"only {best['int8']:.2f}" in text
     assert f"launch overhead measured {cal['launch_overhead_s'] * 1e6:.0f} us" in text
+
+
+def test_bench_readme_llama3_rows_are_the_stored_runs():
+    """bench/README.md's Llama 3 405B rows state what bench/results/llama3_405b*_bench.json hold."""
+    import json
+
+    text = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split())
+    res = ROOT / "bench" / "results"
+    head = json.loads((res / "llama3_405b_bench.json").read_text())["headline"]
+    assert f"{head['wall_s']:.1f} s wall, {head['cpu_s']:.1f} s CPU in Llama 3's order" in text
+    assert f"iteration {head['iteration_s']:.3f} s both, {head['model_tflops_per_gpu']} TFLOP/s per GPU" in text
+    p1, v2, v4, ag = json.loads((res / "llama3_405b_cp_bench.json").read_text())["runs"]
+    assert (p1["vp"], v2["vp"], v4["vp"], ag["cp_comm"]) == (1, 2, 4, "all_gather")
+    want = [f"{p1['cpu_s']:.1f} s CPU, {p1['wall_s']:.1f} s wall",
+            f"iteration {p1['iteration_s']:.3f} s, {p1['model_tflops_per_gpu']} model TFLOP/s per GPU",
+            f"`--vp 2` {v2['model_tflops_per_gpu']} ({v2['cpu_s']:.1f} s CPU)",
+            f"`--vp 4` {v4['model_tflops_per_gpu']} ({v4['model_vs_published'] * 100:.0f} %, {v4['cpu_s']:.1f} s CPU)",
+            "peak " + " / ".join(f"{r['peak_gib']:.2f}" for r in (p1, v2, v4)) + " GiB under the checker's "
+            + " / ".join(f"{r['checker_bound_gib']:.2f}" for r in (p1, v2, v4)) + " GiB",
+            f"{ag['ring_exposed_ms'][0]} / {ag['ring_exposed_ms'][1]} ms exposed",
+            f"iteration {ag['iteration_s']:.3f} s, {ag['model_tflops_per_gpu']} TFLOP/s ({ag['cpu_s']:.1f} s CPU)"]
+    missing = [w for w in want if w not in text]
+    assert not missing, f"bench/README.md lacks {missing} (the results files hold them)"
