@@ -191,7 +191,7 @@ def heuristic_plan(problem: Problem, path: tuple[int, ...], objective: str = "th
                    expired: Callable[[], bool] | None = None,
                    cut: list[str] | None = None) -> tuple[Plan, float] | None:
     """Best DP plan over the precision candidates, with its exact score; None if none fits.
-    ``expired`` (the clock, model.progress.Clock.expired): checked between candidates and
+    ``expired`` (the clock, core.clock.Clock.expired): checked between candidates and
     inside the DP, which then keeps the best plan over the stages it reached; what was
     left undone is appended to ``cut`` (one line each)."""
     best = None

@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
-import time
 from dataclasses import dataclass
 
 from distplan.baselines.scoring import sim_rate
 from distplan.core.atomic import save_figure
 from distplan.core.errors import DistplanError
+from distplan.core.clock import Clock
 from distplan.core.interrupt import Interrupted, stop_on_interrupt
 from distplan.core.plan import Plan
 from distplan.core.validate import check_callable, check_instance, check_int
@@ -89,10 +89,10 @@ def _pareto(problem: Problem, n: int, options: SolveOptions | None, progress, st
 
     options = options or SolveOptions()
     say = progress or (lambda _m: None)
-    end = time.perf_counter() + options.time_limit_s
+    clock = Clock(options.time_limit_s, stop=stop)   # the whole frontier's limit, shared by its points
 
     def run(budget: float | None, left_points: int):
-        share = max(MIN_POINT_S, (end - time.perf_counter()) / left_points)
+        share = max(MIN_POINT_S, clock.remaining_s() / left_points)
         opts = dataclasses.replace(options, sensitivity_budget=budget, time_limit_s=share, progress=None)
         return solve(problem, opts)
 

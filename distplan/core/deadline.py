@@ -2,7 +2,7 @@
 fusing, coarsening and costing a graph, and building the MILP.
 
 A command line's ``--time-limit`` counts from the process's start, loading included
-(issue 26). The solve has its own clock (``model.progress.Clock``); the layers below it
+(issue 26). The solve has its own clock (``core.clock.Clock``); the layers below it
 (workloads, costs) cannot see that clock, so the run's deadline is ambient: the CLI (and
 ``distplan.solve``) sets it with :func:`deadline_at`, and every long loop calls
 :func:`check_time` every few thousand steps. Past the deadline it raises a
