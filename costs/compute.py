@@ -1,4 +1,5 @@
-"""Operator compute time: the roofline max(flops / (peak x efficiency), bytes / mem_bw) + launch."""
+"""Operator compute time: the roofline max(flops / (peak x efficiency), bytes / mem_bw) + launch
+(the efficiency the kind reaches at the precision: ``DeviceKind.efficiency_at``)."""
 from __future__ import annotations
 
 import math
@@ -16,7 +17,7 @@ def roofline_time_s(flops: float, bytes_moved: float, kind: DeviceKind, prec: st
     peak = kind.peak_flops_per_s.get(prec)
     if peak is None:
         return math.inf
-    return max(flops / (peak * kind.efficiency), bytes_moved / kind.mem_bw_bytes_per_s) + kind.launch_overhead_s
+    return max(flops / (peak * kind.efficiency_at(prec)), bytes_moved / kind.mem_bw_bytes_per_s) + kind.launch_overhead_s
 
 
 def op_time_s(flops: float, touched_elems: float, kind: DeviceKind, prec: str) -> float:

@@ -28,6 +28,7 @@ from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduct
                                         path_links, reduction_size, reduction_transfers, ring_allreduce_s, ring_lanes,
                                         route_s)
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
+from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
 from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -55,7 +56,8 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     inference): its optimizer update (Adam, memory-bound, over the parameters the device
     holds, tensor-parallel shares divided, 1/r of them under ZeRO) and under ZeRO-1 and 2
     the parameters' all-gather (r-1 ring steps of bytes/r, without contention; ZeRO-3
-    gathers before each use instead)."""
+    gathers before each use instead); with fp8 linear layers, Transformer Engine's cast of
+    their weights to fp8 (``costs.fp8.weight_cast_s``, once a step)."""
     out = np.zeros(problem.n_devices)
     if not problem.training:
         return out
@@ -65,6 +67,9 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     param = np.array([op.param_elems for op in problem.graph.ops], dtype=float)
     stage_of = np.asarray(plan.op_stage)
     bpe_of: dict[tuple[str, ...], np.ndarray] = {}   # per precision tuple (replicas mostly share one)
+    fused = problem.low_bit_ops == "matmul" and "fp8" in problem.precisions
+    fp8_elems_on = np.zeros(problem.n_devices)
+    fp8_tensors_on = np.zeros(problem.n_devices)
 
     def bytes_per_elem(precs: tuple[str, ...]) -> np.ndarray:
         if precs not in bpe_of:
@@ -76,11 +81,16 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
         mine = stage_of == k
         elems = float(param[mine].sum()) / st.tensor_parallel
         for i in range(st.replicas):   # each replica's parameters at its own precisions
-            bpe = bytes_per_elem(tuple(plan.replica_precisions(k, i)))
+            precs_i = tuple(plan.replica_precisions(k, i))
+            bpe = bytes_per_elem(precs_i)
             bytes_i = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
             devs_i = list(st.replica_group(i))
             elems_on[devs_i] += elems / share
             bytes_on[devs_i] += bytes_i / share
+            if fused:   # Transformer Engine casts its fp8 weights once a step (costs.fp8), unsharded by ZeRO
+                w8 = [v for v in np.flatnonzero(mine) if precs_i[v] == "fp8" and is_fp8_linear(problem.graph.ops[v])]
+                fp8_elems_on[devs_i] += float(param[w8].sum()) / st.tensor_parallel
+                fp8_tensors_on[devs_i] += len(w8)
         bpe = bytes_per_elem(tuple(plan.op_precision))
         stage_bytes = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
         if share > 1 and stage_bytes > 0 and st.zero < 3:   # ZeRO-3 gathers before each use
@@ -93,7 +103,9 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
         if elems_on[d] > 0:
             kind = problem.topology.kind_of(d)
             # Adam's 24 bytes per parameter plus the gradient read and the working copy written
-            out[d] = optimizer_step_s(elems_on[d], 0, kind) + bytes_on[d] * 2 / kind.mem_bw_bytes_per_s
+            out[d] = optimizer_step_s(elems_on[d], 0, kind) + bytes_on[d] * 2 / kind.mem_bw_bytes_per_s \
+                + weight_cast_s(fp8_elems_on[d], int(fp8_tensors_on[d]), kind.mem_bw_bytes_per_s,
+                                kind.launch_overhead_s)
     return out + gather
 
 

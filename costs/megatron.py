@@ -17,6 +17,7 @@ from __future__ import annotations
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.core.validate import is_int
+from distplan.costs.fp8 import FP8_TRAINING_KINDS, FP8_WIDE_NAMES, is_fp8_linear  # noqa: F401 (re-exported)
 from distplan.costs.problem import Problem
 from distplan.workloads.graph import layer_index
 
@@ -44,19 +45,11 @@ def stage_of_ops(problem: Problem, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-#: fp8 training as Transformer Engine runs it: the linear layers (kind "matmul") in fp8;
-#: embedding, attention's batched products, LM head, norms and softmax stay 16-bit
-FP8_TRAINING_KINDS = frozenset({"matmul"})
-#: linear layers that stay wide all the same: an MoE router (Megatron keeps it in fp32)
-FP8_WIDE_NAMES = frozenset({"router"})
-
-
 def fp8_training_precisions(problem: Problem, wide: str) -> tuple[str, ...]:
-    """Per-op precisions of the fp8 training recipe: fp8 on the ops of
-    ``FP8_TRAINING_KINDS`` the problem allows it on, every other op at ``wide``."""
+    """Per-op precisions of the fp8 training recipe (``costs.fp8``): fp8 on the linear
+    layers the problem allows it on, every other op at ``wide``."""
     q8 = problem.q_index("fp8")
-    return tuple("fp8" if op.kind in FP8_TRAINING_KINDS and problem.op_allowed[v, q8]
-                 and op.name.rsplit(".", 1)[-1] not in FP8_WIDE_NAMES else wide
+    return tuple("fp8" if is_fp8_linear(op) and problem.op_allowed[v, q8] else wide
                  for v, op in enumerate(problem.graph.ops))
 
 

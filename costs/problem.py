@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from distplan.costs.compute import op_time_s
+from distplan.costs.fp8 import fp8_cast_bwd_s, fp8_cast_fwd_s, is_fp8_linear
 from distplan.costs.memory import activation_bytes, dropout_extra_bytes, graph_send_elems, static_bytes
 from distplan.costs.sensitivity import sensitivities
 from distplan.core.deadline import check_time, graph_size
@@ -261,11 +262,14 @@ def _reach_counts(order: range, ins: list[list[int]], outs: list[list[int]], siz
 
 
 def _roofline_times(graph: Graph, kinds: list, precs: tuple[str, ...], allowed: np.ndarray, training: bool,
-                    fwd: np.ndarray, bwd: np.ndarray) -> None:
+                    fwd: np.ndarray, bwd: np.ndarray, fused_casts: bool = True) -> None:
     """``fwd``/``bwd`` [v, q, c] filled with every op's roofline seconds (``costs.compute.
     op_time_s``, the same operations in the same order, so the same numbers), inf where
     the op may not use the precision or the kind does not run it; measured times are
-    written over them by the caller. Vectorised: a 100,000-op graph made 400,000 calls."""
+    written over them by the caller. Vectorised: a 100,000-op graph made 400,000 calls.
+    Training at fp8 under the "matmul" policy (``fused_casts``: no cast kernels on the
+    edges): a linear op's fp8 time carries Transformer Engine's scaling kernels
+    (``costs.fp8``: its input quantized in the forward, its output gradient in the backward)."""
     flops_f = np.array([op.fwd_flops for op in graph.ops], dtype=float)
     flops_b = np.array([op.bwd_flops for op in graph.ops], dtype=float)
     touched = np.array([op.touched_elems for op in graph.ops], dtype=float)
@@ -278,13 +282,18 @@ def _roofline_times(graph: Graph, kinds: list, precs: tuple[str, ...], allowed: 
                 if training:
                     bwd[:, q, c] = math.inf
                 continue
-            rate = peak * k.efficiency
+            rate = peak * k.efficiency_at(p)
             fwd[:, q, c] = np.where(allowed[:, q], np.maximum(flops_f / rate, touched * b / k.mem_bw_bytes_per_s)
                                     + k.launch_overhead_s, math.inf)
             if training:
                 bwd[:, q, c] = np.where(allowed[:, q], np.maximum(flops_b / rate, 2 * touched * b
                                                                   / k.mem_bw_bytes_per_s) + k.launch_overhead_s,
                                         math.inf)
+            if training and p == "fp8" and fused_casts:   # the recipe's per-tensor scaling (costs.fp8)
+                for v, op in enumerate(graph.ops):
+                    if allowed[v, q] and is_fp8_linear(op):
+                        fwd[v, q, c] += fp8_cast_fwd_s(op, k.mem_bw_bytes_per_s, k.launch_overhead_s)
+                        bwd[v, q, c] += fp8_cast_bwd_s(op, k.mem_bw_bytes_per_s, k.launch_overhead_s)
 
 
 def _time_s(op, phase: str, kind_name: str, kind, prec: str) -> float:
@@ -367,7 +376,7 @@ def build_problem(graph: Graph, topology: Topology, options: ProblemOptions | No
     sens = np.empty((V, Q))
     before, after = _depth_counts(graph)
     size = graph_size(V, len(graph.tensors))
-    _roofline_times(graph, kinds, precs, allowed, training, fwd, bwd)
+    _roofline_times(graph, kinds, precs, allowed, training, fwd, bwd, options.low_bit_ops == "matmul")
     op_kinds = [op.kind for op in graph.ops]
     for q, p in enumerate(precs):
         sens[:, q] = sensitivities(op_kinds, p, precs[0], before, after, training)

@@ -32,7 +32,7 @@ from distplan.core.units import (GIB, GIGA, MIB, MICRO, NANO, ONE, TERA, as_deci
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "name", "description", "routing", "kinds", "switches", "devices", "links")
 KIND_KEYS = ("peak_TFLOPs", "memory_GiB", "memory_MiB", "memory_GB", "memory_GBps",
-             "efficiency", "launch_overhead_us", "concurrency", "source")
+             "efficiency", "precision_efficiency", "launch_overhead_us", "concurrency", "source")
 DEVICE_KEYS = ("name", "kind", "pos", "node")
 LINK_KEYS = ("src", "dst", "GBps", "latency_us", "latency_ns", "bidirectional")
 MEMORY_UNITS: list[tuple[str, Decimal]] = [("memory_GiB", GIB), ("memory_MiB", MIB),
@@ -404,7 +404,18 @@ def _kind(name: str, x: object, check: _Figures) -> DeviceKind:
                                 f"{where}.launch_overhead_us"),
         concurrency=_int(d.get("concurrency", 1), f"{where}.concurrency", 1),
         source=_text(d.get("source", ""), f"{where}.source", True),
+        precision_efficiency=_precision_efficiency(d.get("precision_efficiency", {}), where, check),
     )
+
+
+def _precision_efficiency(x: object, where: str, check: _Figures) -> dict[str, float]:
+    """``precision_efficiency: {fp8: 0.64}``: the fraction of peak a precision reaches where
+    it is not the kind's ``efficiency`` (``DeviceKind.efficiency_at``)."""
+    if not isinstance(x, dict):
+        raise DistplanError(f"{where}.precision_efficiency must map precision names to fractions of peak, "
+                            "e.g. {fp8: 0.64}")
+    return {_precision(p, f"{where}.precision_efficiency"): check(v, "efficiency", f"{where}.precision_efficiency.{p}")
+            for p, v in x.items()}
 
 
 def _device(i: int, x: object) -> Device:
@@ -474,6 +485,8 @@ def _kind_doc(k: DeviceKind) -> dict:
         "launch_overhead_us": _si(k.launch_overhead_s, MICRO),
         "concurrency": k.concurrency,
     }
+    if k.precision_efficiency:
+        out["precision_efficiency"] = Flow({p: _si(v, ONE) for p, v in k.precision_efficiency.items()})
     if k.source:
         out["source"] = k.source
     return out

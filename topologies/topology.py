@@ -40,6 +40,8 @@ class DeviceKind:
     """A device model: dense peak FLOP/s per supported precision, memory, efficiency.
 
     ``efficiency`` is the achievable fraction of peak on large matmuls;
+    ``precision_efficiency`` overrides it per precision (the presets' fp8 GEMMs reach a
+    lower fraction of their peak than bf16 ones: ``efficiency_at``);
     ``launch_overhead_s`` is added to every operator task; ``concurrency`` is how many
     tasks the device runs at once (1 for every preset).
     """
@@ -52,9 +54,14 @@ class DeviceKind:
     launch_overhead_s: float = 0.0
     concurrency: int = 1
     source: str = ""
+    precision_efficiency: dict[str, float] = field(default_factory=dict)
 
     def supports(self, prec: str) -> bool:
         return prec in self.peak_flops_per_s
+
+    def efficiency_at(self, prec: str) -> float:
+        """The achievable fraction of ``prec``'s peak: its own figure, else ``efficiency``."""
+        return self.precision_efficiency.get(prec, self.efficiency)
 
 
 @dataclass(frozen=True)
