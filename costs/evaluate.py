@@ -16,14 +16,13 @@ Rules: docs/concepts/milp.md, "The period it linearises".
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
 from distplan.costs.exposed import add_exposed_loads, transfers
-from distplan.costs.memory import (Flow, StageMemory, activation_factors, follows_1f1b_phases, inflight_microbatches,
+from distplan.costs.memory import (StageMemory, activation_factors, in_transit_sends, follows_1f1b_phases, inflight_microbatches,
                                    stream_activation_bytes, remat_per_op_bytes, saved_elems, training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
@@ -187,10 +186,14 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
                 else:
                     mem[d] += per
                 seen.add(d)
+    ranks: dict[tuple, float] = {}   # replicas alike (most of them) walk their order once
     for (r, i), by_chunk in chunks.items():
         st = plan.stages[r]
-        held = interleaved_held_bytes(plan.n_stages // plan.virtual_stages, plan.virtual_stages, r,
-                                      {j: sm for j, (sm, _) in by_chunk.items()}, max(m for _, m in by_chunk.values()))
+        key = (r, tuple(sorted((j, sm) for j, (sm, _) in by_chunk.items())), max(m for _, m in by_chunk.values()))
+        if key not in ranks:
+            ranks[key] = interleaved_held_bytes(plan.n_stages // plan.virtual_stages, plan.virtual_stages, r,
+                                                dict(key[1]), key[2])
+        held = ranks[key]
         for d in set(st.replica_group(i)):
             mem[d] += held
     return mem + single
@@ -203,54 +206,51 @@ def interleaved_held_bytes(pp: int, vp: int, rank: int, by_chunk: dict[int, Stag
     its own forward or backward profile (with its own received and sent buffers), the
     inputs and gradients that may have arrived early for tasks not yet started
     (``core.schedules.interleaved_early``, from the neighbouring ranks' orders), and the
-    tensors still in transit from earlier tasks. A ``StageMemory`` without ``flow`` is
-    charged its ``single`` profile and nothing beside it."""
+    tensors still in transit from earlier tasks (``costs.memory.in_transit_sends``). A
+    gradient back for a microbatch means its forward's send arrived, and every send before
+    it on that link (FIFO), so those sends and that gradient are not both charged. A
+    ``StageMemory`` without ``flow`` is charged its ``single`` profile and nothing beside it."""
     sms = [by_chunk[j] for j in range(vp)]
     flows = [sm.flow for sm in sms]
     order = interleaved_order(pp, vp, rank, microbatches)
-    whole = any(f is None for f in flows)
-    transit = np.zeros(len(order))
-    if not whole:
-        early = interleaved_early(pp, vp, rank, microbatches)
-        transit += sum(c * f.relayed for c, f in zip(interleaved_inflight(pp, vp, rank, microbatches), flows))
-        transit += in_transit_bytes(order, flows)
-    stashed = top = 0.0
+    if any(f is None for f in flows):
+        return _stashes_over(order, sms, lambda i, sm: sm.single)
+    early = interleaved_early(pp, vp, rank, microbatches)
+    relays = sum(c * f.relayed for c, f in zip(interleaved_inflight(pp, vp, rank, microbatches), flows))
+    sends = in_transit_sends(order, flows)
+    f_at = {(j, x): i for i, (phase, j, x) in enumerate(order) if phase == 0}
+    backward_mbs = [[x for phase, c, x in order if phase == 1 and c == j] for j in range(vp)]
+    done = [0] * vp   # backwards started per chunk, the running one included
+
+    def running(i: int, sm: StageMemory) -> float:
+        phase, j, _ = order[i]
+        if phase == 1:
+            done[j] += 1
+        e_in, e_grad = early[i]
+        fwd, back = sends[i]
+        # the early gradients of chunk c are for its next microbatches to run backward;
+        # each needs its forward's send (at position f_at) delivered, and every send before it
+        grads = [(f_at[c, backward_mbs[c][done[c] + t]], flows[c].grad_in) for c in range(vp) for t in range(e_grad[c])]
+        cuts = [p for p, _ in fwd] + [len(order)]   # the sends from the cut on are still in transit
+        beside = max(sum(b for p, b in fwd if p >= cut) + sum(g for p, g in grads if p < cut) for cut in cuts)
+        own = flows[j].forward_peak if phase == 0 else flows[j].backward_peak
+        return own + sum(a * f.received for a, f in zip(e_in, flows)) + beside + back + relays
+
+    return _stashes_over(order, sms, running)
+
+
+def _stashes_over(order, sms: list[StageMemory], running) -> float:
+    """The most held over ``order``: every other microbatch in flight at its stash, the
+    running task's at ``running(position, StageMemory)``."""
+    top = stashed = 0.0
     for i, (phase, j, _) in enumerate(order):
         sm = sms[j]
         if phase == 0:
             stashed += sm.stash
-        if whole:
-            own, arrived = sm.single, 0.0
-        else:
-            own = flows[j].forward_peak if phase == 0 else flows[j].backward_peak
-            arrived = sum(a * f.received + g * f.grad_in for a, g, f in zip(*early[i], flows))
-        top = max(top, stashed - sm.stash + own + arrived + transit[i])
+        top = max(top, stashed - sm.stash + running(i, sm))
         if phase == 1:
             stashed -= sm.stash
     return top
-
-
-def in_transit_bytes(order: Sequence[tuple[int, int, int]], flows: Sequence[Flow]) -> np.ndarray:
-    """Per task of a rank's order: the bytes of earlier tasks' sends (forward outputs,
-    gradients back) still on their links when it starts. Each link serves one direction
-    of the rank's sends in order (FIFO), a forward's send taking its chunk's ``out_s``, a
-    backward's ``back_s``; the tasks run back to back at their compute times, the
-    fastest the device can go, which no slower real run can exceed (a send waits less,
-    and more time has passed since it left)."""
-    now = 0.0
-    free = [0.0, 0.0]                 # when each link (forward, back) finishes its queue
-    queued: list[tuple[float, float]] = []   # (end of transfer, bytes)
-    out = np.zeros(len(order))
-    for i, (phase, j, _) in enumerate(order):
-        queued = [(t, b) for t, b in queued if t > now]
-        out[i] = sum(b for _, b in queued)
-        f = flows[j]
-        now += f.forward_s if phase == 0 else f.backward_s
-        link_s, nbytes = (f.out_s, f.sent) if phase == 0 else (f.back_s, f.grad_out)
-        if nbytes > 0:
-            free[phase] = max(free[phase], now) + link_s
-            queued.append((free[phase], nbytes))
-    return out
 
 
 def plan_sensitivity(problem: Problem, plan: Plan) -> float:

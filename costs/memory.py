@@ -311,6 +311,45 @@ def saved_elems(graph, again: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return saved, own, extra, mask
 
 
+def one_f_one_b_order(inflight: int, microbatches: int) -> tuple[tuple[int, int, int], ...]:
+    """A stage's tasks in the simulator's 1F1B order, as ``(phase, 0, microbatch)``: ``inflight``
+    warm-up forwards, then a backward and a forward in turn, then the cool-down backwards."""
+    n, M = inflight, microbatches
+    steady = [t for j in range(M - n) for t in ((1, 0, j), (0, 0, j + n))]
+    return tuple([(0, 0, x) for x in range(n)] + steady + [(1, 0, j) for j in range(M - n, M)])
+
+
+def in_transit_sends(order: Sequence[tuple[int, int, int]], flows: Sequence["Flow"]) -> list[tuple[list[tuple[int, float]], float]]:
+    """Per task of a device's order (``(phase, chunk, microbatch)``): the earlier forwards'
+    sends still on their link when it starts, as (task position, bytes) in link order, and
+    the bytes of gradients back still on theirs. Each link serves one direction of the
+    device's sends in order (FIFO), a forward's send taking its chunk's ``out_s``, a
+    backward's ``back_s``; the tasks run back to back at their compute times, the fastest
+    the device can go, which no slower real run can exceed (a send waits less, and more
+    time has passed since it left), so a real run's sends in transit are among these."""
+    now = 0.0
+    free = [0.0, 0.0]                                  # when each link finishes its queue
+    queued: list[tuple[int, float, int, float]] = []   # (direction, end of transfer, position, bytes)
+    out = []
+    for i, (phase, j, _) in enumerate(order):
+        queued = [q for q in queued if q[1] > now]
+        out.append(([(pos, b) for d, _, pos, b in queued if d == 0], sum(b for d, _, _, b in queued if d == 1)))
+        f = flows[j]
+        now += f.forward_s if phase == 0 else f.backward_s
+        link_s, nbytes = (f.out_s, f.sent) if phase == 0 else (f.back_s, f.grad_out)
+        if nbytes > 0:
+            free[phase] = max(free[phase], now) + link_s
+            queued.append((phase, free[phase], i, nbytes))
+    return out
+
+
+def in_transit_bytes(order: Sequence[tuple[int, int, int]], flows: Sequence["Flow"]) -> np.ndarray:
+    """[direction, task]: ``in_transit_sends`` summed, forward outputs (row 0) and
+    gradients back (row 1)."""
+    sends = in_transit_sends(order, flows)
+    return np.array([[sum(b for _, b in fwd) for fwd, _ in sends], [back for _, back in sends]]).reshape(2, len(order))
+
+
 @dataclass(frozen=True)
 class StageMemory:
     """Per-rank bytes of one training stage (one replica's precisions) per microbatch:
@@ -354,12 +393,14 @@ class StageMemory:
         n, M = inflight, microbatches
         S, R = self.stash, f.received
         fs, gr, gs = f.sent, f.grad_in, f.grad_out
+        transit = in_transit_bytes(one_f_one_b_order(n, M), [f])   # sends still on their links
         peaks = []
         for i in range(n):   # warm-up forward i: i stashes, the mbs up to min(n, M-1) may have arrived
             others = i if not self.keeps_up else min(i, 1)
             early = max(0, min(n, M - 1) - i)
             # a gradient back means the next stage ran every forward up to it: no send in transit
-            peaks.append(i * S + early * R + f.forward_peak + max(others * fs, max(0, i - n + 3) * gr))
+            peaks.append(i * S + early * R + f.forward_peak + max(min(others * fs, transit[0, i]),
+                                                                  max(0, i - n + 3) * gr))
         if M > n:   # steady state: forward x = j+n-1 after backward j-1, then backward j
             # a sent tensor still in transit holds back the next stage, so no gradient that
             # needs it has come back; a gradient still in transit to the previous stage holds
@@ -370,7 +411,8 @@ class StageMemory:
             peaks.append((n - 1) * S + (max(fs, gr) if f.grad_first else 2 * fs + gr) + ahead)
         for c in range(n):   # cool-down backward M-n+c: the next stage may have sent every gradient
             back = c + 1 if not self.keeps_up else min(c + 1, 1)
-            peaks.append((n - 1 - c) * S + max(fs, (n - 1 - c) * gr) + f.backward_peak + back * gs)
+            peaks.append((n - 1 - c) * S + max(fs, (n - 1 - c) * gr) + f.backward_peak
+                         + min(back * gs, transit[1, 2 * M - n + c]))
         return max(peaks) + n * f.relayed
 
 
@@ -515,6 +557,7 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     unkept_to = np.zeros(n)    # [t]: received copies nobody keeps whose reader is op t
     grad_in_at = np.zeros(n)   # [t]: gradients received for op t's sent output (freed by its backward)
     grad_out_at = np.zeros(n)  # [t]: gradients op t's backward sends back
+    back_at_s = np.zeros(n)    # [t]: and their link time
     here = st.replica_group(0)[0]
     for e, (u, w) in enumerate(edges):
         su, sw = stage[u], stage[w]
@@ -528,7 +571,9 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
             received += b
             grad_out += b
             grad_out_at[pos[w]] += b
-            back_s += route_s(problem, here, plan.stages[k - 1].replica_group(0)[0], b)
+            link_s = route_s(problem, here, plan.stages[k - 1].replica_group(0)[0], b)
+            back_s += link_s
+            back_at_s[pos[w]] += link_s
             if saved[e] > 0:
                 stash += b
                 recv_kept[pos[w]] += b
@@ -585,12 +630,69 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
         if t < n:
             gone[t] += rest[pos[u]]
     fwd_own = fwd_profile + np.cumsum(gone) + (unkept_to.sum() - np.cumsum(unkept_to) + unkept_to)
-    bwd_own = bwd_profile + np.cumsum(grad_in_at) + (grad_out_at.sum() - np.cumsum(grad_out_at) + grad_out_at)
+    # a gradient sent back is gone once its link's queue has drained (sent_back_alive): the
+    # link carries the device's gradients back only, each backward's in at most its compute
+    # time, so at most the longest backward's worth waits when a backward starts
+    queued_s, back_ok = back_s, not plan.overlap_grad_reduce and back_s <= b_s
+    if back_ok and plan.schedule == "interleaved":   # the rank's other chunks share the link
+        pp = plan.n_stages // plan.virtual_stages
+        times = [_back_times(problem, plan, c, q) for c in range(k % pp, plan.n_stages, pp)]
+        queued_s = max(t[0] for t in times)
+        back_ok = all(t[0] <= t[1] for t in times)
+    if back_ok:
+        bwd_dur = np.array([float(problem.bwd_time_s[v, q[v], kind]) / tp for v in order])
+        out_alive = sent_back_alive(n, [(pos[u], pos[w]) for u, w in edges if stage[u] == k and stage[w] == k],
+                                    grad_out_at, back_at_s, bwd_dur, queued_s)
+    else:
+        out_alive = grad_out_at.sum() - np.cumsum(grad_out_at) + grad_out_at
+    bwd_own = bwd_profile + np.cumsum(grad_in_at) + out_alive
     first_back = min((pos[w] for u, w in edges if stage[w] == k and stage[u] < k), default=0)
     flow = Flow(received, relayed, sent_rest, grad_in, grad_out, float(max(fwd_own.max(initial=0.0), stash)),
                 float(max(bwd_own.max(initial=0.0), stash)), bool(n) and order[-1] in sends,
                 float(bwd_own[:first_back].max(initial=0.0)), float(out_s), float(back_s), float(f_s), float(b_s))
     return StageMemory(stash, single, fwd, bwd, boundary, sending, keeps_up, flow)
+
+
+def _back_times(problem, plan, k: int, q: np.ndarray) -> tuple[float, float]:
+    """(link time of the gradients stage ``k`` sends back per microbatch, its backward
+    compute per microbatch), per rank, at the per-op precision indices ``q``."""
+    st = plan.stages[k]
+    tp, stage, bpe = st.tensor_parallel, plan.op_stage, problem.bytes_per_elem
+    here = st.replica_group(0)[0]
+    back = sum(route_s(problem, here, plan.stages[k - 1].replica_group(0)[0], problem.edge_elems[e] * bpe[q[u]] / tp)
+               for e, (u, w) in enumerate(problem.edges.tolist()) if stage[w] == k and stage[u] < k)
+    kind = int(problem.device_kind[here])
+    return float(back), sum(float(problem.bwd_time_s[v, q[v], kind]) for v in range(problem.n_ops) if stage[v] == k) / tp
+
+
+def sent_back_alive(n: int, local_edges: list[tuple[int, int]], grad_out_at: np.ndarray, link_at_s: np.ndarray,
+                    bwd_s: np.ndarray, queued_s: float) -> np.ndarray:
+    """[t]: bytes of gradients sent back that are alive while op t's backward runs (ops in
+    stage order 0..n-1, backwards in reverse). Op i's gradient back (``link_at_s[i]`` on the
+    link) is alive from its own backward on until its transfer ends: at most the link's
+    queue later, which is what is left of ``queued_s`` (the earlier microbatches' sends)
+    after the backwards that must run before i, plus this backward's sends from i and
+    from every op that may run its backward before i (all but i's ancestors). An op t upstream of i starts its backward only after every backward
+    on a path from t to i (``bwd_s`` each), so where that path is as long, it is gone."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for u, w in local_edges:
+        succ[u].append(w)
+    to_end = np.zeros(n)   # the longest chain of backwards from the backward's start to op i's end
+    for i in range(n - 1, -1, -1):
+        to_end[i] = bwd_s[i] + max((to_end[w] for w in succ[i]), default=0.0)
+    alive = np.zeros(n)
+    for i in np.flatnonzero(grad_out_at > 0):
+        dist = np.full(n, -1.0)   # longest path of backwards strictly between t and i; -1: no path
+        dist[i] = 0.0
+        for t in range(i - 1, -1, -1):
+            dist[t] = max((dist[w] + (bwd_s[w] if w != i else 0.0) for w in succ[t] if w <= i and dist[w] >= 0),
+                          default=-1.0)
+        # ahead of i's send on the link: what is left of the earlier queue, and the sends of
+        # every op that may run its backward first (all but i's ancestors)
+        window = max(0.0, queued_s - to_end[i]) + float(link_at_s[dist < 0].sum()) + float(link_at_s[i])
+        gone = (dist >= window) & (np.arange(n) < i)
+        alive[: i + 1] += np.where(gone[: i + 1], 0.0, grad_out_at[i])
+    return alive
 
 
 def follows_1f1b_phases(problem, plan) -> bool:

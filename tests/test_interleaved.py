@@ -171,7 +171,7 @@ def test_simulator_equals_analytic(cfg):
 @given(_CONFIGS, st.booleans(), st.booleans())
 def test_checker_bounds_the_simulated_peak(cfg, sp, zero):
     """The checker walks Megatron's order (costs.evaluate.interleaved_held_bytes): the
-    simulated peak never exceeds it, and it stays within 6 % of the peak."""
+    simulated peak never exceeds it, and it stays within 5 % of the peak."""
     w, dp, pp, vp, tp, groups, rc, _ = cfg
     assume(dp * tp * pp <= 16 and pp * vp <= 6)
     r = whatif(w, "a100x16", dp=dp, tp=tp, pp=pp, vp=vp, global_batch=dp * pp * groups, recompute=rc,
@@ -179,7 +179,7 @@ def test_checker_bounds_the_simulated_peak(cfg, sp, zero):
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound, peak = plan_memory_bytes(r.problem, r.plan)[used], r.sim.peak_memory_bytes[used]
     assert (peak <= bound * (1 + 1e-9)).all()
-    assert (bound <= 1.06 * peak).all()   # 5.7 % at most over 891 such plans
+    assert (bound <= 1.05 * peak).all()   # 4.6 % at most over 891 such plans
 
 
 def test_an_interleaved_rank_keeps_its_stashes_as_its_order_runs():

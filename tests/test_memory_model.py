@@ -63,17 +63,16 @@ def test_published_runs_pass_the_memory_check(args):
        st.sampled_from(["none", "selective", "full"]), st.booleans(), st.booleans(), st.sampled_from([256, 512]))
 def test_checker_bounds_the_simulated_peak(w, tp, pp, dp, mb, m, rc, sp, zero, seq):
     """Random Megatron plans on 16 A100s: the simulated peak never exceeds the checker's
-    bound on any device, and the bound is within 6 % of it. The 1F1B phase rule
-    (StageMemory.peak_1f1b_bytes) took the worst of 3,000 such plans from 15.4 % to
-    5.5 % above; what is left is timing the rule does not model (a gradient sent back
-    the moment it is made, the next stage's backwards no faster than this one's)."""
+    bound on any device, and the bound is within 5 % of it (every such plan, 2,952, is at
+    most 4.4 % above: the 1F1B phase rule, StageMemory.peak_1f1b_bytes, with the sends
+    still on their links replayed, costs.memory.in_transit_bytes)."""
     assume(dp * tp * pp <= 16)
     r = whatif(w, "a100x16", dp, tp, pp, mb, mb * dp * m, recompute=rc, sequence_parallel=sp and tp > 1,
                zero=int(zero and dp > 1), seq_len=seq, check_memory=False, breakdown=False)
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound, peak = plan_memory_bytes(r.problem, r.plan)[used], r.sim.peak_memory_bytes[used]
     assert (peak <= bound * (1 + 1e-9)).all()
-    assert (bound <= 1.06 * peak).all()
+    assert (bound <= 1.05 * peak).all()
 
 
 @pytest.mark.parametrize("w, t, gb", [("gpt2", "dgx-a100", 16), ("bert-base", "a100x16", 64)])
@@ -126,16 +125,24 @@ def test_1f1b_phase_rule_by_hand():
     microbatches: warm-up forwards 13, 21, 29 (i stashes, the inputs of i+1..3 arrived,
     sends in transit or gradients back, not both); steady forward 12+10+max(2,6)+max(8,1)
     = 36, steady backward 12+max(2,3)+max(4,1)+20 = 39; cool-down 12+max(2,6)+20+4 = 42
-    (the next stage may have sent both remaining gradients), 37, 34."""
+    (the next stage may have sent both remaining gradients), 37, 34. The links here are
+    slow (100 s a send, 1 s a task), so every earlier send may still be on them; with
+    links that drain within a task (0.5 s) no earlier gradient is on its way back at the
+    first cool-down, 12 + 6 + 20 = 38, and the steady backward's 39 is the most."""
+    import dataclasses
+
     from distplan.costs.memory import Flow, StageMemory
+    slow = dict(out_s=100.0, back_s=100.0, forward_s=1.0, backward_s=1.0)
     f = Flow(received=1, relayed=0, sent=2, grad_in=3, grad_out=4, forward_peak=10, backward_peak=20,
-             grad_first=True, backward_after=5)
+             grad_first=True, backward_after=5, **slow)
     sm = StageMemory(stash=6, single=20, forward=0, backward=0, boundary=1, sending=9, keeps_up=False, flow=f)
     assert sm.peak_1f1b_bytes(3, 5) == 42
-    light = StageMemory(6, 20, 0, 0, 1, 9, False, Flow(1, 0, 2, 0.5, 4, 10, 20, True, 5))
+    fast = dataclasses.replace(sm, flow=dataclasses.replace(f, out_s=0.5, back_s=0.5))
+    assert fast.peak_1f1b_bytes(3, 5) == 39
+    light = StageMemory(6, 20, 0, 0, 1, 9, False, Flow(1, 0, 2, 0.5, 4, 10, 20, True, 5, **slow))
     # cool-down 12+max(2,1)+20+4 = 38 and steady backward 12+max(2,0.5)+max(4,1)+20 = 38
     assert light.peak_1f1b_bytes(3, 5) == 38
-    relayed = StageMemory(6, 20, 0, 0, 1, 9, False, Flow(1, 0.5, 2, 0.5, 4, 10, 20, True, 5))
+    relayed = StageMemory(6, 20, 0, 0, 1, 9, False, Flow(1, 0.5, 2, 0.5, 4, 10, 20, True, 5, **slow))
     assert relayed.peak_1f1b_bytes(3, 5) == 38 + 3 * 0.5   # relays: once per microbatch in flight
 
 
@@ -156,3 +163,32 @@ def test_1f1b_phase_rule_bounds_the_simulated_peak(w, t, tp, pp, mb, m, rc, sp, 
     used = sorted({d for s in r.plan.stages for d in s.devices})
     bound = (static_memory_bytes(r.problem, r.plan) + training_activation_bytes(r.problem, r.plan, linear=False))[used]
     assert (r.sim.peak_memory_bytes[used] <= bound * (1 + 1e-9)).all()
+
+
+def test_sends_in_transit_by_hand():
+    """1F1B, 2 in flight, 3 microbatches: F0 F1 B0 F2 B1 B2 back to back (forward 1 s,
+    backward 2 s). Sends take 1.5 s (10 B), gradients back 0.5 s (3 B). F0's send runs
+    1-2.5 s, F1's 2.5-4 s (queued), so B0 starts at 2 s with both on the link; B0's
+    gradient runs 4-4.5 s, alive when F2 starts at 4 s; F2's send (5-6.5 s) when B1
+    starts; B1's gradient (7-7.5 s) when B2 starts."""
+    from distplan.costs.memory import Flow, in_transit_bytes, one_f_one_b_order
+    order = one_f_one_b_order(2, 3)
+    assert order == ((0, 0, 0), (0, 0, 1), (1, 0, 0), (0, 0, 2), (1, 0, 1), (1, 0, 2))
+    f = Flow(received=0, relayed=0, sent=10, grad_in=0, grad_out=3, forward_peak=0, backward_peak=0,
+             grad_first=False, out_s=1.5, back_s=0.5, forward_s=1.0, backward_s=2.0)
+    got = in_transit_bytes(order, [f])
+    assert got[0].tolist() == [0, 10, 20, 0, 10, 0]
+    assert got[1].tolist() == [0, 0, 0, 3, 0, 3]
+
+
+def test_a_gradient_sent_back_is_gone_once_its_link_drained():
+    """Ops 0 -> 1 -> 2 on a stage, backwards 1 s each (2, 1, 0); ops 0 and 2 send 5 B and
+    7 B back, 1 s on the link each. Op 2's gradient is alive during op 1's backward (it
+    may still be on the link) but gone by op 0's, which starts 1 s later; op 0's is
+    alive during its own. With 5 s of earlier sends queued ahead (4 s left once op 2's
+    backward ended) op 2's gradient is still there at op 0."""
+    import numpy as np
+    from distplan.costs.memory import sent_back_alive
+    args = (3, [(0, 1), (1, 2)], np.array([5.0, 0, 7]), np.array([1.0, 0, 1]), np.ones(3))
+    assert sent_back_alive(*args, 0.0).tolist() == [5, 7, 7]
+    assert sent_back_alive(*args, 5.0).tolist() == [12, 7, 7]
