@@ -44,8 +44,7 @@ class BaselineResult:
     wall clock: not reproducible run to run), "interrupted" (Ctrl-C) or "exhausted" (no
     new plan to try).
 
-    A view of the search's ``core.space.SearchResult`` (``search``), kept for the
-    baselines' public API (``run_baseline``, studies, compare).
+    A view of ``core.space.SearchResult`` (``search``) for the baselines' public API.
     """
 
     method: str

@@ -12,8 +12,7 @@ it holds over the whole declared plan space. ``time_limit_s`` bounds the whole s
 one clock (core.clock.Clock); once it (or a Ctrl-C after a first plan) expires, each
 phase keeps what it has with valid bounds and lists what it skipped in
 ``SolveResult.cut_short``. User constraints enter every MILP; the other phases' plans
-are used only where they satisfy it (model.admission). Phases, clock and user
-constraints: docs/concepts/milp.md.
+are used only where they satisfy it (model.admission). More: docs/concepts/milp.md.
 """
 from __future__ import annotations
 
