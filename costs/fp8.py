@@ -1,26 +1,17 @@
 """fp8 training as Transformer Engine runs it (``te.Linear`` under ``fp8_autocast``):
 which ops compute in fp8 and what the per-tensor scaling costs around each fp8 GEMM.
 
-Ops: the linear layers (kind "matmul": QKV, attention out-projection, MLP up/gate/down)
-run their forward GEMM and both backward GEMMs (dgrad, wgrad) in fp8; the attention core
-(flash attention's batched products and softmax: TE's ``fp8_dpa`` is off by default), norms,
-embedding, LM head and the optimizer stay 16-bit, as do the tensors between ops (a GEMM
-writes bf16) and the gradients. An MoE router stays wide (Megatron keeps it in fp32).
-
-Cost, per fp8 GEMM, as memory-bound kernels at HBM bandwidth (``cast_s``): each input
-the GEMM quantizes is read in bf16 and written in fp8 twice (the tensor and its transpose:
-Hopper's fp8 GEMMs take only the TN layout, so wgrad needs the transposed copies; TE fuses
-cast and transpose). The published runs use current scaling (TE's ``Float8CurrentScaling``,
-NeMo's "FP8-CS": one fp32 scale a tensor from its own amax), which reads the tensor once
-more for the amax before the cast: ``CAST_BYTES_PER_ELEM`` = 2 (amax) + 2 (read) + 1 + 1
-(fp8 and its transpose) = 6, two kernels (``CAST_KERNELS``). Delayed scaling would fuse the
-amax into the cast (4 B an element, one kernel) and reduce its amax history once a step
-(a few floats; not charged). Forward: the activation input. Backward: the output
-gradient. The weight: once per optimizer step (TE caches the fp8 weight and its transpose
-across microbatches, Megatron's ``is_first_microbatch``), charged with the optimizer step
-(``weight_cast_s``). Not modelled: the amax all-reduce over a tensor-parallel group for
-sequence-parallel inputs (one float, latency only).
-"""
+Ops: the linear layers (kind "matmul") run their forward, dgrad and wgrad GEMMs in fp8;
+the attention core (TE's ``fp8_dpa`` is off by default), norms, embedding, LM head, the
+optimizer, the tensors between ops (a GEMM writes bf16) and the gradients stay 16-bit,
+and an MoE router stays wide. Cost, as memory-bound kernels at HBM bandwidth
+(``cast_s``): current scaling ("FP8-CS") reads a quantized tensor for its amax, reads it
+again and writes it in fp8 and transposed, ``CAST_BYTES_PER_ELEM`` = 6 in
+``CAST_KERNELS`` = 2 kernels; the activation input in the forward, the output gradient in
+the backward, the weight once per optimizer step (TE's fp8 weight cache,
+``weight_cast_s``). Not charged: delayed scaling's amax history, the amax all-reduce over
+a tensor-parallel group. Rules and measurements: docs/concepts/fidelity.md ("fp8
+training: what is charged")."""
 from __future__ import annotations
 
 #: op kinds the recipe runs in fp8 (the linear layers); every other kind stays 16-bit

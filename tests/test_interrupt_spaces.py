@@ -20,6 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
+#: a hang guard, not a speed target: the messages asserted below show the interrupt path
+#: was taken (a run that ignored the signal would print none of them); under load the
+#: interrupted run's own exit (a plot, a plan file) took 18 s where it takes 2 s alone
+HANG_S = 45
+
+
 def signalled(argv: list[str], sig: int, after: str | None, delay: float, cwd: Path, timeout: float = 60):
     """Run ``argv``; once a stderr line contains ``after`` (None: at once), wait
     ``delay`` s and send ``sig``. Returns (returncode, stdout, stderr, seconds from
@@ -97,7 +103,7 @@ def test_cluster_space_keeps_its_best_plan(tmp_path, sig):
                                     "training", "--time-limit", "60", "--plan-out", str(plan)],
                                    sig, "points visited, best", 0.2, ROOT)
     assert_clean(rc, sig, out, err)
-    assert secs < 15
+    assert secs < HANG_S
     assert "cluster space, interrupted" in out and "rank" in out, out
     name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
     assert f"interrupted ({name}): wrote the best plan found so far to {plan}" in err
@@ -110,7 +116,7 @@ def test_fleet_space_keeps_its_best_plan(tmp_path):
                                     "training", "--time-limit", "60", "--plan-out", str(plan)],
                                    signal.SIGINT, "fleet space: microbatch size 2", 0.2, ROOT)
     assert_clean(rc, signal.SIGINT, out, err)
-    assert secs < 15
+    assert secs < HANG_S
     assert "fleet space, interrupted" in out, out
     assert "wrote the best plan found so far" in err
     replays(plan)
@@ -121,7 +127,7 @@ def test_pipeline_space_sigterm_keeps_its_best_plan(tmp_path):
     rc, out, err, secs = signalled(["solve.py", "--workload", "bert-base", "--topology", "mcm4x4", "--time-limit",
                                     "60", "--plan-out", str(plan)], signal.SIGTERM, "built in", 0.5, ROOT)
     assert_clean(rc, signal.SIGTERM, out, err)
-    assert secs < 15
+    assert secs < HANG_S
     assert "interrupted (SIGTERM)" in out and "SIGTERM: stopping with the best plan" in err
     replays(plan)
 
@@ -131,7 +137,7 @@ def test_pareto_stops_with_the_frontier_so_far(tmp_path):
     rc, out, err, secs = signalled([str(ROOT / "solve.py"), "--pareto", "3", "--time-limit", "12"],
                                    signal.SIGINT, "pareto: fastest plan", 0.5, tmp_path)
     assert_clean(rc, signal.SIGINT, out, err)
-    assert secs < 10
+    assert secs < HANG_S
     assert "budget" in out and (tmp_path / "pareto.png").is_file()
     assert "interrupted (Ctrl-C): the frontier above has the plans found so far" in err
 
@@ -177,6 +183,6 @@ def test_a_long_replay_is_dropped_with_one_line(tmp_path, long_plan, sig):
     rc, out, err, secs = signalled(["-m", "distplan.sim", str(long_plan), "--trace", str(trace)], sig, None, 3.0,
                                    ROOT)
     assert_clean(rc, sig, out, err)
-    assert secs < 5
+    assert secs < HANG_S
     assert "the simulation was not finished; nothing written" in err, err
     assert not trace.exists()
