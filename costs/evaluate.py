@@ -22,8 +22,9 @@ import numpy as np
 
 from distplan.costs.collectives import boundary_links, boundary_load_s, links_s
 from distplan.costs.exposed import add_exposed_loads, transfers
-from distplan.costs.memory import (StageMemory, activation_factors, in_transit_sends, follows_1f1b_phases, inflight_microbatches,
-                                   stream_activation_bytes, remat_per_op_bytes, saved_elems, training_stage_memory)
+from distplan.costs.memory import (StageMemory, activation_factors, follows_1f1b_phases, in_transit_sends,
+                                   inflight_microbatches, remat_per_op_bytes, saved_elems, stream_activation_bytes,
+                                   training_stage_memory)
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.costs.sharding import gather_memory_bytes
@@ -149,6 +150,7 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
     single = np.zeros(problem.n_devices)   # the one microbatch under way on each device (StageMemory.single)
     phases = follows_1f1b_phases(problem, plan)   # the 1F1B phase rule (one stage per device)
     chunks: dict[tuple[int, int], dict[int, tuple[StageMemory, int]]] = {}   # interleaved: (rank, replica) -> chunks
+    peaks: dict[tuple[StageMemory, int, int], float] = {}   # 1F1B phase rule per (stage memory, in flight, count)
     for k, st in enumerate(plan.stages):
         counts = st.replica_counts(plan.microbatches)
         seen: set[int] = set()
@@ -175,8 +177,11 @@ def training_activation_bytes(problem: Problem, plan: Plan, linear: bool = True)
                 pp = K // plan.virtual_stages
                 chunks.setdefault((k % pp, i), {})[k // pp] = (sm, max(1, counts[i]))
                 continue
-            if phases:
-                per = sm.peak_1f1b_bytes(n, max(1, counts[i]))
+            if phases:   # replicas alike share one walk of the phases
+                key = (sm, n, max(1, counts[i]))
+                if key not in peaks:
+                    peaks[key] = sm.peak_1f1b_bytes(n, max(1, counts[i]))
+                per = peaks[key]
             else:
                 per = sm.peak_bytes(n, 1 if one_at_a_time else n)
             for d in set(st.replica_group(i)) - seen:

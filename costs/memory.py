@@ -636,7 +636,8 @@ def training_stage_memory(problem, plan, k: int, qs: Sequence[int], again: np.nd
     queued_s, back_ok = back_s, not plan.overlap_grad_reduce and back_s <= b_s
     if back_ok and plan.schedule == "interleaved":   # the rank's other chunks share the link
         pp = plan.n_stages // plan.virtual_stages
-        times = [_back_times(problem, plan, c, q) for c in range(k % pp, plan.n_stages, pp)]
+        times = [(back_s, b_s) if c == k else _back_times(problem, plan, c, q)
+                 for c in range(k % pp, plan.n_stages, pp)]
         queued_s = max(t[0] for t in times)
         back_ok = all(t[0] <= t[1] for t in times)
     if back_ok:
@@ -672,8 +673,9 @@ def sent_back_alive(n: int, local_edges: list[tuple[int, int]], grad_out_at: np.
     link) is alive from its own backward on until its transfer ends: at most the link's
     queue later, which is what is left of ``queued_s`` (the earlier microbatches' sends)
     after the backwards that must run before i, plus this backward's sends from i and
-    from every op that may run its backward before i (all but i's ancestors). An op t upstream of i starts its backward only after every backward
-    on a path from t to i (``bwd_s`` each), so where that path is as long, it is gone."""
+    from every op that may run its backward before i (all but i's ancestors). An op t
+    upstream of i starts its backward only after every backward on a path from t to i
+    (``bwd_s`` each), so where that path is as long, it is gone."""
     succ: list[list[int]] = [[] for _ in range(n)]
     for u, w in local_edges:
         succ[u].append(w)
