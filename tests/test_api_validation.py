@@ -78,6 +78,7 @@ def test_good_values_pass():
     (dict(mode="train"), "mode must be one of 'inference', 'training'"),
     (dict(schedule=1), "schedule must be one of"),
     (dict(low_bit_ops="most"), "low_bit_ops must be one of"),
+    (dict(attention="fast"), "attention must be one of 'explicit', 'flash'"),
     (dict(input_shapes={"x": "1x2"}), "input_shapes['x'] must be a list of whole numbers"),
 ])
 def test_problem_arguments(kw, needle):
@@ -86,7 +87,7 @@ def test_problem_arguments(kw, needle):
     assert needle in str(e.value)
 
 
-@pytest.mark.parametrize("kw", [dict(batch_size=4), dict(seq_len=64)])
+@pytest.mark.parametrize("kw", [dict(batch_size=4), dict(seq_len=64), dict(attention="flash")])
 def test_batch_and_sequence_do_not_apply_to_a_graph_file(tiny, kw):
     with pytest.raises(DistplanError, match="applies to a zoo workload, not to the graph file"):
         distplan.problem(str(tiny), "mcm2x2", **kw)
@@ -220,6 +221,7 @@ def test_plan_files_hold_no_non_json_literals(solved, tmp_path):
 @pytest.mark.parametrize("flags,needle", [
     (["--batch-size", "4"], "--batch-size does not apply to a graph file"),
     (["--seq-len", "64"], "--seq-len does not apply to a graph file"),
+    (["--attention", "flash"], "--attention does not apply to a graph file"),
     (["--compare", "random", "--pareto", "3"], "--pareto does not apply with --compare"),
     (["--compare", "random", "--plan-out", "p.json"], "--plan-out does not apply with --compare"),
     (["--compare", "random", "--trace", "t.json"], "--trace does not apply with --compare"),
@@ -249,6 +251,18 @@ def test_batch_size_still_applies_to_a_zoo_name(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = cli_main.main(["--workload", "mlp-xs", "--topology", "mcm2x2", "--batch-size", "2", "--describe"])
     assert rc == 0 and "(inference, batch 2)" in capsys.readouterr().out
+
+
+def test_attention_flag_builds_the_fused_core(capsys):
+    """``--attention flash``: one flash_attn op a layer in place of scores, softmax and context
+    (gpt2: 12 layers, 3 ops -> 1 each); an MLP has no attention to fuse."""
+    explicit = distplan.problem("gpt2", "mcm2x2", mode="training")
+    flash = distplan.problem("gpt2", "mcm2x2", mode="training", attention="flash")
+    names = [op.name.rsplit(".", 1)[-1] for op in flash.graph.ops]
+    assert names.count("flash_attn") == 12 and "softmax" not in names
+    assert explicit.n_ops - flash.n_ops == 12 * 2
+    rc = cli_main.main(["--workload", "mlp-xs", "--topology", "mcm2x2", "--attention", "flash", "--describe"])
+    _one_error(rc, capsys.readouterr().err, "has no attention to split (--cp) or fuse (--attention)")
 
 
 def test_compare_and_pareto_do_not_check_the_default_plan_out(tiny, tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from distplan.core.validate import check_choice, check_int, check_ints, check_st
 from distplan.costs.problem import COMM_MODES, LOW_BIT_OPS, Problem, ProblemOptions, build_problem
 from distplan.topologies.topology import Topology
 from distplan.workloads.graph import Graph
+from distplan.workloads.zoo.attention import ATTENTION
 from distplan.workloads.profile import Profile, apply_profile, as_profile, check_kinds
 
 
@@ -20,7 +21,8 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
             input_shapes: dict[str, tuple[int, ...]] | None = None,
             precisions: Sequence[str] | str | None = None, microbatches: int = 16,
             schedule: str | None = None, low_bit_ops: str = "matmul",
-            profile: "str | Path | dict | Profile | None" = None, comm: str = "overlapped") -> Problem:
+            profile: "str | Path | dict | Profile | None" = None, comm: str = "overlapped",
+            attention: str | None = None) -> Problem:
     """Build the Problem both the planner and the simulator read.
 
     ``workload``: a zoo name, a graph ``.json``, an ``.onnx`` file (``input_shapes`` fixes
@@ -30,8 +32,10 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     (None: ``default_precisions``). ``low_bit_ops``: "matmul" (int8/fp8 on matrix products
     only) or "all". ``profile``: measured per-op times replacing the roofline
     (workloads/profile.py). ``comm``: "overlapped" (transfers load links only) or
-    "exposed" (also the sending and receiving devices; costs.exposed). Every argument is
-    checked first (:func:`check_problem_arguments`). Details and examples:
+    "exposed" (also the sending and receiving devices; costs.exposed). ``attention``: a zoo
+    transformer's attention core, "explicit" (scores and softmax as ops; the default) or
+    "flash" (one fused FlashAttention op). Every argument is checked first
+    (:func:`check_problem_arguments`). Details and examples:
     docs/reference/api.md, docs/guides/own-model.md.
     """
     # a pathlib.Path names a file as a str does (it was refused: 'got PosixPath')
@@ -39,14 +43,15 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
     topology = os.fspath(topology) if isinstance(topology, os.PathLike) else topology
     check_problem_arguments(workload, batch_size=batch_size, seq_len=seq_len, mode=mode,
                             input_shapes=input_shapes, precisions=precisions, microbatches=microbatches,
-                            schedule=schedule, low_bit_ops=low_bit_ops, comm=comm)
+                            schedule=schedule, low_bit_ops=low_bit_ops, comm=comm, attention=attention)
     if isinstance(workload, Graph):
-        if batch_size is not None or seq_len is not None or input_shapes:
-            raise DistplanError("batch_size, seq_len and input_shapes apply to a workload name or file, "
-                                "not to a Graph object; build the Graph with them instead")
+        if batch_size is not None or seq_len is not None or input_shapes or attention is not None:
+            raise DistplanError("batch_size, seq_len, input_shapes and attention apply to a workload name or "
+                                "file, not to a Graph object; build the Graph with them instead")
         graph = workload if mode in (None, workload.mode) else workload.with_mode(mode)
     elif isinstance(workload, str):
-        graph = resolve_workload(workload, batch_size, seq_len, mode or "inference", input_shapes or None)
+        graph = resolve_workload(workload, batch_size, seq_len, mode or "inference", input_shapes or None,
+                                 attention)
     else:
         raise DistplanError(f"workload must be a name, a file path or a Graph, got {type(workload).__name__}")
     if isinstance(topology, Topology):
@@ -69,7 +74,7 @@ def problem(workload: str | Graph = "bert-base", topology: str | Topology = "mcm
 
 def check_problem_arguments(workload: object, *, batch_size: object, seq_len: object, mode: object,
                             input_shapes: object, precisions: object, microbatches: object, schedule: object,
-                            low_bit_ops: object, comm: object = "overlapped") -> None:
+                            low_bit_ops: object, comm: object = "overlapped", attention: object = None) -> None:
     """:func:`problem`'s arguments, each of its type and range, or a DistplanError naming
     it: counts are positive ints (not "16", 2.5 or True), names are strings, and a graph
     file (.json, .onnx) fixes its own batch and sequence."""
@@ -80,6 +85,7 @@ def check_problem_arguments(workload: object, *, batch_size: object, seq_len: ob
     check_choice("schedule", schedule, SCHEDULES, optional=True)
     check_choice("low_bit_ops", low_bit_ops, LOW_BIT_OPS)
     check_choice("comm", comm, COMM_MODES)
+    check_choice("attention", attention, ATTENTION, optional=True)
     if precisions is not None and not isinstance(precisions, str) and not (
             isinstance(precisions, (list, tuple)) and precisions and all(isinstance(p, str) for p in precisions)):
         raise DistplanError(f"precisions must be a string such as 'fp16,int8' or a list of precision names, "
@@ -92,8 +98,8 @@ def check_problem_arguments(workload: object, *, batch_size: object, seq_len: ob
             check_str("input_shapes key", k)
             check_ints(f"input_shapes[{k!r}]", v)
     if isinstance(workload, str) and Path(workload).suffix.lower() in (".json", ".onnx") and (
-            batch_size is not None or seq_len is not None):
-        what = "batch_size" if batch_size is not None else "seq_len"
+            batch_size is not None or seq_len is not None or attention is not None):
+        what = "batch_size" if batch_size is not None else "seq_len" if seq_len is not None else "attention"
         raise DistplanError(f"{what} applies to a zoo workload, not to the graph file {workload!r}, which fixes "
                             "its own batch and sequence" + (" (give an ONNX model's symbolic inputs a shape with "
                                                            "input_shapes)" if workload.lower().endswith(".onnx")

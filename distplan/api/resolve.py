@@ -12,9 +12,11 @@ from distplan.workloads.graph import Graph
 
 
 def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | None = None,
-                     mode: str = "inference", input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+                     mode: str = "inference", input_shapes: dict[str, tuple[int, ...]] | None = None,
+                     attention: str | None = None) -> Graph:
     """A zoo name (``bert-base``), a graph JSON file, or (with the extra) an ``.onnx`` file
-    (``input_shapes`` fixes its symbolic input dimensions)."""
+    (``input_shapes`` fixes its symbolic input dimensions); ``attention``: a zoo model's
+    attention core (``zoo.attention``; None: explicit)."""
     check_path("workload", spec, "a workload name or a graph file's name")
     if input_shapes and Path(spec).suffix.lower() != ".onnx":
         raise DistplanError(f"input shapes apply to .onnx workloads only, not {spec!r}")
@@ -33,7 +35,8 @@ def resolve_workload(spec: str, batch_size: int | None = None, seq_len: int | No
     from distplan.workloads.zoo import get_workload
 
     try:
-        return get_workload(spec, batch_size=batch_size, seq_len=seq_len, mode=mode)
+        return get_workload(spec, batch_size=batch_size, seq_len=seq_len, mode=mode,
+                            attention=attention or "explicit")
     except DistplanError:
         _not_a_name(spec, "workload", "a graph file ends in .json (an ONNX model in .onnx)")
         raise

@@ -19,6 +19,7 @@ from distplan.core.interrupt import current_stop, exit_status, signal_name, stop
 from distplan.cli.args import (Parser, check_distinct, check_output_file, check_output_folder, finite_float,
                                ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
+from distplan.workloads.zoo.attention import ATTENTION
 from distplan.core.validate import check_float
 from distplan.model.applies import check_options_apply
 from distplan.model.spaces import resolve_space
@@ -46,6 +47,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
     w.add_argument("--topology", default="mcm4x4", help="preset name or topology .yaml/.json file")
     w.add_argument("--batch-size", type=int, default=None, help="samples per microbatch (zoo default if unset)")
     w.add_argument("--seq-len", type=int, default=None, help="sequence length (zoo default if unset)")
+    w.add_argument("--attention", choices=ATTENTION, default=None,
+                   help="a zoo transformer's attention core: explicit (scores and softmax as ops, the default) "
+                        "or flash (one fused FlashAttention-2 op: no scores stored, recomputed in the backward)")
     w.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1xD2",
                    help="static shape of a symbolic ONNX input, e.g. input_ids=1x128 (repeat per input)")
     w.add_argument("--profile", default=None, metavar="FILE",
@@ -128,7 +132,7 @@ FLAG_OF = {"objective": "--objective", "space": "--space", "sensitivity_budget":
            "top_k": "--top-k", "time_limit_s": "--time-limit", "rel_gap": "--gap", "threads": "--threads",
            "seed": "--seed", "n_stages": "--stages", "coarsen_ops": "--coarsen",
            "microbatch_sizes": "--microbatch-sizes", "virtual_stages": "--virtual-stages",
-           "batch_size": "--batch-size", "seq_len": "--seq-len", "microbatches": "--microbatches",
+           "batch_size": "--batch-size", "seq_len": "--seq-len", "attention": "--attention", "microbatches": "--microbatches",
            "precisions": "--precisions", "schedule": "--schedule", "low_bit_ops": "--low-bit-ops",
            "mode": "--mode", "profile": "--profile", "candidates": "--candidates", "budget_s": "--budget"}
 _FIELD_FIRST = re.compile(r"(?:SolveOptions\.|ProblemOptions\.)?(\w+)(?= (?:must be|does not apply))")
@@ -306,7 +310,7 @@ def check_flags(args: argparse.Namespace) -> None:
     flag and why); the default ``--plan-out`` is dropped where no plan is written."""
     suffix = pathlib.Path(args.workload).suffix.lower()
     if suffix in (".json", ".onnx"):
-        refuse_flags(args, ("--batch-size", "--seq-len"),
+        refuse_flags(args, ("--batch-size", "--seq-len", "--attention"),
                      f"to a graph file: {args.workload!r} fixes the batch and sequence"
                      + (" (give symbolic ONNX inputs a shape with --input-shape NAME=D1xD2)" if suffix == ".onnx"
                         else ""))
@@ -388,7 +392,8 @@ def _main(argv: list[str] | None, prog: str, started: float) -> int:
             problem = api.problem(args.workload, args.topology, batch_size=args.batch_size, seq_len=args.seq_len,
                                   mode=args.mode, input_shapes=shapes or None, precisions=args.precisions,
                                   microbatches=args.microbatches, schedule=args.schedule,
-                                  low_bit_ops=args.low_bit_ops, profile=args.profile, comm=args.comm)
+                                  low_bit_ops=args.low_bit_ops, profile=args.profile, comm=args.comm,
+                                  attention=args.attention)
         if args.describe:
             from distplan.api.describe import describe
 
