@@ -56,6 +56,8 @@ MAX_TP = 64
 #: (``estimate_s``; measured 5-8 us and ~0.02-0.08 s per 1,155-op gpt3-175b plan on one core)
 ESTIMATE_S_PER_TRANSFER = 1e-5
 ESTIMATE_S_PER_OP = 5e-5
+#: relative slack on bounds summed in another order than the estimate sums the same terms
+BOUND_SLACK = 1e-12
 
 
 @dataclass(frozen=True, order=True)
@@ -220,9 +222,11 @@ class _Space:
         self.grads = np.array([sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[self.qs[v]])
                                    for v in u) for u in self.units])   # bytes of their gradients
         self.total_params = float(self.params.sum())
+        self.total_bytes = float(self.grads.sum())
         self.cap = float(np.min(problem.device_mem_bytes))
         self._work: dict[tuple[int, bool, str], _Work] = {}
         self._exposure: dict[tuple[int, int, int], float] = {}
+        self._gather: dict[tuple[int, int, int], tuple[float, float]] = {}   # (dp, tp, pp): gather_line
         self._again: dict[str, np.ndarray] = {}   # the ops each recomputation mode runs again
         self._ranks: dict[tuple[int, int], np.ndarray] = {}   # (pp, vp): each unit's chunk
         unit_of = np.empty(problem.n_ops, dtype=np.int64)
@@ -280,6 +284,30 @@ class _Space:
         before = np.concatenate(([0.0], np.cumsum(per_chunk)))[:pp]
         return float((m * per_rank + before).max())
 
+    def microbatches_per_replica(self, pt: ClusterPoint) -> int:
+        return (self.pb.microbatches if self.pb.training else 1) // pt.dp
+
+    def point_lb_s(self, pt: ClusterPoint) -> float:
+        """The point's first bound, over every split (module docstring): the pipeline's
+        (all the work + (m - 1) x max(work / pp, largest layer); interleaved:
+        ``interleaved_lb_s``), ``optimizer_lb_s`` and ``exposure_lb_s``."""
+        wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        m = self.microbatches_per_replica(pt)
+        if pt.vp > 1:
+            run = self.interleaved_lb_s(wk, pt.pp, pt.vp, m)
+        else:
+            run = wk.total_s + (m - 1) * max(wk.total_s / pt.pp, wk.largest_s)
+        return run + self.optimizer_lb_s(pt) + self.exposure_lb_s(pt)
+
+    def split_lb_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
+        """The bound of one 1F1B split (stage k: units edges[k]..edges[k+1]-1): all the
+        work + (m - 1) x its slowest stage, its ``split_optimizer_s`` and ``exposure_lb_s``."""
+        wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
+        tau = float(np.bincount(split, weights=wk.w, minlength=pt.pp).max())
+        return (float(wk.w.sum()) + (self.microbatches_per_replica(pt) - 1) * tau + self.split_optimizer_s(pt, edges)
+                + self.exposure_lb_s(pt))
+
     def static_per_rank(self, tp: int, dp: int, zero: int) -> np.ndarray:
         """Each unit's static bytes per rank less its ZeRO shares (costs.sharding; without
         ZeRO-3's gathered buffers, so at most the checker's charge)."""
@@ -322,13 +350,64 @@ class _Space:
         return min(gradient_reduction_parts(self.pb, devs, nbytes, h, pt.zero)[0] for h in (False, True))
 
     def optimizer_lb_s(self, pt: ClusterPoint) -> float:
-        if not self.pb.training:
+        """A lower bound over every split on the optimizer step (``costs.iteration.
+        optimizer_step_per_device_s``): the update of the mean rank's parameters (1/(tp pp),
+        1/dp more under ZeRO) and, under ZeRO-1/2 over >= 2 replicas, the all-gather of the
+        mean chunk's parameters (1/(pp vp) of their bytes) on ``gather_line``. Each term
+        grows with a rank's share, the update and the line affinely, so the largest rank
+        pays at least the mean's; fp8's weight casts are left out."""
+        if not self.pb.training or self.total_params <= 0:
             return 0.0
-        kind = self.pb.topology.kind_of(0)
         share = pt.dp if pt.zero and pt.dp > 1 else 1
-        elems = self.total_params / (pt.tp * pt.pp * share)
-        b = float(self.pb.bytes_per_elem[self.q])
-        return optimizer_step_s(elems, 0, kind) + elems * b * 2 / kind.mem_bw_bytes_per_s
+        t = self._step_s(self.total_params / (pt.tp * pt.pp * share), self.total_bytes / (pt.tp * pt.pp * share))
+        if gathers_after_step(pt):
+            a, b = self.gather_line(pt.dp, pt.tp, pt.pp)
+            t += a + b * self.total_bytes / (pt.tp * pt.pp * pt.vp)
+        return t * (1 - BOUND_SLACK)
+
+    def split_optimizer_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
+        """``optimizer_lb_s`` of one split (stage k: units edges[k]..edges[k+1]-1, 1F1B):
+        the slowest stage's update and (ZeRO-1/2) its rank-0 ring's all-gather, exactly
+        as ``optimizer_step_per_device_s`` charges them (fp8's weight casts left out)."""
+        if not self.pb.training or self.total_params <= 0:
+            return 0.0
+        share = pt.dp if pt.zero and pt.dp > 1 else 1
+        n = pt.dp * pt.tp
+        worst = 0.0
+        for k, (a, b) in enumerate(zip(edges, edges[1:])):
+            e, nbytes = float(self.params[a:b].sum()), float(self.grads[a:b].sum())
+            t = self._step_s(e / (pt.tp * share), nbytes / (pt.tp * share)) if e > 0 else 0.0
+            if gathers_after_step(pt) and nbytes > 0:
+                t += all_gather_s(self.pb, [k * n + i * pt.tp for i in range(pt.dp)], nbytes / pt.tp)
+            worst = max(worst, t)
+        return worst * (1 - BOUND_SLACK)
+
+    def _step_s(self, elems: float, nbytes: float) -> float:
+        """Adam over ``elems`` parameters of ``nbytes`` on one device (costs.iteration)."""
+        kind = self.pb.topology.kind_of(0)
+        return optimizer_step_s(elems, 0, kind) + nbytes * 2 / kind.mem_bw_bytes_per_s
+
+    def gather_line(self, dp: int, tp: int, pp: int) -> tuple[float, float]:
+        """(a, b) with a + b x <= ``all_gather_s`` of x bytes over every pipeline rank's
+        rank-0 ring (rank r's replica i on device r dp tp + i tp): per rank the hop with
+        the most seconds per byte bounds a ring step; the least such line over the ranks."""
+        key = (dp, tp, pp)
+        if key not in self._gather:
+            topo, lat, bw = self.pb.topology, self.pb.link_latency_s, self.pb.link_bw_bytes_per_s
+            a = b = math.inf
+            for r in range(pp):
+                ring = [r * dp * tp + i * tp for i in range(dp)]
+                hops = [topo.route(d, ring[(i + 1) % dp]) for i, d in enumerate(ring)]
+                spb, l_s = max((sum(1.0 / float(bw[l]) for l in h), sum(float(lat[l]) for l in h)) for h in hops)
+                a, b = min(a, l_s), min(b, spb)
+            self._gather[key] = ((dp - 1) * a, (dp - 1) / dp * b)
+        return self._gather[key]
+
+
+def gathers_after_step(pt: ClusterPoint) -> bool:
+    """Does the point all-gather its updated parameters after the optimizer step (ZeRO-1
+    and 2 over >= 2 replicas; ``costs.iteration.optimizer_step_per_device_s``)?"""
+    return pt.zero in (1, 2) and pt.dp > 1
 
 
 def gathers(pt: ClusterPoint) -> bool:
@@ -624,16 +703,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         f"{', '.join(sorted({q or space.precision for _, q in spaces}))}, microbatch size {', '.join(map(str, sizes))}")
     heap = []
     for pt in pts:
-        space = spaces[(pt.microbatch_size, pt.precision)]
-        wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
-        m = (space.pb.microbatches if space.pb.training else 1) // pt.dp
-        tot = wk.total_s
-        if pt.vp > 1:
-            lb0 = space.interleaved_lb_s(wk, pt.pp, pt.vp, m) + space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
-        else:
-            lb0 = (tot + (m - 1) * max(tot / pt.pp, wk.largest_s) + space.optimizer_lb_s(pt)
-                   + space.exposure_lb_s(pt))
-        heap.append((lb0, pt))
+        heap.append((spaces[(pt.microbatch_size, pt.precision)].point_lb_s(pt), pt))
     heapq.heapify(heap)
     best: list[ClusterPlan] = []
     incumbent = math.inf
@@ -681,8 +751,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 edges = (0, *cut_at, len(wk.w))
                 if all(mem_of(k, a, b) <= space.cap for k, (a, b) in enumerate(zip(edges, edges[1:]))):
                     split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
-                    tau = float(np.bincount(split, weights=wk.w, minlength=pt.pp).max())
-                    cands.append((tot + (m - 1) * tau + extra, split))
+                    cands.append((space.split_lb_s(pt, edges), split))
             if not cands:
                 infeasible += 1
             for lb_split, split in sorted(cands, key=lambda c: c[0]):

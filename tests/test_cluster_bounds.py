@@ -1,0 +1,85 @@
+"""The cluster space's bounds (model.cluster): a point's first bound and a split's bound
+stay below the analytic iteration of every plan they cover (the oracle's enumeration of
+the declared space, distplan.testing.cluster_oracle), and the optimizer terms, ZeRO-1/2's
+parameter all-gather included, are exact where one stage holds everything."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distplan.api.problem import problem as make_problem
+from distplan.costs.iteration import estimate_iteration
+from distplan.model.cluster import ClusterPoint, _Space, _units
+from distplan.testing.cluster_oracle import declared_plans
+from distplan.topologies import kinds as K
+from distplan.topologies.builders import rail_cluster
+
+
+def _topology(nodes: int, per_node: int):
+    return rail_cluster(f"tiny{nodes}x{per_node}", nodes, per_node, K.A100, K.NVLINK3_BW_BYTES_PER_S,
+                        K.NVLINK_LATENCY_S, K.IB_HDR_PORT_BW_BYTES_PER_S, K.IB_LATENCY_S)
+
+
+def _problem(layers: int, nodes: int, per_node: int, M: int, seq: int = 32):
+    return make_problem(f"gpt3-256x{layers}x4", _topology(nodes, per_node), batch_size=1, seq_len=seq,
+                        mode="training", precisions=("bf16",), microbatches=M)
+
+
+def point_of(plan) -> ClusterPoint:
+    """The cluster point a Megatron plan of the declared space belongs to."""
+    s = plan.stages[0]
+    return ClusterPoint(s.replicas, s.tensor_parallel, plan.pipeline_ranks, s.recompute, s.zero,
+                        s.sequence_parallel, vp=plan.virtual_stages)
+
+
+def edges_of(problem, plan) -> tuple[int, ...]:
+    """The unit boundaries of a 1F1B plan's split."""
+    stage = [plan.op_stage[u[0]] for u in _units(problem)]
+    return (0, *[i for i in range(1, len(stage)) if stage[i] != stage[i - 1]], len(stage))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(1, 4), nodes=st.sampled_from([1, 2]), per_node=st.sampled_from([2, 4]),
+       M=st.sampled_from([2, 4, 8]), vps=st.sampled_from([(), (2,)]))
+def test_point_and_split_bounds_are_below_every_plan_they_cover(layers, nodes, per_node, M, vps):
+    p = _problem(layers, nodes, per_node, M)
+    space = _Space(p, "bf16")
+    n = 0
+    for plan in declared_plans(p, "bf16", virtual_stages=vps):
+        pt = point_of(plan)
+        t = estimate_iteration(p, plan).iteration_s
+        assert space.point_lb_s(pt) <= t * (1 + 1e-12), (pt.label(), plan.dp_allreduce, plan.overlap_grad_reduce)
+        if pt.vp == 1:
+            assert space.split_lb_s(pt, edges_of(p, plan)) <= t * (1 + 1e-12), pt.label()
+        n += 1
+    assert n > 0
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_one_stage_optimizer_bound_is_the_estimates_optimizer_step(zero):
+    """dp 4 over two nodes of two A100, one stage: the bound's update and all-gather (the
+    slower ring hop, over InfiniBand, times a ring step) are the estimate's, to 1e-12."""
+    p = _problem(2, 2, 2, 4)
+    space = _Space(p, "bf16")
+    pt = ClusterPoint(4, 1, 1, "none", zero, False)
+    plan = next(x for x in declared_plans(p, "bf16") if point_of(x) == pt)
+    want = estimate_iteration(p, plan).optimizer_s
+    assert space.optimizer_lb_s(pt) == pytest.approx(want, rel=1e-11)
+    assert space.split_optimizer_s(pt, edges_of(p, plan)) == pytest.approx(want, rel=1e-11)
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_split_optimizer_bound_is_the_slowest_stages_step(zero):
+    """pp 2 x dp 2 on 2 x 2 A100, every split: the split's optimizer term is the
+    estimate's optimizer step (the stage with more parameters; ZeRO-1 adds its gather)."""
+    p = _problem(4, 2, 2, 4)
+    space = _Space(p, "bf16")
+    pt = ClusterPoint(2, 1, 2, "none", zero, False)
+    plans = [x for x in declared_plans(p, "bf16") if point_of(x) == pt and x.dp_allreduce == "ring"
+             and not x.overlap_grad_reduce]
+    assert len(plans) == 3   # 4 layers in 2 stages
+    for plan in plans:
+        want = estimate_iteration(p, plan).optimizer_s
+        assert space.split_optimizer_s(pt, edges_of(p, plan)) == pytest.approx(want, rel=1e-11)
+        assert space.optimizer_lb_s(pt) <= want
