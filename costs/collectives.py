@@ -7,7 +7,8 @@ reduction schedule the planner, the analytic models and the simulator use (secon
   links a tensor crossing a -> b loads (the gradient's reverse route too in training);
   per byte: ``store_forward_coefficients`` (the MILP's), ``bottleneck_s_per_byte``.
 - Rings without contention: ``ring_parts``, ``ring_allreduce_s`` (2(n-1) steps of
-  bytes/n), ``reduce_scatter_s``, ``all_gather_s`` (n-1), ``all_to_all_s``.
+  bytes/n), ``reduce_scatter_s``, ``all_gather_s`` (n-1), ``all_to_all_s``; rings side by
+  side on shared links: ``side_by_side_parts`` (each link carries all their chunks).
 - The data-parallel gradient reduction, one schedule (``reduction_rings``: flat, or
   hierarchical by node; ZeRO-1 keeps the reduce-scatter) from which its closed form, its
   transfers (the simulator's and ``Transfers``'s) and its size all derive.
@@ -244,17 +245,71 @@ def reduction_size(topology, devs: list[int], hierarchical: bool, zero: int, hel
     return total
 
 
+def side_by_side_parts(problem: Problem, rings: Sequence[tuple[Sequence[int], float, int]]) -> tuple[float, float]:
+    """(time, busiest link's busy time) of rings (devices, bytes, steps) that run side by
+    side: each ring alone (``ring_parts``), and where two hops (of the rings, or of one
+    ring) share a link, that link carries every chunk they put on it, steps x bytes / n /
+    bw each, so the rings last at least its whole load plus the rest of the slowest route
+    over it (its other hops and latencies). Without a shared link: the slowest ring."""
+    alone = [ring_parts(problem, list(d), b, s) for d, b, s in rings]
+    time, busy = max((t for t, _ in alone), default=0.0), max((b for _, b in alone), default=0.0)
+    load: dict[int, float] = {}
+    rest: dict[int, float] = {}
+    uses: dict[int, int] = {}
+    bw = problem.link_bw_bytes_per_s
+    topo = problem.topology
+    for devs, nbytes, steps in rings:
+        n = len(devs)
+        if n < 2 or nbytes <= 0 or steps <= 0:
+            continue
+        chunk = nbytes / n
+        for i, d in enumerate(devs):
+            route = topo.route(d, devs[(i + 1) % n])
+            hop_s = links_s(problem, route, chunk)
+            for l in route:
+                load[l] = load.get(l, 0.0) + steps * chunk / float(bw[l])
+                rest[l] = max(rest.get(l, 0.0), hop_s - chunk / float(bw[l]))
+                uses[l] = uses.get(l, 0) + 1
+    for l, k in uses.items():
+        if k > 1:
+            time, busy = max(time, load[l] + rest[l]), max(busy, load[l])
+    return time, busy
+
+
+def rings_share_links(topology, rings: Sequence[Sequence[int]]) -> bool:
+    """Whether two neighbour hops of the device rings ``rings`` (one ring's, or two
+    rings') cross the same link."""
+    seen: set[int] = set()
+    for devs in rings:
+        n = len(devs)
+        for i, d in enumerate(devs if n > 1 else ()):
+            for l in topology.route(d, devs[(i + 1) % n]):
+                if l in seen:
+                    return True
+                seen.add(l)
+    return False
+
+
+def reduction_shares_links(topology, ranks: Sequence[Sequence[int]], hierarchical: bool, zero: int) -> bool:
+    """Whether some phase of the gradient reduction of every tensor-parallel rank's
+    replicas ``ranks`` (``reduction_rings``, the ranks side by side) crosses a link twice."""
+    return any(rings_share_links(topology, [[g[i] for i in members] for g in ranks for members, _, _ in rings])
+               for _, rings in reduction_rings(topology, list(ranks[0]), 1.0, hierarchical, zero))
+
+
 def gradient_reduction_parts(problem: Problem, devs: list[int], nbytes: float, hierarchical: bool,
-                             zero: int) -> tuple[float, float]:
+                             zero: int, ranks: Sequence[Sequence[int]] = ()) -> tuple[float, float]:
     """(time, busiest link's busy time) of one rank's gradient reduction of ``nbytes``
-    over its replicas ``devs``: per phase of ``reduction_rings`` its slowest ring
-    (``ring_parts``), the phases one after another."""
+    over its replicas ``devs``: per phase of ``reduction_rings`` its rings side by side
+    (``side_by_side_parts``; with ``ranks``, every tensor-parallel rank's replica devices,
+    the other ranks' rings of the same bytes beside them), the phases one after another."""
+    groups = [list(r) for r in ranks] or [list(devs)]
     times, busy = [], []
     for _, rings in reduction_rings(problem.topology, devs, nbytes, hierarchical, zero):
-        parts = [ring_parts(problem, [devs[i] for i in members], ring_bytes, steps)
-                 for members, ring_bytes, steps in rings]
-        times.append(max(t for t, _ in parts))
-        busy.append(max(b for _, b in parts))
+        t, b = side_by_side_parts(problem, [([g[i] for i in members], ring_bytes, steps)
+                                            for g in groups for members, ring_bytes, steps in rings])
+        times.append(t)
+        busy.append(b)
     return math.fsum(times), math.fsum(busy)
 
 

@@ -7,8 +7,9 @@ boundary transfers ``c_b``, fill + (m - 1) x ``max_k (F_k + B_k)`` + drain, each
 exposed gradient reduction (flat or hierarchical ring, overlapped per op, ZeRO-1's
 reduce-scatter) and the optimizer step. Interleaved schedules, mixed fleets and replica
 groups run jointly, task by task, on the simulator's replay kernel (``costs.replay``)
-with FIFO links in the simulator's order. Ignored on homogeneous plans: contention
-between transfers on a link and bubbles from uneven communication in the 1F1B window.
+with FIFO links in the simulator's order, and so do plans whose boundary tensors crowd
+a shared link (``boundaries_contend``). Ignored on homogeneous plans: bubbles from
+uneven communication in the 1F1B window.
 
 Every term, the joint run and its fallback: docs/concepts/simulator.md, "The analytic
 iteration, term by term".
@@ -25,13 +26,14 @@ from distplan.core.errors import DistplanError, TimeUp
 from distplan.core.plan import Plan
 from distplan.core.schedules import interleaved_order
 from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduction_parts, hierarchical_groups,
-                                        path_links, reduction_size, reduction_transfers, ring_allreduce_s, ring_lanes,
-                                        route_s)
+                                        path_links, reduction_shares_links, reduction_size, reduction_transfers,
+                                        ring_allreduce_s, ring_lanes, route_s)
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
 from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
+from distplan.costs.routes import link_loads_s
 from distplan.costs.symmetry import replica_copy
 from distplan.costs.tensor_parallel import tp_backward_allreduce, tp_divides, tp_forward_allreduce
 
@@ -210,6 +212,54 @@ def _boundary_s(problem: Problem, plan: Plan, b: int, m: int = 0) -> float:
     return route_s(problem, a, c, nbytes)
 
 
+#: the FIFO waits shared stage-boundary links may add, as a share of the closed form's
+#: pipeline, below which the closed form stands (``boundaries_contend``)
+SHARED_BOUNDARY_TOLERANCE = 1e-3
+
+
+def boundary_flows(problem: Problem, plan: Plan) -> list[tuple[tuple, tuple[int, ...], float]]:
+    """Every stage-boundary hop of one ``Plan.cycle`` of microbatches as the simulator
+    sends it (alike replicas, the plan's op precisions): (who, links, bytes), who =
+    (microbatch, 'f' tensor or 'b' gradient, boundary, from, to); a tensor goes to each
+    rank j of its consumer's stage from rank j mod t of each stage on the way (bytes / t
+    of the consumer's), its gradient back to each rank of the producer's."""
+    K, stage_of, topo = plan.n_stages, plan.op_stage, problem.topology
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    crossing = [(stage_of[u], stage_of[v], float(problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]))
+                for e, (u, v) in enumerate(problem.edges.tolist()) if stage_of[u] < stage_of[v]]
+    flows: dict[tuple, float] = {}
+    for m in range(plan.cycle):
+        where = [plan.stages[k].replica_devices(m) for k in range(K)]
+        for ku, kv, nb in crossing:
+            for d, t in (("f", len(where[kv])), ("b", len(where[ku]))) if problem.training else (("f", len(where[kv])),):
+                for j in range(t):
+                    for b in range(ku, kv):
+                        a, z = where[b][j % len(where[b])], where[b + 1][j % len(where[b + 1])]
+                        key = (m, d, b) + ((a, z) if d == "f" else (z, a))
+                        flows[key] = flows.get(key, 0.0) + nb / t
+    return [(key, tuple(topo.route(key[3], key[4])), nb) for key, nb in flows.items()]
+
+
+def boundaries_contend(problem: Problem, plan: Plan, work_s: np.ndarray, c: np.ndarray) -> bool:
+    """Whether the closed form's pipeline leaves out link time: some link carries more of
+    the cycle's boundary bytes (``boundary_flows``, ``costs.routes.link_loads_s``) than a
+    stage's work in a cycle (``work_s``: F_k + B_k per microbatch), so the link paces the
+    run, or links shared by several hops could hold a transfer back, for the waits of
+    the others ahead of it in the fill and the drain, by more than
+    ``SHARED_BOUNDARY_TOLERANCE`` of the pipeline (fill + drain + work)."""
+    cyc = plan.cycle
+    stage_s = max(cyc / st.replicas * float(w) for st, w in zip(plan.stages, work_s))
+    waits = 0.0
+    for total, largest, n in link_loads_s(problem, boundary_flows(problem, plan)).values():
+        if total > stage_s * (1 + 1e-9):
+            return True
+        if n > 1:
+            waits += total - largest
+    pipeline = float(work_s.sum() + 2 * c.sum()) + (max(-(-plan.microbatches // s.replicas) for s in plan.stages) - 1) \
+        * float(work_s.max(initial=0.0))
+    return 2 * waits > SHARED_BOUNDARY_TOLERANCE * pipeline
+
+
 def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:
     """The analytic iteration of a training plan under 1F1B (module docstring). Past
     ``deadline_s`` (perf_counter seconds) the transfer-by-transfer timing of overlapped
@@ -230,6 +280,9 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     c = np.array([_boundary_s(problem, plan, b) for b in range(K - 1)])
     m = max(-(-plan.microbatches // s.replicas) for s in plan.stages)
     period = float((F + B).max(initial=0.0))
+    fsdp = any(st.zero >= 3 and st.replicas > 1 for st in plan.stages)
+    if K > 1 and not fsdp and boundaries_contend(problem, plan, F + B, c):
+        return _estimate_groups(problem, plan)   # the links, not the stages alone, pace the run
     pipeline = float(F.sum() + B.sum() + 2 * c.sum() + (m - 1) * period)
     if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):   # gathers unbalance the stages
         pipeline = _fsdp_pipeline_s(problem, plan, F, B, c, m)
@@ -240,13 +293,15 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     for k, st in enumerate(plan.stages):
         if st.replicas < 2 or st.zero >= 3:   # ZeRO-3: reduce-scattered unit by unit inside B_k
             continue
-        devs = [st.devices[i * st.tensor_parallel] for i in range(st.replicas)]
+        ranks = [[st.devices[i * st.tensor_parallel + j] for i in range(st.replicas)]
+                 for j in range(st.tensor_parallel)]
+        devs = ranks[0]
         hier = plan.dp_allreduce == "hierarchical"
 
         def reduce_s(vs: list[int]) -> tuple[float, float]:
             nbytes = sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]])
                          for v in vs) / st.tensor_parallel
-            return gradient_reduction_parts(problem, devs, nbytes, hier, st.zero) if nbytes > 0 else (0.0, 0.0)
+            return gradient_reduction_parts(problem, devs, nbytes, hier, st.zero, ranks) if nbytes > 0 else (0.0, 0.0)
 
         with_params = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
         ar[k] = reduce_s(with_params)[0]
@@ -263,13 +318,17 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         ends = FB[k][2]
         tr = Transfers(problem, deadline_s)
         held, route = _bucket_senders(problem, plan, devs, hier, sym)
+        sides = [devs]
+        if len(ranks) > 1 and reduction_shares_links(problem.topology, ranks, hier, st.zero):
+            sides, held, route = ranks, len(devs), None   # every rank's rings, on the links they share
         for v in with_params:   # the simulator's order of creation
             nbytes = problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
             if nbytes <= 0:
                 continue
             if time.perf_counter() > deadline_s:
                 raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
-            reduction_transfers(tr, devs, [ends[v]] * held, nbytes, hier, st.zero, route)
+            for g in sides:
+                reduction_transfers(tr, g, [ends[v]] * held, nbytes, hier, st.zero, route)
         finish = max(tr.delivered_s(), default=0.0)
         done_after[k] = max(0.0, finish - B[k])
     # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
@@ -311,10 +370,14 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
         if r < 2 or st.zero >= 3:
             continue
         buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0)
-        devs = [st.devices[i * st.tensor_parallel] for i in range(r)]
+        ranks = [[st.devices[i * st.tensor_parallel + j] for i in range(r)] for j in range(st.tensor_parallel)]
+        devs = ranks[0]
         hier = plan.dp_allreduce == "hierarchical"
         held, _ = _bucket_senders(problem, plan, devs, hier, sym)
-        total += buckets * reduction_size(problem.topology, devs, hier, st.zero, held=held)
+        sides = 1
+        if len(ranks) > 1 and reduction_shares_links(problem.topology, ranks, hier, st.zero):
+            sides, held = len(ranks), r   # every rank's rings (estimate_iteration)
+        total += sides * buckets * reduction_size(problem.topology, devs, hier, st.zero, held=held)
     return total
 
 
@@ -603,15 +666,22 @@ class _JointNet:
                 routes[key] = path_links(topo, path)
             return routes[key]
 
-        def tensor(e: int, d: str, m: int, after: int) -> int:
-            """The transfer of edge e's tensor ('f') or gradient ('b') of microbatch m."""
+        def tensor(e: int, d: str, m: int, after: int) -> list[int]:
+            """The transfers of edge e's tensor ('f') or gradient ('b') of microbatch m, one
+            per rank of the receiving (the gradient: the producing) stage, as the simulator
+            sends them: rank j from rank j mod t of each stage on the way."""
             u, v = self.edges[e]
             ku, kv = stage_of[u], stage_of[v]
-            at = [plan.stages[b].replica_devices(m)[0] for b in range(ku, kv + 1)]
+            groups = [plan.stages[b].replica_devices(m) for b in range(ku, kv + 1)]
             nb = float(pb.edge_elems[e] * pb.bytes_per_elem[qs_of[m % C][u]])
-            if d == "f":
-                return tr.add(at[0], at[-1], nb / plan.stages[kv].tensor_parallel, 0.0, [after], route=route(at))
-            return tr.add(at[-1], at[0], nb / plan.stages[ku].tensor_parallel, 0.0, [after], route=route(at[::-1]))
+            t = len(groups[-1] if d == "f" else groups[0])
+            out = []
+            for j in range(t):
+                at = [g[j % len(g)] for g in groups]
+                if d == "b":
+                    at.reverse()
+                out.append(tr.add(at[0], at[-1], nb / t, 0.0, [after], route=route(at)))
+            return out
 
         # each segment's tensors leave when it ends, in its order; then the anchors after
         # which each replica's gradients are ready (an op's backward of the replica's last
@@ -648,9 +718,10 @@ class _JointNet:
                     start = [(0.0, [anchors[(k, i, mark)][j]]) for i in range(st.replicas)]
                     reduction_transfers(tr, devs, start, nbytes, plan.dp_allreduce == "hierarchical", st.zero)
             red_range.append((lo, len(tr)))
-        for t, gates, *_, m, _marks in segments:   # a task waits for the tensors it receives
+        for t, gates, *_, m, _marks in segments:   # a task waits for the tensors it receives, every rank's
             for e, d in gates:
-                tr.wait(t, xfer[(e, d, m)])
+                for x in xfer[(e, d, m)]:
+                    tr.wait(t, x)
         done = tr.delivered_s()
         if not all(tr.arrived[t] for t in last_task.values()):
             return None

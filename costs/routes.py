@@ -2,7 +2,8 @@
 memory and replay module uses (``costs.collectives`` re-exports it)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,3 +25,17 @@ def links_s(problem: LinkTable, links: Sequence[int], nbytes: float) -> float:
 def route_s(problem: LinkTable, a: int, b: int, nbytes: float) -> float:
     """Store and forward of ``nbytes`` from device a to b (0 on one device)."""
     return links_s(problem, problem.topology.route(a, b), nbytes)
+
+
+def link_loads_s(problem: LinkTable, transfers: Iterable[tuple[Hashable, Sequence[int], float]]
+                 ) -> dict[int, tuple[float, float, int]]:
+    """Per link the load of ``transfers`` (who, links, bytes) that share it: (busy seconds
+    of them all, the largest one who's busy seconds, how many whos cross it). A who
+    (a lane, a rank, a direction) may send several tensors over a link; they count once."""
+    bw = problem.link_bw_bytes_per_s
+    per: dict[int, dict[Hashable, float]] = {}
+    for who, links, nbytes in transfers:
+        for l in links:
+            mine = per.setdefault(l, {})
+            mine[who] = mine.get(who, 0.0) + nbytes / float(bw[l])
+    return {l: (math.fsum(m.values()), max(m.values()), len(m)) for l, m in per.items()}
