@@ -214,7 +214,7 @@ def _boundary_s(problem: Problem, plan: Plan, b: int, m: int = 0) -> float:
 
 #: the FIFO waits shared stage-boundary links may add, as a share of the closed form's
 #: pipeline, below which the closed form stands (``boundaries_contend``)
-SHARED_BOUNDARY_TOLERANCE = 1e-3
+SHARED_BOUNDARY_TOLERANCE = 1e-2
 
 
 def boundary_flows(problem: Problem, plan: Plan) -> list[tuple[tuple, tuple[int, ...], float]]:
@@ -244,20 +244,25 @@ def boundaries_contend(problem: Problem, plan: Plan, work_s: np.ndarray, c: np.n
     """Whether the closed form's pipeline leaves out link time: some link carries more of
     the cycle's boundary bytes (``boundary_flows``, ``costs.routes.link_loads_s``) than a
     stage's work in a cycle (``work_s``: F_k + B_k per microbatch), so the link paces the
-    run, or links shared by several hops could hold a transfer back, for the waits of
-    the others ahead of it in the fill and the drain, by more than
-    ``SHARED_BOUNDARY_TOLERANCE`` of the pipeline (fill + drain + work)."""
-    cyc = plan.cycle
-    stage_s = max(cyc / st.replicas * float(w) for st, w in zip(plan.stages, work_s))
+    run; or the lanes and ranks crossing a boundary together in the fill and the drain
+    could wait for one another on shared links for more than
+    ``SHARED_BOUNDARY_TOLERANCE`` of the pipeline (per boundary and direction, the most a
+    hop finds of the others' load on its links)."""
+    stage_s = max(plan.cycle / st.replicas * float(w) for st, w in zip(plan.stages, work_s))
+    flows = boundary_flows(problem, plan)
+    if any(total > stage_s * (1 + 1e-9) for total, _, _ in link_loads_s(problem, flows).values()):
+        return True
+    bw = problem.link_bw_bytes_per_s
+    together: dict[tuple, list] = {}   # (direction, boundary) -> its hops
+    for f in flows:
+        together.setdefault(f[0][1:3], []).append(f)
     waits = 0.0
-    for total, largest, n in link_loads_s(problem, boundary_flows(problem, plan)).values():
-        if total > stage_s * (1 + 1e-9):
-            return True
-        if n > 1:
-            waits += total - largest
-    pipeline = float(work_s.sum() + 2 * c.sum()) + (max(-(-plan.microbatches // s.replicas) for s in plan.stages) - 1) \
-        * float(work_s.max(initial=0.0))
-    return 2 * waits > SHARED_BOUNDARY_TOLERANCE * pipeline
+    for group in together.values():
+        loads = link_loads_s(problem, group)
+        waits += max(math.fsum(loads[l][0] - nb / float(bw[l]) for l in links) for _, links, nb in group)
+    m = max(-(-plan.microbatches // s.replicas) for s in plan.stages)
+    pipeline = float(work_s.sum() + 2 * c.sum()) + (m - 1) * float(work_s.max(initial=0.0))
+    return waits > SHARED_BOUNDARY_TOLERANCE * pipeline
 
 
 def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:
