@@ -526,6 +526,15 @@ class _JointNet:
                         for k, ops in enumerate(self.stage_ops)]
 
     # --- blocks ------------------------------------------------------------------
+    def _ring_profile(self, G: list[int]) -> tuple:
+        """The (bandwidth, latency) of every link of a tensor-parallel group's ring hops:
+        what its all-reduces' times depend on (() for one device)."""
+        if len(G) < 2:
+            return ()
+        pb, n = self.pb, len(G)
+        return tuple(tuple((float(pb.link_bw_bytes_per_s[l]), float(pb.link_latency_s[l]))
+                           for l in pb.topology.route(d, G[(j + 1) % n])) for j, d in enumerate(G))
+
     def _block(self, k: int, i: int, qs: list[int]) -> tuple[list, list, list]:
         """(forward, backward, backward of the replica's last microbatch) segments of
         stage k on replica i at precisions ``qs``; gates and sends are (edge, direction)
@@ -534,13 +543,14 @@ class _JointNet:
         pb, plan = self.pb, self.plan
         stage_of = plan.op_stage
         ops = self.stage_ops[k]
-        key = (k, i, tuple(qs[u] for u in self.feeders[k]))
-        if key in self.blocks:
-            return self.blocks[key]
         st = plan.stages[k]
         G = list(st.replica_group(i))
         tv = len(G)
         c = int(pb.device_kind[G[0]])
+        # replicas alike in kind, tensor-parallel ring links and precisions share a block
+        key = (k, c, self._ring_profile(G), tuple(qs[u] for u in self.feeders[k]), tuple(qs[v] for v in ops))
+        if key in self.blocks:
+            return self.blocks[key]
         launch = float(pb.cast_fixed_s[c])
         f_op, b_op = op_rank_times(pb, G, qs, ops, st.sequence_parallel, self.again)
         share = 0.5 if pb.training else 1.0
