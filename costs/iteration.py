@@ -395,10 +395,13 @@ def replica_microbatch_s(problem: Problem, plan: Plan, k: int, replica: int) -> 
 
 
 def replica_groups(problem: Problem, plan: Plan) -> bool:
-    """Whether the problem is a mixed fleet (several device kinds) or some stage's
-    replicas differ (share, precision): the estimate then times every replica and
-    replays the 1F1B order (module docstring); else the closed form."""
-    return len({int(k) for k in problem.device_kind}) > 1 or any(not st.uniform for st in plan.stages)
+    """Whether the problem is a mixed fleet (several device kinds), some stage's
+    replicas differ (share, precision) or the stages' replica counts differ: the
+    estimate then times every replica and replays the 1F1B order (module docstring);
+    else the closed form (whose (m - 1) x max_k (F_k + B_k) overcharges a stage with
+    more replicas and fewer microbatches each)."""
+    return (len({int(k) for k in problem.device_kind}) > 1 or any(not st.uniform for st in plan.stages)
+            or len({st.replicas for st in plan.stages}) > 1)
 
 
 def _estimate_groups(problem: Problem, plan: Plan) -> IterationEstimate:

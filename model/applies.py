@@ -26,6 +26,10 @@ NOT_READ: dict[str, dict[str, str]] = {
     "cluster": {"sensitivity_budget": _PRECISION, "sensitivity_weight": _PRECISION, "n_stages": _SEARCH,
                 "path": _SEARCH, "replicas": _SEARCH, "extra_constraints": _MILP, "coarsen_ops": _LAYERS,
                 "iteration_target": _TARGET},
+    "stage": {"sensitivity_budget": _PRECISION, "sensitivity_weight": _PRECISION, "n_stages": _SEARCH,
+              "path": _SEARCH, "replicas": _SEARCH, "extra_constraints": _MILP, "coarsen_ops": _LAYERS,
+              "iteration_target": _TARGET, "virtual_stages": "the stage space plans 1F1B; interleaving is the "
+              "cluster space's"},
     "fleet": {"sensitivity_weight": "the fleet space ranks by the iteration (or, with --objective sensitivity, "
               "by the summed sensitivity), never a weighted sum", "n_stages": "the fleet space searches its own "
               "stages", "path": "the fleet space searches its own stages", "replicas": "the fleet space searches "

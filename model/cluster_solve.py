@@ -46,14 +46,17 @@ def space_name(problem: Problem, options: SolveOptions) -> str:
                                 "use a training workload, or --space pipeline")
         return "fleet"
     if options.space != "auto":
-        if options.space == "cluster":
+        if options.space == "stage" and (not problem.training or options.objective != "throughput"):
+            raise DistplanError("the stage plan space plans training steps; use --objective throughput with a "
+                                "training workload, or --space cluster")
+        if options.space in ("cluster", "stage"):
             if options.objective != cluster_objective:
                 raise DistplanError("the cluster plan space minimises the iteration time in training and the "
                                     "latency in inference; use --objective "
                                     f"{cluster_objective} for {'training' if problem.training else 'inference'}")
             if len(set(problem.device_kind.tolist())) != 1:
-                raise DistplanError("the cluster plan space needs one device kind; mixed fleets use the "
-                                    "pipeline space")
+                raise DistplanError(f"the {options.space} plan space needs one device kind; mixed fleets use the "
+                                    "pipeline or fleet space")
             if problem.training:
                 training_precision(problem)
         return options.space

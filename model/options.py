@@ -16,8 +16,9 @@ OBJECTIVES = ("throughput", "latency", "sensitivity")
 #: replicated lanes), "cluster" (model.cluster: Megatron-style dp x tp x pp training
 #: plans), "fleet" (model.fleet: mixed-fleet training, replica groups with their own
 #: shares and precisions), "auto" (cluster for training on one kind of GPU, fleet for
-#: training on several, else pipeline)
-SPACES = ("auto", "pipeline", "cluster", "fleet")
+#: training on several, else pipeline), "stage" (model.stage_space: the cluster space plus
+#: heterogeneous stages from the stage MILP; asked for by name only)
+SPACES = ("auto", "pipeline", "cluster", "fleet", "stage")
 #: microbatch sizes the cluster space tries by default (those dividing the global batch)
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 
@@ -245,4 +246,4 @@ class SolveResult:
 
 
 #: SolveResult.path_name of the spaces without a MILP layout
-LAYOUT_NAMES = {"cluster": "megatron", "fleet": "fleet"}
+LAYOUT_NAMES = {"cluster": "megatron", "fleet": "fleet", "stage": "stages"}

@@ -12,6 +12,7 @@ from distplan.model.cluster_solve import search_cluster, space_name
 from distplan.model.fleet_solve import search_fleet
 from distplan.model.options import SolveOptions
 from distplan.model.pipeline_space import search_pipeline
+from distplan.model.stage_space import search_stage
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,19 @@ class FleetSpace:
         return search_fleet(problem, options, clock)
 
 
-SPACES: dict[str, PlanSpace] = {s.name: s for s in (PipelineSpace(), ClusterSpace(), FleetSpace())}
+@dataclass(frozen=True)
+class StageSpace:
+    """The cluster space plus heterogeneous stages from the stage MILP (model.stage_space)."""
+
+    name: str = "stage"
+    bound_kind: BoundKind = BoundKind.ANALYTIC
+    analytic: bool = True
+
+    def search(self, problem: Problem, options: SolveOptions, clock: Clock) -> SearchResult:
+        return search_stage(problem, options, clock)
+
+
+SPACES: dict[str, PlanSpace] = {s.name: s for s in (PipelineSpace(), ClusterSpace(), FleetSpace(), StageSpace())}
 
 
 def resolve_space(problem: Problem, options: SolveOptions) -> PlanSpace:

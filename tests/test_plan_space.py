@@ -46,7 +46,7 @@ def fleet_problem():
 def test_every_space_is_a_plan_space():
     for space in [*SPACES.values(), BaselineSpace("sa")]:
         assert isinstance(space, PlanSpace)
-    assert sorted(SPACES) == ["cluster", "fleet", "pipeline"]
+    assert sorted(SPACES) == ["cluster", "fleet", "pipeline", "stage"]
 
 
 def test_resolve_space_picks_the_space_object(pipeline_problem, cluster_problem, fleet_problem):

@@ -81,12 +81,13 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training: also search Megatron's interleaved 1F1B with these virtual "
                         "stages per pipeline rank (each >= 2; where pp x vp divides the layers); off by default: "
                         "each interleaved estimate replays its order (~1 s)")
-    s.add_argument("--space", choices=("auto", "pipeline", "cluster", "fleet"), default="auto",
+    s.add_argument("--space", choices=("auto", "pipeline", "cluster", "fleet", "stage"), default="auto",
                    help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
                         "(Megatron-style dp x tp x pp for training steps or inference latency), fleet (mixed-fleet "
                         "training: data-parallel stages whose replicas of different kinds get their own shares and "
-                        "precisions), auto (cluster for training, or latency, on one kind of GPU; fleet for training "
-                        "on several kinds)")
+                        "precisions), stage (training on one kind of GPU: the cluster space plus pipelines whose "
+                        "stages each get their own tp, dp, recomputation and ZeRO from the stage MILP), auto (cluster "
+                        "for training, or latency, on one kind of GPU; fleet for training on several kinds)")
     s.add_argument("--sensitivity-budget", default=None,
                    help="upper bound on the summed numerical-sensitivity proxy: a number, or a share of the "
                         "all-lowest-precision total such as 10%%")

@@ -1,0 +1,121 @@
+"""An independent oracle for the stage MILP (docs/concepts/stage-milp.md): every plan of
+its declared space written out from the page's rules, scored by the page's objective
+computed stage by stage from ``costs`` (nothing here reads ``model.stage_*``), the
+memory checker (``costs.check.plan_violations``) the judge of feasibility.
+
+Declared space: the layers (``cluster_oracle.layer_groups``) split into 1..max_stages
+contiguous non-empty stages; each stage its own tp (a divisor of the node size in the
+chain 1 | t1 | t2 ...), dp (dividing the microbatches, not increasing along the
+pipeline), recomputation, ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1); sum of
+tp x dp <= devices; stages laid out in pipeline order when each block starts at a
+multiple of its tp, else by decreasing tp; every op at the training precision.
+Objective per stage k (F_k, B_k on rank 0, c_k the boundary into k over the route
+from device 0 to the first device of node 1, R_k the flat ring's reduction, O_k the
+optimizer step and ZeRO gather): sum_k (F_k + B_k) + 2 sum_k c_k + max_k (n_k - 1)(F_k
++ B_k) + max(0, max_k R_k - sum_{j<k} (B_j + c_{j+1})) + max_k O_k.
+"""
+from __future__ import annotations
+
+import itertools
+
+from distplan.core.plan import Plan, Stage
+from distplan.costs.check import plan_violations
+from distplan.costs.collectives import all_gather_s, gradient_reduction_parts
+from distplan.costs.compute import optimizer_step_s
+from distplan.costs.iteration import op_rank_times
+from distplan.costs.problem import Problem
+from distplan.costs.recompute import recomputed
+from distplan.costs.routes import route_s
+from distplan.testing.cluster_oracle import RECOMPUTE, layer_groups
+
+
+def _tp_chain(problem: Problem) -> list[int]:
+    nodes = [d.node for d in problem.topology.devices]
+    g = nodes.count(nodes[0])
+    out: list[int] = []
+    for d in range(1, g + 1):
+        if g % d == 0 and (not out or d % out[-1] == 0):
+            out.append(d)
+    return out
+
+
+def configs(problem: Problem) -> list[tuple[int, int, str, int, bool]]:
+    """(tp, dp, recompute, zero, sequence parallel) a stage may take."""
+    M, N = problem.microbatches, problem.n_devices
+    return [(tp, dp, rc, z, sp) for tp in _tp_chain(problem) for dp in range(1, M + 1)
+            if M % dp == 0 and tp * dp <= N for rc in RECOMPUTE for z in ((0, 1, 2) if dp > 1 else (0,))
+            for sp in ((False, True) if tp > 1 else (False,))]
+
+
+def _devices(cfgs) -> list[tuple[int, ...]]:
+    sizes = [tp * dp for tp, dp, *_ in cfgs]
+    order = list(range(len(cfgs)))
+    at, aligned = 0, True
+    for k in order:
+        aligned &= at % cfgs[k][0] == 0
+        at += sizes[k]
+    if not aligned:
+        order.sort(key=lambda k: -cfgs[k][0])
+    out, at = [()] * len(cfgs), 0
+    for k in order:
+        out[k] = tuple(range(at, at + sizes[k]))
+        at += sizes[k]
+    return out
+
+
+def stage_objective_s(problem: Problem, plan: Plan) -> float:
+    """The page's objective of a 1F1B plan (module docstring), stage by stage."""
+    K, M = plan.n_stages, plan.microbatches
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    kind = problem.topology.kind_of(0)
+    nodes = [d.node for d in problem.topology.devices]
+    far = nodes.index(nodes[0] + 1) if nodes[0] + 1 in nodes else min(1, problem.n_devices - 1)
+    again = recomputed(problem, plan)
+    t, b, c, red, opt = [], [], [], [], []
+    for k, st in enumerate(plan.stages):
+        ops = plan.ops_in_stage(k)
+        f_op, b_op = op_rank_times(problem, list(range(st.tensor_parallel)), qs, ops, st.sequence_parallel, again)
+        t.append(float(f_op.sum() + b_op.sum()))
+        b.append(float(b_op.sum()))
+        cut = sum(float(problem.edge_elems[e] * problem.bytes_per_elem[qs[u]])
+                  for e, (u, v) in enumerate(problem.edges.tolist()) if plan.op_stage[u] < k <= plan.op_stage[v])
+        c.append(route_s(problem, 0, far, cut / st.tensor_parallel) if cut > 0 else 0.0)
+        elems = sum(problem.graph.ops[v].param_elems for v in ops)
+        nbytes = sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) for v in ops)
+        tp, r = st.tensor_parallel, st.replicas
+        ring = [i * tp for i in range(r)]
+        share = r if st.zero and r > 1 else 1
+        red.append(gradient_reduction_parts(problem, ring, nbytes / tp, False, st.zero)[0] if r > 1 else 0.0)
+        opt.append(optimizer_step_s(elems / (tp * share), 0, kind) + nbytes / (tp * share) * 2 / kind.mem_bw_bytes_per_s
+                   + (all_gather_s(problem, ring, nbytes / tp) if st.zero and r > 1 else 0.0))
+    pipe = sum(t) + 2 * sum(c) + max((M // st.replicas - 1) * t[k] for k, st in enumerate(plan.stages))
+    exposed = max(0.0, max(red[k] - sum(b[j] + c[j + 1] for j in range(k)) for k in range(K)))
+    return pipe + exposed + max(opt)
+
+
+def declared_plans(problem: Problem, precision: str, max_stages: int):
+    """Every plan of the declared space (module docstring)."""
+    groups = layer_groups(problem)
+    L, N = len(groups), problem.n_devices
+    q = problem.q_index(precision)
+    op_precision = tuple(problem.precisions[problem.fallback_q(v, q)] for v in range(problem.n_ops))
+    cs = configs(problem)
+    for K in range(1, min(L, max_stages) + 1):
+        for cut in itertools.combinations(range(1, L), K - 1):
+            edges = (0, *cut, L)
+            op_stage = [0] * problem.n_ops
+            for k, (a, b) in enumerate(zip(edges, edges[1:])):
+                for g in groups[a:b]:
+                    for v in g:
+                        op_stage[v] = k
+            for cfgs in itertools.product(cs, repeat=K):
+                if sum(tp * dp for tp, dp, *_ in cfgs) > N or any(x[1] < y[1] for x, y in zip(cfgs, cfgs[1:])):
+                    continue
+                stages = tuple(Stage(devs, tp, rc, sp, z) for devs, (tp, dp, rc, z, sp) in zip(_devices(cfgs), cfgs))
+                yield Plan(tuple(op_stage), op_precision, stages, problem.microbatches, "1f1b")
+
+
+def stage_optimum(problem: Problem, precision: str, max_stages: int) -> float:
+    """The least objective over the feasible plans of the declared space (inf: none)."""
+    return min((stage_objective_s(problem, p) for p in declared_plans(problem, precision, max_stages)
+                if not plan_violations(problem, p)), default=float("inf"))

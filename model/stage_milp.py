@@ -1,0 +1,313 @@
+"""The stage-level MILP for GPU training (issue 23): for a fixed pipeline depth ``K``
+and microbatch size, which contiguous layer units form each stage and which
+configuration (``model.stage_terms.StageConfig``) each stage takes, minimising the
+linearised 1F1B iteration: fill and drain plus each stage's own (n_k - 1) x t_k,
+the exposed gradient reduction of an unoverlapped flat ring and the optimizer step,
+under per-stage memory with its in-flight microbatches, a device budget and
+non-increasing dp along the pipeline. Cumulative stage encoding ``y[u,k]`` (stage(u)
+>= k), stage binaries ``s[k,c]``, disaggregated ``z[u,k,c]`` (unit u on stage k at c)
+and ``g[u,k,c]`` (u starts stage k); no products of binaries. Solved by HiGHS
+(highspy; the model is matrices, so building it costs milliseconds). The algebra and
+where it approximates ``costs.iteration``: docs/concepts/stage-milp.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from distplan.core.errors import InternalError
+from distplan.model.stage_terms import StageTerms
+
+#: model units: milliseconds and GiB keep HiGHS's absolute tolerances meaningful
+TIME_SCALE = 1e3
+BYTE_SCALE = 2.0 ** -30
+
+
+@dataclass(frozen=True)
+class StageSolution:
+    """A stage assignment: each unit's stage, each stage's config index, the model's
+    objective (seconds) and, from a solve, its bound and status."""
+
+    split: tuple[int, ...]
+    configs: tuple[int, ...]
+    objective_s: float
+    bound_s: float = -math.inf
+    status: str = ""
+
+
+def in_flight(K: int, k: int, n: float) -> float:
+    """1F1B microbatches stage k of K holds at once: min(K - k, n)."""
+    return float(min(K - k, n))
+
+
+def model_objective_s(t: StageTerms, K: int, split, configs) -> float:
+    """The MILP's objective of one assignment, evaluated directly (no solver)."""
+    split = np.asarray(split)
+    w = t.fwd + t.bwd
+    tk = np.array([w[configs[k], split == k].sum() for k in range(K)])
+    bk = np.array([t.bwd[configs[k], split == k].sum() for k in range(K)])
+    starts = [int(np.argmax(split == k)) for k in range(K)]
+    ck = np.array([0.0] + [t.cut_s[configs[k], starts[k]] for k in range(1, K)])
+    pipe = tk.sum() + 2 * ck.sum() + max((t.n[configs[k]] - 1) * tk[k] for k in range(K))
+    before = np.concatenate(([0.0], np.cumsum(bk + np.append(ck[1:], 0.0))[:-1]))
+    red = np.array([t.red_s[configs[k], split == k].sum() + t.red0_s[configs[k]] for k in range(K)])
+    opt = max(t.opt_s[configs[k], split == k].sum() + t.opt0_s[configs[k]] for k in range(K))
+    return float(pipe + max(0.0, float((red - before).max())) + opt)
+
+
+def model_memory_bytes(t: StageTerms, K: int, split, configs) -> np.ndarray:
+    """Each stage's memory row (bytes per rank) of one assignment, evaluated directly."""
+    split = np.asarray(split)
+    out = np.zeros(K)
+    for k in range(K):
+        c, mine = configs[k], split == k
+        i = int(np.argmax(mine))
+        n = in_flight(K, k, t.n[c])
+        held = t.act[c, mine].sum() + (t.first[c, i] if k > 0 else 0.0)
+        out[k] = t.static[c, mine].sum() + n * held + t.transient[c, mine].max()
+    return out
+
+
+class _Builder:
+    """Columns and rows of a MILP in HiGHS's form."""
+
+    def __init__(self) -> None:
+        self.lb: list[float] = []
+        self.ub: list[float] = []
+        self.cost: list[float] = []
+        self.integer: list[int] = []
+        self.rows: list[tuple[list[int], list[float], float, float]] = []
+
+    def col(self, lb: float = 0.0, ub: float = math.inf, cost: float = 0.0, integer: bool = False) -> int:
+        self.lb.append(lb)
+        self.ub.append(ub)
+        self.cost.append(cost)
+        if integer:
+            self.integer.append(len(self.lb) - 1)
+        return len(self.lb) - 1
+
+    def row(self, terms: dict[int, float], lo: float = -math.inf, hi: float = math.inf) -> None:
+        idx = [i for i, v in terms.items() if v != 0.0]
+        self.rows.append((idx, [terms[i] for i in idx], lo, hi))
+
+    def highs(self) -> highspy.Highs:
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        inf = highspy.kHighsInf
+        n = len(self.lb)
+        clip = lambda xs: np.array([min(max(x, -inf), inf) for x in xs], dtype=np.float64)
+        h.addVars(n, clip(self.lb), clip(self.ub))
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(self.cost, dtype=np.float64))
+        if self.integer:
+            h.changeColsIntegrality(len(self.integer), np.array(self.integer, dtype=np.int32),
+                                    np.array([highspy.HighsVarType.kInteger] * len(self.integer)))
+        starts, index, value = [], [], []
+        for idx, val, _, _ in self.rows:
+            starts.append(len(index))
+            index += idx
+            value += val
+        h.addRows(len(self.rows), clip([r[2] for r in self.rows]), clip([r[3] for r in self.rows]), len(index),
+                  np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value, dtype=np.float64))
+        return h
+
+
+class StageMilp:
+    """The MILP of at most ``K`` stages over ``terms`` (module docstring) with
+    ``n_devices``: stages 0..K-1 along the pipeline, the leading ones may be empty
+    (so one model covers every depth <= K; a stage's in-flight count min(K - k, n)
+    depends only on its distance from the last stage, which is never empty)."""
+
+    def __init__(self, t: StageTerms, K: int, n_devices: int):
+        self.t, self.K = t, K
+        self.presolve = "off"
+        C, U = t.fwd.shape
+        self.U, self.C = U, C
+        b = _Builder()
+        ts, bs = TIME_SCALE, BYTE_SCALE
+        w = (t.fwd + t.bwd) * ts
+        # y[u, k], k = 1..K-1: stage(u) >= k; 1 where a later stage would be left empty
+        self.y = {(u, k): b.col(1.0 if u >= U - (K - k) else 0.0, 1.0, integer=True)
+                  for k in range(1, K) for u in range(U)}
+
+        def y_terms(u: int, k: int, sign: float, out: dict, rhs: list) -> None:
+            if k <= 0:
+                rhs[0] -= sign
+            elif k < K and 0 <= u < U:
+                out[self.y[u, k]] = out.get(self.y[u, k], 0.0) + sign
+
+        self.s = {(k, c): b.col(0, 1, integer=True) for k in range(K) for c in range(C)}
+        self.P, self.E, self.O = b.col(cost=1.0), b.col(cost=1.0), b.col(cost=1.0)
+        self.z, self.g = {}, {}
+        span = {k: range(0, U - (K - 1 - k)) for k in range(K)}   # the units stage k may hold
+        for k in range(K):
+            for u in span[k]:
+                for c in range(C):
+                    self.z[u, k, c] = b.col(0, 1)
+        for k in range(1, K):
+            for u in span[k][1:]:
+                for c in range(C):
+                    self.g[u, k, c] = b.col(0, 1)
+        tk = [b.col() for _ in range(K)]     # stage seconds per microbatch (model units)
+        bk = [b.col() for _ in range(K)]     # its backward
+        ck = [b.col() for _ in range(K)]     # the boundary into it (0 for the first stage)
+        rk = [b.col() for _ in range(K)]     # its transient peak
+        for k in range(1, K):
+            for u in range(U - 1):
+                b.row({self.y[u, k]: 1.0, self.y[u + 1, k]: -1.0}, hi=0.0)   # contiguous
+        for k in range(1, K - 1):
+            for u in range(U):
+                b.row({self.y[u, k + 1]: 1.0, self.y[u, k]: -1.0}, hi=0.0)
+
+        def empty(k: int, sign: float, out: dict, rhs: list) -> None:   # stage k empty: y[0, k+1]
+            y_terms(0, k + 1, sign, out, rhs)
+
+        for k in range(K):
+            terms, rhs = {self.s[k, c]: 1.0 for c in range(C)}, [1.0]   # one config, or empty
+            empty(k, 1.0, terms, rhs)
+            b.row(terms, lo=rhs[0], hi=rhs[0])
+            terms, rhs = {}, [1.0]   # used (unit 0 at stage <= k) => at least one unit
+            for u in range(U):
+                y_terms(u, k, 1.0, terms, rhs)
+                y_terms(u, k + 1, -1.0, terms, rhs)
+            empty(k, 1.0, terms, rhs)
+            b.row(terms, lo=rhs[0])
+            units = span[k]
+            for u in range(U):   # sum_c z[u,k,c] = y[u,k] - y[u,k+1]
+                terms, rhs = {}, [0.0]
+                for c in range(C):
+                    if (u, k, c) in self.z:
+                        terms[self.z[u, k, c]] = 1.0
+                y_terms(u, k, -1.0, terms, rhs)
+                y_terms(u, k + 1, 1.0, terms, rhs)
+                if terms:
+                    b.row(terms, lo=rhs[0], hi=rhs[0])
+            for u in units:
+                for c in range(C):
+                    b.row({self.z[u, k, c]: 1.0, self.s[k, c]: -1.0}, hi=0.0)
+            b.row({tk[k]: 1.0, **{self.z[u, k, c]: -w[c, u] for u in units for c in range(C)}}, lo=0.0, hi=0.0)
+            b.row({bk[k]: 1.0, **{self.z[u, k, c]: -t.bwd[c, u] * ts for u in units for c in range(C)}},
+                  lo=0.0, hi=0.0)
+            starts = units[1:] if k > 0 else range(0)
+            for u in starts:   # sum_c g[u,k,c] = y[u,k] - y[u-1,k]: unit u >= 1 starts stage k
+                terms, rhs = {self.g[u, k, c]: 1.0 for c in range(C)}, [0.0]
+                y_terms(u, k, -1.0, terms, rhs)
+                y_terms(u - 1, k, 1.0, terms, rhs)
+                b.row(terms, lo=rhs[0], hi=rhs[0])
+            if k > 0:
+                for c in range(C):   # at most one start a stage: the start takes the stage's config
+                    b.row({**{self.g[u, k, c]: 1.0 for u in starts}, self.s[k, c]: -1.0}, hi=0.0)
+            b.row({ck[k]: 1.0, **{self.g[u, k, c]: -t.cut_s[c, u] * ts for u in starts for c in range(C)}},
+                  lo=0.0, hi=0.0)
+            for u in units:   # transient peak: the largest of the stage's units
+                b.row({rk[k]: 1.0, **{self.z[u, k, c]: -t.transient[c, u] * bs for c in range(C)}}, lo=0.0)
+            mem = {rk[k]: 1.0}
+            for u in units:
+                for c in range(C):
+                    n = in_flight(K, k, t.n[c])
+                    mem[self.z[u, k, c]] = (t.static[c, u] + n * t.act[c, u]) * bs
+                    if (u, k, c) in self.g:
+                        mem[self.g[u, k, c]] = n * t.first[c, u] * bs
+            b.row(mem, hi=t.cap_bytes * bs)
+        for k in range(K):
+            units = span[k]
+            # P >= sum_j t_j + 2 sum_j c_j + (n_k - 1) t_k
+            row = {self.P: 1.0, **{tk[j]: -1.0 for j in range(K)}, **{ck[j]: -2.0 for j in range(K)}}
+            for u in units:
+                for c in range(C):
+                    row[self.z[u, k, c]] = -(t.n[c] - 1) * w[c, u]
+            b.row(row, lo=0.0)
+            # E >= red_k - sum_{j<k} (B_j + c_{j+1})
+            row = {self.E: 1.0, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
+            for u in units:
+                for c in range(C):
+                    row[self.z[u, k, c]] = -t.red_s[c, u] * ts
+            for j in range(k):
+                row[bk[j]] = row.get(bk[j], 0.0) + 1.0
+                row[ck[j + 1]] = row.get(ck[j + 1], 0.0) + 1.0
+            b.row(row, lo=0.0)
+            row = {self.O: 1.0, **{self.s[k, c]: -t.opt0_s[c] * ts for c in range(C)}}
+            for u in units:
+                for c in range(C):
+                    row[self.z[u, k, c]] = -t.opt_s[c, u] * ts
+            b.row(row, lo=0.0)
+        devices = np.array([cfg.devices for cfg in t.configs], dtype=float)
+        # valid for every integer point (the slowest stage's (n_k - 1) t_k is at least the
+        # device-weighted mean, sum_k d_k <= N) and much tighter in the LP, which spreads
+        # fractional configs over the stages
+        row = {self.P: 1.0, **{tk[j]: -1.0 for j in range(K)}, **{ck[j]: -2.0 for j in range(K)}}
+        for (u, k, c), i in self.z.items():
+            row[i] = -(t.n[c] - 1) * w[c, u] * devices[c] / n_devices
+        b.row(row, lo=0.0)
+        dp = np.array([cfg.dp for cfg in t.configs], dtype=float)
+        b.row({self.s[k, c]: devices[c] for k in range(K) for c in range(C)}, hi=float(n_devices))
+        big = float(dp.max(initial=1.0))
+        for k in range(K - 1):   # dp non-increasing along the pipeline (the 1F1B window never binds)
+            terms, rhs = {**{self.s[k, c]: dp[c] for c in range(C)}, **{self.s[k + 1, c]: -dp[c] for c in range(C)}}, [0.0]
+            empty(k, big, terms, rhs)   # an empty stage counts as the widest
+            b.row(terms, lo=rhs[0])
+        self.builder = b
+        self.h = b.highs()
+        self.n_binaries = len(b.integer)
+        self.n_rows = len(b.rows)
+
+    def _padded(self, split, configs) -> tuple[list[int], dict[int, int]]:
+        """A compact assignment (stages 0..len(configs)-1) as this model's stages: the
+        leading ones empty."""
+        off = self.K - len(configs)
+        return [int(k) + off for k in split], {k + off: c for k, c in enumerate(configs)}
+
+    def forbid(self, split, configs) -> None:
+        """A no-good cut: this (split, configs) projection is not taken again."""
+        split, configs = self._padded(split, configs)
+        ones = [self.s[k, c] for k, c in configs.items()]
+        ones += [self.y[u, k] for (u, k) in self.y if split[u] >= k]
+        zeros = [self.y[u, k] for (u, k) in self.y if split[u] < k]
+        self.h.addRow(-highspy.kHighsInf, float(len(ones) - 1), len(ones) + len(zeros),
+                      np.array(ones + zeros, dtype=np.int32),
+                      np.array([1.0] * len(ones) + [-1.0] * len(zeros), dtype=np.float64))
+
+    def start(self, split, configs) -> None:
+        """Hand HiGHS the binaries of a known (compact) assignment as a start."""
+        split, configs = self._padded(split, configs)
+        idx = [self.s[k, c] for k in range(self.K) for c in range(self.C)]
+        val = [1.0 if configs.get(k) == c else 0.0 for k in range(self.K) for c in range(self.C)]
+        idx += list(self.y.values())
+        val += [1.0 if split[u] >= k else 0.0 for (u, k) in self.y]
+        self.h.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=np.float64))
+
+    def solve(self, time_limit_s: float, rel_gap: float = 1e-4, cutoff_s: float = math.inf,
+              threads: int = 1) -> StageSolution | None:
+        """The best assignment within the limit (None: none found, or none below
+        ``cutoff_s``, the model's objective an incumbent already reaches)."""
+        h = self.h
+        h.setOptionValue("time_limit", float(max(time_limit_s, 0.05)))
+        h.setOptionValue("mip_rel_gap", float(rel_gap))
+        h.setOptionValue("threads", int(threads))
+        h.setOptionValue("random_seed", 0)
+        h.setOptionValue("presolve", self.presolve)
+        if math.isfinite(cutoff_s):
+            h.setOptionValue("objective_bound", float(cutoff_s * TIME_SCALE))
+        h.run()
+        info, sol = h.getInfo(), h.getSolution()
+        status = h.getModelStatus().name
+        if not (sol.value_valid and info.primal_solution_status >= 2):
+            return None
+        x = np.array(sol.col_value)
+        split = [0] * self.U
+        for (u, k), i in self.y.items():
+            if x[i] > 0.5:
+                split[u] = max(split[u], k)
+        configs = []
+        used = sorted(set(split))
+        for k in range(self.K):
+            got = [c for c in range(self.C) if x[self.s[k, c]] > 0.5]
+            if len(got) != (k in used):
+                raise InternalError(f"stage {k} took {len(got)} configurations in HiGHS's solution")
+            configs += got
+        split = [used.index(k) for k in split]   # compact: the used stages only
+        obj = float(info.objective_function_value) / TIME_SCALE
+        bound = float(info.mip_dual_bound) / TIME_SCALE
+        return StageSolution(tuple(split), tuple(configs), obj, bound if math.isfinite(bound) else obj, status)
