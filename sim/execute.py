@@ -5,6 +5,10 @@ iteration runs on too).
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +17,21 @@ from distplan.core.errors import DistplanError, InternalError
 from distplan.costs.replay import Run, Servers, replay
 from distplan.sim.schedule import server_sequences
 from distplan.sim.taskgraph import KIND_NAMES, Program
+
+
+#: the instant (``time.perf_counter`` seconds) past which a replay raises ``TimeUp``
+_STOP_AT: ContextVar[float] = ContextVar("distplan_sim_stop_at", default=math.inf)
+
+
+@contextmanager
+def stop_at(deadline_s: float) -> Iterator[None]:
+    """Inside, every replay (``run``) raises ``core.errors.TimeUp`` once the clock passes
+    ``deadline_s``: a caller with a time limit drops the simulation instead of outlasting it."""
+    token = _STOP_AT.set(deadline_s)
+    try:
+        yield
+    finally:
+        _STOP_AT.reset(token)
 
 
 @dataclass
@@ -116,7 +135,7 @@ def run(net: Net, prog: Program, link_model: str) -> Run:
     DistplanError on a deadlocked order."""
     D = prog.D
     servers = Servers(D, prog.server_latency, prog.concurrency, [0.0] * D + list(prog.link_bw), prog.static_links)
-    r = replay(net, servers, link_model)
+    r = replay(net, servers, link_model, deadline_s=_STOP_AT.get())
     if r.ran != net.n_valid:
         _deadlock(net, prog, r.waiting, r.ran)
     return r

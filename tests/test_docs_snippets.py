@@ -234,3 +234,22 @@ def test_bench_readme_llama3_rows_are_the_stored_runs():
             f"iteration {ag['iteration_s']:.3f} s, {ag['model_tflops_per_gpu']} TFLOP/s ({ag['cpu_s']:.1f} s CPU)"]
     missing = [w for w in want if w not in text]
     assert not missing, f"bench/README.md lacks {missing} (the results files hold them)"
+
+
+def test_bench_readme_planner_h100_table_is_the_stored_run():
+    """bench/README.md's planner-vs-published H100 table states what
+    bench/results/planner_h100_bench.json holds, and every planner plan there reaches its
+    reference in the simulator (issue 22's planner cases)."""
+    import json
+
+    rows = json.loads((ROOT / "bench" / "results" / "planner_h100_bench.json").read_text())["rows"]
+    text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    assert len(rows) == 4
+    for r in rows:
+        line = next((ln for ln in text.splitlines() if ln.startswith(f"| {r['case']} |")), None)
+        assert line is not None, f"bench/README.md has no row for {r['case']}"
+        want = [r["planner_plan"], f"{r['planner_model_s']:.3f} / {r['planner_sim_s']:.3f}",
+                f"{r['planner_gap'] * 100:.2f} %", f"{r['reference_model_s']:.3f} / {r['reference_sim_s']:.3f}",
+                f"{r['planner_sim_tokens_per_gpu_s']:,.0f} / {r['reference_sim_tokens_per_gpu_s']:,.0f}"]
+        assert all(w in line for w in want), (line, want)
+        assert r["reached_in_sim"] and r["planner_sim_s"] <= r["reference_sim_s"]

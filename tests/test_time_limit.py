@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from distplan import api
 from distplan.baselines.grid import search as grid_search
-from distplan.core.errors import DistplanError
+from distplan.core.clock import Clock
+from distplan.core.errors import DistplanError, TimeUp
 from distplan.costs.plan_file import load_plan_file
 from distplan.model import SolveOptions, budget_from_fraction, solve
 from distplan.testing.strategies import problems
@@ -142,6 +143,32 @@ def test_pipeline_stops_ranking_at_the_deadline(monkeypatch):
     assert rep.to_json()["solver"]["cut_short"] == list(rep.cut_short)
     assert "note: cut short: ranking" in rep.table()
     assert secs <= 1.5 + 2 * 0.5 + SLACK_S, f"{secs:.1f} s"   # at most the plan being simulated runs over
+
+
+def test_a_simulation_slower_than_its_forecast_stops_at_the_deadline(monkeypatch):
+    """A forecast assumes a whole core; on a loaded machine a simulation can take many times
+    longer (a 175B plan on 512 GPUs: 549 s for a 60 s limit at a tenth of a core). The
+    replay looks at the deadline itself: the plan then comes back with the model's figures
+    and the report says the simulation was stopped. Here the forecast says 0 s and the
+    deadline has already passed, so only the replay's own clock can stop it (looked at every
+    16 steps here, so that a small plan reaches it)."""
+    import distplan.api.pipeline as pipeline
+    import distplan.costs.replay as replay
+    from distplan.sim.execute import stop_at
+    from distplan.sim.simulate import simulate
+
+    p = api.problem("bert-base", "mcm4x4", microbatches=64)
+    plan = api.solve(p, SolveOptions(time_limit_s=30, top_k=1)).best.plan
+    monkeypatch.setattr(replay, "CLOCK_EVERY", 16)
+    with pytest.raises(TimeUp):
+        with stop_at(time.perf_counter() - 1.0):
+            simulate(p, plan)
+    monkeypatch.setattr(pipeline, "forecast_sim_s", lambda *a, **kw: 0.0)
+    ranked, dropped, unranked, why = pipeline._rank(p, [plan], False, None, Clock.until(time.perf_counter() - 1.0),
+                                                     0.0)
+    assert len(ranked) == 1 and ranked[0].sim is None and not dropped and unranked == 0
+    assert why.startswith("simulation stopped at the time limit (forecast 0.0 s"), why
+    assert simulate(p, plan).iteration_s > 0   # outside the context: no deadline
 
 
 def test_pipeline_gives_the_milp_what_is_left(monkeypatch):

@@ -22,7 +22,7 @@ import numpy as np
 from distplan.api.report import RankedPlan, SolveReport
 from distplan.core.clock import Clock
 from distplan.core.deadline import current_deadline, deadline_at
-from distplan.core.errors import DistplanError, InternalError
+from distplan.core.errors import DistplanError, InternalError, TimeUp
 from distplan.core.interrupt import Stop, stop_on_interrupt
 from distplan.core.plan import Plan
 from distplan.core.validate import check_bool, check_float, check_instance
@@ -36,6 +36,7 @@ from distplan.model.spaces import SPACES, resolve_space
 from distplan.model.phase_fast import first_plan_s, max_ops_for
 from distplan.sim import SimOptions, SimResult
 from distplan.sim import simulate as sim_run
+from distplan.sim.execute import stop_at
 from distplan.sim.forecast import expected_sim_s as forecast_sim_s
 
 #: Graphs larger than this are coarsened before the solve unless options say otherwise.
@@ -308,6 +309,7 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
     rows, dropped, waiting = [], [], []
     cost: dict[int, float] = {}
     interrupted_at = None   # the plan whose simulation a signal stopped
+    timed_out = None        # the plan whose simulation the deadline stopped
     for plan in plans:
         left = deadline - time.perf_counter()
         if rows and (left <= 0 or stop.requested):
@@ -318,13 +320,16 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         if not fits:
             waiting.append(plan)   # would outlast the time limit
             continue
-        try:
-            with stop.raising():   # a signal now drops this simulation, never the plans
+        try:   # a signal, or the clock passing the deadline, drops this simulation, never the plans
+            with stop.raising(), stop_at(deadline):
                 row = _simulate_one(problem, plan, trace, sensitivity_budget, analytic)
         except KeyboardInterrupt:
             if not stop.requested:
                 raise
             interrupted_at = plan
+            break
+        except TimeUp:   # slower than its forecast (a loaded machine): the time limit holds
+            timed_out = plan
             break
         if isinstance(row, str):
             dropped.append((plan, row))
@@ -333,6 +338,11 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
     why = None
     if not rows and interrupted_at is not None:   # a signal stopped the first simulation: the model's figures
         why = f"simulation interrupted ({stop.name}) before a plan was simulated"
+        waiting = [p for p in plans if not any(p is d for d, _ in dropped)]
+        cost = {id(p): 0.0 for p in waiting}
+    if not rows and timed_out is not None:   # the first simulation outran its forecast: the model's figures
+        why = (f"simulation stopped at the time limit (forecast {cost[id(timed_out)]:.1f} s; it ran slower, "
+               "on a loaded machine)")
         waiting = [p for p in plans if not any(p is d for d, _ in dropped)]
         cost = {id(p): 0.0 for p in waiting}
     if not rows and waiting:   # none fits: the model's figures, said as such
