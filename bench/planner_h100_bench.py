@@ -25,6 +25,7 @@ import distplan  # noqa: E402
 from distplan.api.configs import whatif  # noqa: E402
 from distplan.costs.iteration import estimate_iteration  # noqa: E402
 from distplan.model import SolveOptions  # noqa: E402
+from distplan.sim import simulate  # noqa: E402
 
 #: (label, workload, topology, global batch, seq, reference what-if keywords, reference source)
 CASES = [
@@ -52,8 +53,11 @@ def run_case(case, limit_s: float) -> dict:
     wall = time.perf_counter() - t0
     best = rep.best
     tokens = gb * seq
+    # the time limit may leave the plans unsimulated (cut_short says so): simulate the best one after it
+    sim_s = best.sim.iteration_s if best.sim is not None else simulate(rep.problem, best.plan).iteration_s
     row = {"case": label, "gpus": p.n_devices, "planner_plan": best.plan.predicted["cluster_point"],
-           "planner_model_s": best.plan.predicted["model_iteration_s"], "planner_sim_s": best.sim.iteration_s,
+           "planner_model_s": best.plan.predicted["model_iteration_s"], "planner_sim_s": sim_s,
+           "planner_simulated_after_the_limit": best.sim is None,
            "planner_status": rep.solver.status, "planner_gap": rep.solver.gap, "planner_wall_s": wall,
            "cut_short": list(rep.solver.cut_short or []), "reference": source, "reference_config": ref}
     try:
