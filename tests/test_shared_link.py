@@ -2,13 +2,16 @@
 rings side by side on the link, pipeline lanes crossing it, and the link as the pace."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import distplan
-from distplan.costs.collectives import (gradient_reduction_parts, reduction_shares_links, rings_share_links,
-                                        side_by_side_parts)
+from distplan.costs.collectives import (gradient_reduction_parts, reduction_shares_links, ring_parts,
+                                        rings_share_links, side_by_side_parts)
 from distplan.costs.iteration import boundaries_contend, boundary_flows, estimate_iteration
 from distplan.costs.megatron import megatron_plan
 from distplan.costs.routes import link_loads_s
@@ -19,9 +22,14 @@ MID_BW, NV_BW = 1e9, 300e9           # the shared link, an A100's NVLink to its 
 ROUTE_LAT = 0.5e-6 + 2.5e-6 + 0.5e-6   # g -> sw0 -> sw1 -> g
 
 
+@functools.lru_cache(maxsize=1)
+def _problem():
+    return distplan.problem("gpt2", FILE, batch_size=1, mode="training", microbatches=8, seq_len=256)
+
+
 @pytest.fixture(scope="module")
 def pb():
-    return distplan.problem("gpt2", FILE, batch_size=1, mode="training", microbatches=8, seq_len=256)
+    return _problem()
 
 
 def test_two_rings_on_one_link_by_hand(pb):
@@ -69,3 +77,17 @@ def test_model_within_5_percent_of_the_simulator(pb, dp, tp, pp, allreduce, over
     plan = megatron_plan(pb, dp, tp, pp, "bf16", dp_allreduce=allreduce, overlap_grad_reduce=overlap)
     model, sim = estimate_iteration(pb, plan).iteration_s, simulate(pb, plan).iteration_s
     assert abs(model / sim - 1) <= 0.05, (model, sim)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.permutations(range(8)).map(lambda p: p[:4]), st.floats(1e5, 1e9), st.integers(1, 6)),
+                min_size=1, max_size=4))
+def test_side_by_side_rings_never_beat_one_alone(rings):
+    pb = _problem()
+    rings = [(list(d[:2 + i % 3]), nb, steps) for i, (d, nb, steps) in enumerate(rings)]
+    alone = [ring_parts(pb, d, nb, s) for d, nb, s in rings]
+    t, b = side_by_side_parts(pb, rings)
+    assert t >= max(x for x, _ in alone) and b >= max(y for _, y in alone)
+    if not rings_share_links(pb.topology, [d for d, _, _ in rings]):
+        assert (t, b) == (max(x for x, _ in alone), max(y for _, y in alone))
+    assert side_by_side_parts(pb, rings[:1]) == alone[0]
