@@ -241,14 +241,24 @@ def boundary_flows(problem: Problem, plan: Plan) -> list[tuple[tuple, tuple[int,
 
 
 def boundaries_contend(problem: Problem, plan: Plan, work_s: np.ndarray, c: np.ndarray) -> bool:
-    """Whether the closed form's pipeline leaves out link time: some link carries more of
-    the cycle's boundary bytes (``boundary_flows``, ``costs.routes.link_loads_s``) than a
-    stage's work in a cycle (``work_s``: F_k + B_k per microbatch), so the link paces the
-    run; or the lanes and ranks crossing a boundary together in the fill and the drain
-    could wait for one another on shared links for more than
-    ``SHARED_BOUNDARY_TOLERANCE`` of the pipeline (per boundary and direction, the most a
-    hop finds of the others' load on its links)."""
+    """Whether the closed form's pipeline leaves out link time, by more than
+    ``SHARED_BOUNDARY_TOLERANCE`` of it where a bound is summed: the 1F1B window's round
+    trips over slow boundaries pace the run (``window_pace_s`` above max F_k + B_k); some
+    link carries more of the cycle's boundary bytes (``boundary_flows``,
+    ``costs.routes.link_loads_s``) than a stage's work in a cycle (``work_s``: F_k + B_k
+    per microbatch); or the lanes and ranks crossing a boundary together in the fill and
+    drain could wait for one another on shared links (per boundary and direction, the
+    most a hop finds of the others' load on its links)."""
+    m = max(-(-plan.microbatches // s.replicas) for s in plan.stages)
+    pipeline = float(work_s.sum() + 2 * c.sum()) + (m - 1) * float(work_s.max(initial=0.0))
+    if (window_pace_s(work_s, c, m) - float(work_s.max(initial=0.0))) * (m - 1) > SHARED_BOUNDARY_TOLERANCE * pipeline:
+        return True
     stage_s = max(plan.cycle / st.replicas * float(w) for st, w in zip(plan.stages, work_s))
+    if len({st.tensor_parallel for st in plan.stages}) == 1:   # every hop of a boundary carries the same bytes
+        per_link, per_group = _hop_structure(problem, plan)
+        x = _hop_bytes(problem, plan)
+        return bool((per_link @ x).max(initial=0.0) > stage_s * (1 + 1e-9)) or \
+            float(per_group @ x) > SHARED_BOUNDARY_TOLERANCE * pipeline
     flows = boundary_flows(problem, plan)
     if any(total > stage_s * (1 + 1e-9) for total, _, _ in link_loads_s(problem, flows).values()):
         return True
@@ -260,9 +270,68 @@ def boundaries_contend(problem: Problem, plan: Plan, work_s: np.ndarray, c: np.n
     for group in together.values():
         loads = link_loads_s(problem, group)
         waits += max(math.fsum(loads[l][0] - nb / float(bw[l]) for l in links) for _, links, nb in group)
-    m = max(-(-plan.microbatches // s.replicas) for s in plan.stages)
-    pipeline = float(work_s.sum() + 2 * c.sum()) + (m - 1) * float(work_s.max(initial=0.0))
     return waits > SHARED_BOUNDARY_TOLERANCE * pipeline
+
+
+def _hop_bytes(problem: Problem, plan: Plan) -> np.ndarray:
+    """(K-1,) the bytes one rank's hop carries across each boundary (every stage the
+    same tensor-parallel degree t): the tensors crossing it at the plan's precisions / t."""
+    t = plan.stages[0].tensor_parallel
+    qs = [problem.q_index(p) for p in plan.op_precision]
+    x = np.zeros(max(plan.n_stages - 1, 0))
+    stage_of = plan.op_stage
+    for e, (u, v) in enumerate(problem.edges.tolist()):
+        if stage_of[u] < stage_of[v]:
+            x[stage_of[u]:stage_of[v]] += float(problem.edge_elems[e] * problem.bytes_per_elem[qs[u]]) / t
+    return x
+
+
+def _hop_structure(problem: Problem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """``boundary_flows``'s hops (one tensor-parallel degree) as seconds per byte of
+    ``_hop_bytes``: (links x boundaries) each link's load over a cycle, and (boundaries,)
+    per boundary the most one hop finds of the others' load on its links, both ways
+    summed (the fill's and the drain's wait). It depends on the stages' devices alone
+    and is kept per problem (the cluster space's splits of one point share it)."""
+    key = (tuple(st.devices for st in plan.stages), plan.stages[0].tensor_parallel,
+           tuple(st.replicas for st in plan.stages), plan.cycle, problem.training)
+    memo = problem.__dict__.setdefault("_hop_memo", {})
+    if key in memo:
+        return memo[key]
+    K, t, topo, bw = plan.n_stages, plan.stages[0].tensor_parallel, problem.topology, problem.link_bw_bytes_per_s
+    hops: dict[tuple[str, int], set[tuple[int, int, int]]] = {}   # (direction, boundary) -> (microbatch, from, to)
+    for m in range(plan.cycle):
+        where = [plan.stages[k].replica_devices(m) for k in range(K)]
+        for b in range(K - 1):
+            for j in range(t):
+                a, z = where[b][j], where[b + 1][j]
+                hops.setdefault(("f", b), set()).add((m, a, z))
+                if problem.training:
+                    hops.setdefault(("b", b), set()).add((m, z, a))
+    links = sorted({l for hs in hops.values() for _, a, z in hs for l in topo.route(a, z)})
+    row = {l: i for i, l in enumerate(links)}
+    per_link = np.zeros((len(links), max(K - 1, 0)))
+    per_group = np.zeros(max(K - 1, 0))
+    for (_, b), hs in hops.items():
+        n: dict[int, int] = {}
+        for _, a, z in hs:
+            for l in topo.route(a, z):
+                n[l] = n.get(l, 0) + 1
+        for l, k in n.items():
+            per_link[row[l], b] += k / float(bw[l])
+        per_group[b] += max(math.fsum((n[l] - 1) / float(bw[l]) for l in topo.route(a, z)) for _, a, z in hs)
+    memo[key] = per_link, per_group
+    return per_link, per_group
+
+
+def window_pace_s(work_s: np.ndarray, c: np.ndarray, m: int) -> float:
+    """The longest 1F1B window loop per microbatch: stage k keeps w = min(K - k, m) of
+    its replica's microbatches in flight, so its next forward waits for a backward whose
+    round trip runs every later stage's work and both ways of every later boundary:
+    (sum_{j >= k} (F_j + B_j) + 2 sum_{b >= k} c_b) / w (0 without stages)."""
+    K = len(work_s)
+    after_w = np.cumsum(work_s[::-1])[::-1]
+    after_c = np.concatenate((np.cumsum(c[::-1])[::-1], [0.0])) if K > 1 else np.zeros(K)
+    return max(((float(after_w[k]) + 2 * float(after_c[k])) / min(K - k, max(m, 1)) for k in range(K)), default=0.0)
 
 
 def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:

@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import numpy as np
+
 import distplan
+from distplan.costs import iteration as it
 from distplan.costs.collectives import (gradient_reduction_parts, reduction_shares_links, ring_parts,
                                         rings_share_links, side_by_side_parts)
 from distplan.costs.iteration import boundaries_contend, boundary_flows, estimate_iteration
@@ -91,3 +94,22 @@ def test_side_by_side_rings_never_beat_one_alone(rings):
     if not rings_share_links(pb.topology, [d for d, _, _ in rings]):
         assert (t, b) == (max(x for x, _ in alone), max(y for _, y in alone))
     assert side_by_side_parts(pb, rings[:1]) == alone[0]
+
+
+@pytest.mark.parametrize("dp,tp,pp", [(4, 1, 2), (2, 2, 2), (1, 1, 8), (2, 1, 4), (1, 4, 2)])
+def test_hop_structure_is_the_flows_summed(pb, dp, tp, pp):
+    # the fast path (one tensor-parallel degree) charges each link what boundary_flows puts on it
+    plan = megatron_plan(pb, dp, tp, pp, "bf16")
+    per_link, _ = it._hop_structure(pb, plan)
+    loads = link_loads_s(pb, boundary_flows(pb, plan))
+    got = per_link @ it._hop_bytes(pb, plan)
+    assert sorted(got[got > 0]) == pytest.approx(sorted(x[0] for x in loads.values()), rel=1e-12)
+
+
+def test_window_pace_by_hand():
+    # 3 stages of 1 s, boundaries of 0.5 s each way: stage 1 keeps 2 in flight, its round
+    # trip is 2 s of work + 2 x 0.5 s (1.5 s a microbatch); stage 0 keeps 3, its round
+    # trip 3 s + 2 x (0.5 + 0.5) s: 5/3 s a microbatch, the pace
+    assert it.window_pace_s(np.ones(3), np.array([0.5, 0.5]), 8) == pytest.approx(5 / 3)
+    assert it.window_pace_s(np.ones(3), np.zeros(2), 8) == pytest.approx(1.0)
+    assert it.window_pace_s(np.ones(3), np.array([0.5, 0.5]), 1) == pytest.approx(5.0)   # one microbatch in flight
