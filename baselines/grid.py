@@ -64,7 +64,7 @@ def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None
     for pp in degs:
         if pp > V:
             continue
-        for tp in degs:
+        for tp in (t for t in degs if problem.graph.tp_fits(t)):   # Megatron splits attention by heads
             for dp in degs:
                 if dp * tp * pp > D:
                     continue

@@ -135,6 +135,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def tp_degrees(problem: Problem) -> list[int]:
+    """The tensor-parallel degrees of the space: divisors of the device count up to
+    ``MAX_TP`` that divide the graph's heads (``Graph.tp_divides``; tp 8 split gpt2's 12)."""
+    return [t for t in _divisors(problem.n_devices) if t <= MAX_TP and problem.graph.tp_fits(t)]
+
+
 def _layer_units(problem: Problem) -> list[list[int]]:
     """Ops grouped by layer (ops before the first layer join it, after the last join it),
     or single ops when the graph has no layer names."""
@@ -503,13 +509,13 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) 
     if not problem.training:
         return [ClusterPoint(1, tp, pp, "none", 0, sp, q)
                 for q in inference_precisions(problem)
-                for tp in _divisors(N) if tp <= MAX_TP
+                for tp in tp_degrees(problem)
                 for pp in range(1, min(L, N // tp) + 1)
                 for sp in ((False, True) if tp > 1 else (False,))]
     out = []
     # interleaving deals out equal chunks of layers, which a group across layers would split
     named = any(layer_index(op.name) is not None for op in problem.graph.ops) and units_hold_groups(problem)
-    for tp in [t for t in _divisors(N) if t <= MAX_TP]:
+    for tp in tp_degrees(problem):
         for pp in range(1, min(L, N // tp) + 1):
             for dp in _divisors(M):
                 if dp * tp * pp > N:

@@ -50,11 +50,12 @@ def node_size(problem: Problem) -> int:
 
 
 def tp_chain(problem: Problem) -> list[int]:
-    """Tensor-parallel degrees: divisors of the node size each dividing the next, so
-    stages laid out by decreasing tp keep every tp group inside one node."""
+    """Tensor-parallel degrees: divisors of the node size each dividing the next (and the
+    heads, ``Graph.tp_fits``), so stages laid out by decreasing tp keep every tp group
+    inside one node."""
     g, out = node_size(problem), []
     for d in range(1, g + 1):
-        if g % d == 0 and (not out or d % out[-1] == 0):
+        if g % d == 0 and problem.graph.tp_fits(d) and (not out or d % out[-1] == 0):
             out.append(d)
     return out
 

@@ -123,3 +123,33 @@ def test_unknown_name_lists_valid_names_and_patterns():
 
 def test_llama_has_no_position_limit():
     assert get_workload("llama-64x1x4", seq_len=8192).seq_len == 8192
+
+
+def test_tensor_parallel_degrees_divide_the_heads():
+    """Megatron splits attention by heads: a zoo graph states its query and key/value head
+    counts (``Graph.tp_divides``), a graph file keeps them, and the cluster space, the stage
+    MILP's configurations and the grid baseline only try degrees dividing both (gpt2 has 12
+    heads: tp 8 on a DGX-A100 was in the space; llama3-8b's 8 key/value heads allow 1-8)."""
+    import distplan
+    from distplan.baselines.grid import grid_points
+    from distplan.model.cluster import space_points, tp_degrees
+    from distplan.model.stage_terms import tp_chain
+
+    g = get_workload("gpt2", mode="training")
+    assert g.tp_divides == (12,) and g.tp_fits(4) and not g.tp_fits(8)
+    assert graph_from_dict(graph_to_dict(g)).tp_divides == (12,)
+    assert g.with_mode("inference").tp_divides == (12,) and g.with_batch_size(2).tp_divides == (12,)
+    assert get_workload("llama3-8b").tp_divides == (32, 8) and get_workload("mlp-xs").tp_divides == ()
+    p = distplan.problem("gpt2", "dgx-a100", mode="training")
+    assert tp_degrees(p) == [1, 2, 4] and tp_chain(p) == [1, 2, 4]
+    assert {pt.tp for pt in space_points(p)} == {1, 2, 4}
+    assert {x[1] for x in grid_points(p)} <= {1, 2, 4}
+    assert tp_degrees(distplan.problem("llama3-8b", "dgx-a100", mode="training", seq_len=128)) == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("bad", [[0], [2.5], "8", [True]])
+def test_a_graph_file_states_whole_head_counts(bad):
+    d = graph_to_dict(get_workload("mlp-xs"))
+    d["tp_divides"] = bad
+    with pytest.raises(DistplanError, match="tp_divides"):
+        graph_from_dict(d)

@@ -302,7 +302,8 @@ def _build(g: Graph, c: _Intervals) -> Coarsening:
     tensors = tuple(Tensor(names[u], names[v], e) for u in live for v, e in c.succ[u].items())
     held_by = {g.ops[v].name: names[grp] for grp in live for v in c.members[grp]}
     coarse = Graph(name=f"{g.name}/coarse{len(ops)}", ops=tuple(ops), tensors=tensors, mode=g.mode,
-                   batch_size=g.batch_size, seq_len=g.seq_len, colocate=map_groups(g.colocate, held_by))
+                   batch_size=g.batch_size, seq_len=g.seq_len, colocate=map_groups(g.colocate, held_by),
+                   tp_divides=g.tp_divides)
     f2c = [0] * len(g.ops)
     for grp in live:
         ci = coarse.index(names[grp])

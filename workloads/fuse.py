@@ -219,7 +219,8 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int], copies: set[int]) -> Gr
                     for (a, b), by in flows.items())
     held_by = {ops[v].name: ops[names[grp[v]]].name for v in range(len(ops))}
     return Graph(name=g.name, ops=tuple(new_ops), tensors=tensors, mode=g.mode, batch_size=g.batch_size,
-                 seq_len=g.seq_len, import_warnings=g.import_warnings, colocate=map_groups(g.colocate, held_by))
+                 seq_len=g.seq_len, import_warnings=g.import_warnings, colocate=map_groups(g.colocate, held_by),
+                 tp_divides=g.tp_divides)
 
 
 def _anchor(ops: tuple[Operator, ...], mem: list[int], copies: set[int]) -> int:

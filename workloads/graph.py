@@ -131,6 +131,9 @@ class Graph:
     #: groups of operator names that must share one stage (workloads.colocate; overlapping
     #: groups are merged, members and groups kept in topological order)
     colocate: tuple[tuple[str, ...], ...] = ()
+    #: counts every tensor-parallel degree must divide (Megatron splits attention by heads:
+    #: the query and the key/value heads); empty: not known (a graph file that states none)
+    tp_divides: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -142,6 +145,15 @@ class Graph:
         object.__setattr__(self, "_index", {op.name: i for i, op in enumerate(self.ops)})
         if self.colocate:
             object.__setattr__(self, "colocate", check_groups(self.colocate, self._index, self.name))
+        tpd = tuple(self.tp_divides)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in tpd):
+            raise DistplanError(f"graph {self.name!r}: tp_divides must be positive whole numbers (attention "
+                                f"heads), got {brief(list(tpd))}")
+        object.__setattr__(self, "tp_divides", tpd)
+
+    def tp_fits(self, tp: int) -> bool:
+        """May the graph be split over ``tp`` tensor-parallel ranks (``tp_divides``)?"""
+        return all(n % tp == 0 for n in self.tp_divides)
 
     # --- lookups -------------------------------------------------------------
     def index(self, name: str) -> int:
@@ -190,8 +202,7 @@ class Graph:
 
     def with_mode(self, mode: str) -> "Graph":
         """The same graph run for ``mode`` ('inference' or 'training')."""
-        return Graph(self.name, self.ops, self.tensors, mode, self.batch_size, self.seq_len, self.import_warnings,
-                     colocate=self.colocate)
+        return dataclasses.replace(self, mode=mode)   # every other field kept (dropout was lost)
 
     def with_batch_size(self, batch_size: int) -> "Graph":
         """The same model on microbatches of ``batch_size`` samples: FLOPs, outputs, tensors
@@ -215,8 +226,7 @@ class Graph:
                 touched_elems=(op.touched_elems - w) * s + w,
                 send_elems=None if op.send_elems is None else op.send_elems * s))
         tensors = tuple(dataclasses.replace(t, elems=round(t.elems * s)) for t in self.tensors)
-        return Graph(self.name, tuple(ops), tensors, self.mode, batch_size, self.seq_len, self.import_warnings,
-                     dropout=self.dropout, colocate=self.colocate)
+        return dataclasses.replace(self, ops=tuple(ops), tensors=tensors, batch_size=batch_size)
 
 
 #: the largest element count a graph may hold (int or float): what an int64 counts

@@ -6,7 +6,8 @@
               "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems", "tp_role",
                                                                           measured "fwd_s", "bwd_s" and per-kind "times")
      "tensors": [{"src": "...", "dst": "...", "elems": 0}],
-     "colocate": [["op a", "op b"]]}   (optional: groups of ops that share one stage)
+     "colocate": [["op a", "op b"]],   (optional: groups of ops that share one stage)
+     "tp_divides": [32, 8]}   (optional: counts a tensor-parallel degree must divide, the heads)
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ CLOCK_EVERY = 4096
 #: the time left is refused up front (core.deadline.check_fits)
 LOAD_S_PER_ITEM = 1e-5
 LOAD_S_PER_BYTE = LOAD_S_PER_ITEM / 150
-_TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors", "colocate"}
+_TOP_KEYS = {"format", "version", "name", "mode", "batch_size", "seq_len", "dropout", "ops", "tensors", "colocate",
+             "tp_divides"}
 
 
 def graph_to_dict(g: Graph) -> dict[str, Any]:
@@ -49,6 +51,7 @@ def graph_to_dict(g: Graph) -> dict[str, Any]:
                 for op in g.ops],
         "tensors": [{"src": t.src, "dst": t.dst, "elems": t.elems} for t in g.tensors],
         **({"colocate": [list(grp) for grp in g.colocate]} if g.colocate else {}),
+        **({"tp_divides": list(g.tp_divides)} if g.tp_divides else {}),
     }
 
 
@@ -124,7 +127,16 @@ def graph_from_dict(d: Any, source: str = "graph") -> Graph:
         seq_len=None if d.get("seq_len") is None else _size(d["seq_len"], "seq_len", source),
         dropout=_flag(d.get("dropout", False), source),
         colocate=d.get("colocate", ()),
+        tp_divides=_tp_divides(d.get("tp_divides", []), source),
     )
+
+
+def _tp_divides(x: Any, source: str) -> tuple[int, ...]:
+    """A graph file's ``tp_divides``: a list of whole numbers from 1 to MAX_SIZE (the heads)."""
+    if not isinstance(x, list):
+        raise DistplanError(f"{source}: 'tp_divides' must be a list of whole numbers (attention heads), "
+                            f"got {brief(x)}")
+    return tuple(_size(n, "tp_divides", source) for n in x)
 
 
 #: the largest batch size or sequence length a graph file may state (no real model comes near)

@@ -182,7 +182,7 @@ def apply_profile(graph: Graph, profile: "Profile | dict | str | Path") -> Graph
                 rows[(kind, prec)] = (f, b)
         ops.append(dataclasses.replace(op, times=tuple((k, q, f, b) for (k, q), (f, b) in sorted(rows.items()))))
     return Graph(graph.name, tuple(ops), graph.tensors, graph.mode, graph.batch_size, graph.seq_len,
-                 graph.import_warnings, dropout=graph.dropout, colocate=graph.colocate)
+                 graph.import_warnings, dropout=graph.dropout, colocate=graph.colocate, tp_divides=graph.tp_divides)
 
 
 def graph_profile(graph: Graph) -> Profile:

@@ -13,6 +13,8 @@ Every model, its shape and defaults: docs/guides/own-model.md.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from distplan.core.errors import DistplanError
 from distplan.workloads.graph import MODES, Graph
 from distplan.workloads.zoo.attention import ATTENTION
@@ -64,9 +66,10 @@ def get_workload(name: str, batch_size: int | None = None, seq_len: int | None =
     if seq % cp:
         raise DistplanError(f"--cp {cp} does not divide the sequence length {seq} of {cfg.name!r} (each "
                             "context-parallel rank takes seq_len / cp tokens)")
-    if isinstance(cfg, MoEConfig):
-        return build_moe(cfg, batch, seq, mode, attention, cp)
-    return build_transformer(cfg, batch, seq, mode, attention, cp)
+    build = build_moe if isinstance(cfg, MoEConfig) else build_transformer
+    graph = build(cfg, batch, seq, mode, attention, cp)
+    heads = tuple(dict.fromkeys(h for h in (cfg.heads, getattr(cfg, "kv_heads", None)) if h))
+    return dataclasses.replace(graph, tp_divides=heads)   # Megatron splits attention by heads
 
 
 def list_workloads() -> list[tuple[str, str]]:
