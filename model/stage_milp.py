@@ -2,7 +2,8 @@
 and microbatch size, which contiguous layer units form each stage and which
 configuration (``model.stage_terms.StageConfig``) each stage takes, minimising the
 linearised 1F1B iteration: fill and drain plus each stage's own (n_k - 1) x t_k,
-the exposed gradient reduction of an unoverlapped flat ring and the optimizer step,
+the exposed gradient reduction of a flat ring overlapped with the backward and the
+optimizer step,
 under per-stage memory with its in-flight microbatches, a device budget and
 non-increasing dp along the pipeline. Cumulative stage encoding ``y[u,k]`` (stage(u)
 >= k), stage binaries ``s[k,c]``, disaggregated ``z[u,k,c]`` (unit u on stage k at c)
@@ -54,8 +55,10 @@ def model_objective_s(t: StageTerms, K: int, split, configs) -> float:
     pipe = tk.sum() + 2 * ck.sum() + max((t.n[configs[k]] - 1) * tk[k] for k in range(K))
     before = np.concatenate(([0.0], np.cumsum(bk + np.append(ck[1:], 0.0))[:-1]))
     red = np.array([t.red_s[configs[k], split == k].sum() + t.red0_s[configs[k]] for k in range(K)])
+    first = np.array([t.red_first_s[configs[k], starts[k]] + t.red0_s[configs[k]] for k in range(K)])
     opt = max(t.opt_s[configs[k], split == k].sum() + t.opt0_s[configs[k]] for k in range(K))
-    return float(pipe + max(0.0, float((red - before).max())) + opt)
+    exposed = np.maximum(red - bk, first) - before
+    return float(pipe + max(0.0, float(exposed.max())) + opt)
 
 
 def model_memory_bytes(t: StageTerms, K: int, split, configs) -> np.ndarray:
@@ -120,7 +123,7 @@ class StageMilp:
     (so one model covers every depth <= K; a stage's in-flight count min(K - k, n)
     depends only on its distance from the last stage, which is never empty)."""
 
-    def __init__(self, t: StageTerms, K: int, n_devices: int):
+    def __init__(self, t: StageTerms, K: int, n_devices: int, tight: bool = True):
         self.t, self.K = t, K
         self.presolve = "off"
         C, U = t.fwd.shape
@@ -184,9 +187,13 @@ class StageMilp:
                 y_terms(u, k + 1, 1.0, terms, rhs)
                 if terms:
                     b.row(terms, lo=rhs[0], hi=rhs[0])
-            for u in units:
+            if tight:
+                for u in units:
+                    for c in range(C):
+                        b.row({self.z[u, k, c]: 1.0, self.s[k, c]: -1.0}, hi=0.0)
+            else:   # aggregated: U x C times fewer rows, a weaker LP, the same integer points
                 for c in range(C):
-                    b.row({self.z[u, k, c]: 1.0, self.s[k, c]: -1.0}, hi=0.0)
+                    b.row({**{self.z[u, k, c]: 1.0 for u in units}, self.s[k, c]: -float(len(units))}, hi=0.0)
             b.row({tk[k]: 1.0, **{self.z[u, k, c]: -w[c, u] for u in units for c in range(C)}}, lo=0.0, hi=0.0)
             b.row({bk[k]: 1.0, **{self.z[u, k, c]: -t.bwd[c, u] * ts for u in units for c in range(C)}},
                   lo=0.0, hi=0.0)
@@ -219,14 +226,24 @@ class StageMilp:
                 for c in range(C):
                     row[self.z[u, k, c]] = -(t.n[c] - 1) * w[c, u]
             b.row(row, lo=0.0)
-            # E >= red_k - sum_{j<k} (B_j + c_{j+1})
-            row = {self.E: 1.0, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
+            # overlapped buckets: E >= red_k - B_k - before_k, and E >= the reduction of the
+            # stage's first op with parameters (ready at its end) - before_k, where
+            # before_k = sum_{j<k} (B_j + c_{j+1}) (stage k's last backward ends that early)
+            before = {}
+            for j in range(k):
+                before[bk[j]] = before.get(bk[j], 0.0) + 1.0
+                before[ck[j + 1]] = before.get(ck[j + 1], 0.0) + 1.0
+            row = {self.E: 1.0, bk[k]: 1.0, **before, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
             for u in units:
                 for c in range(C):
                     row[self.z[u, k, c]] = -t.red_s[c, u] * ts
-            for j in range(k):
-                row[bk[j]] = row.get(bk[j], 0.0) + 1.0
-                row[ck[j + 1]] = row.get(ck[j + 1], 0.0) + 1.0
+            b.row(row, lo=0.0)
+            row = {self.E: 1.0, **before, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
+            for c in range(C):
+                row[self.z[0, k, c]] = -t.red_first_s[c, 0] * ts   # unit 0 starts the first used stage
+                for u in units[1:]:
+                    if (u, k, c) in self.g:
+                        row[self.g[u, k, c]] = -t.red_first_s[c, u] * ts
             b.row(row, lo=0.0)
             row = {self.O: 1.0, **{self.s[k, c]: -t.opt0_s[c] * ts for c in range(C)}}
             for u in units:

@@ -37,6 +37,11 @@ from distplan.model.stage_terms import StageConfig, StageTerms, stage_configs, s
 CHECK_RETRIES = 3
 #: the most seconds one MILP may run
 MILP_LIMIT_S = 20.0
+#: the most (unit, stage, config) triples for which z <= s is stated triple by triple
+#: (above: one aggregated row per stage and config; llama3-8b on h100x64, 32 x 8 x 201:
+#: 48,405 rows whose root LP did not finish in 30 s, against 4,185 rows and a bound of
+#: 1.153 s on an incumbent of 1.510 s)
+TIGHT_MAX = 20_000
 #: the deepest pipeline the MILP plans (deeper ones: the cluster space's uniform plans)
 MAX_STAGES = 8
 
@@ -121,15 +126,66 @@ def _best_single(t: StageTerms) -> tuple[float, int] | None:
     return best
 
 
-def solve_checked(pb: Problem, space: _Space, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float
-                  ) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
-    """The MILP's best assignment the memory checker accepts (started from the best
-    one-stage config; each refused one cut off and solved again, ``CHECK_RETRIES``
-    times at most), its plans under every reduction option, and how many were refused.
-    ``budget_s()``: the seconds the next solve may take."""
+def uniform_starts(t: StageTerms, index: dict[StageConfig, int], space: _Space, plans, max_stages: int
+                   ) -> list[tuple[list[int], list[int]]]:
+    """The cluster space's plans (``ClusterPlan``) that lie in the declared space, as
+    (split, configs) of ``t`` (a config removed as dominated: the one kept instead)."""
+    out = []
+    for c in plans:
+        pt = c.point
+        cfg = StageConfig(pt.tp, pt.dp, pt.recompute, pt.zero, pt.sequence_parallel and pt.tp > 1)
+        if pt.vp == 1 and not pt.precision and pt.pp <= max_stages and index.get(cfg, -1) >= 0:
+            out.append(([c.plan.op_stage[u[0]] for u in space.units], [index[cfg]] * pt.pp))
+    return out
+
+
+def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, rounds: int = 20
+            ) -> tuple[float, list[int], list[int]]:
+    """Hill-climb under the MILP's own objective (a start for HiGHS, whose heuristics are
+    weak here): change one stage's config or move one boundary by a unit, keeping the
+    budget, dp non-increasing and the memory rows, while that lowers the objective."""
+    K, U = len(cfgs), len(split)
+    dev = np.array([c.devices for c in t.configs])
+    dp = np.array([c.dp for c in t.configs])
+
+    def ok(sp: list[int], cs: list[int]) -> bool:
+        return (int(dev[cs].sum()) <= n_devices and all(dp[a] >= dp[b] for a, b in zip(cs, cs[1:]))
+                and bool((model_memory_bytes(t, K, sp, cs) <= t.cap_bytes).all()))
+
+    best = model_objective_s(t, K, split, cfgs)
+    for _ in range(rounds):
+        moves = [(split, cfgs[:k] + [c] + cfgs[k + 1:]) for k in range(K) for c in range(len(t.configs))]
+        for u in range(1, U):   # the boundary before unit u moved to after it, or back
+            if split[u] != split[u - 1]:
+                for v in (u - 1, u):
+                    sp = list(split)
+                    sp[v] = split[u] if v == u - 1 else split[u - 1]
+                    if len(set(sp)) == K:
+                        moves.append((sp, cfgs))
+        got = min(((model_objective_s(t, K, sp, cs), sp, cs) for sp, cs in moves if ok(sp, cs)),
+                  key=lambda x: x[0], default=None)
+        if got is None or got[0] >= best * (1 - 1e-12):
+            break
+        best, split, cfgs = got
+    return best, list(split), list(cfgs)
+
+
+def solve_checked(pb: Problem, space: _Space, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
+                  starts=()) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
+    """The MILP's best assignment the memory checker accepts (started from the best of
+    ``starts`` and the best one-stage config under the MILP's model; each refused one
+    cut off and solved again, ``CHECK_RETRIES`` times at most), its plans under every
+    reduction option, and how many were refused. ``budget_s()``: the seconds the next
+    solve may take."""
     single = _best_single(t)
-    if single is not None:
-        milp.start([0] * len(space.units), [single[1]])
+    cands = [(single[0], [0] * len(space.units), [single[1]])] if single is not None else []
+    for split, cfgs in starts:
+        if (model_memory_bytes(t, len(cfgs), split, cfgs) <= t.cap_bytes).all():
+            cands.append((model_objective_s(t, len(cfgs), split, cfgs), split, cfgs))
+    if cands:
+        _, split, cfgs = min((improve(t, list(sp), list(cs), pb.n_devices) for _, sp, cs in cands),
+                             key=lambda x: x[0])
+        milp.start(split, cfgs)
     for refused in range(CHECK_RETRIES + 1):
         budget = budget_s()
         if budget <= 0:
@@ -164,13 +220,15 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             continue
         t1 = time.perf_counter()
         space = _Space(pb, prec)
-        t = undominated(stage_terms(pb, space, stage_configs(pb)))
+        t, index = undominated(stage_terms(pb, space, stage_configs(pb)))
         K = min(len(space.units), pb.n_devices, max_stages)
-        milp = StageMilp(t, K, pb.n_devices)
+        starts = uniform_starts(t, index, space, [c for c in cl.plans if (c.problem or problem).graph.batch_size
+                                                  == pb.graph.batch_size], K)
+        milp = StageMilp(t, K, pb.n_devices, tight=len(space.units) * K * len(t.configs) <= TIGHT_MAX)
         row = {"microbatch_size": pb.graph.batch_size, "max_stages": K, "configs": len(t.configs),
                "binaries": milp.n_binaries, "rows": milp.n_rows}
         sol, got, refused = solve_checked(pb, space, t, milp, lambda: min(MILP_LIMIT_S, clock.remaining_s() / left),
-                                          rel_gap)
+                                          rel_gap, starts)
         row["refused"] = refused
         if got:
             cfgs = [t.configs[c] for c in sol.configs]

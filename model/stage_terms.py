@@ -81,7 +81,7 @@ class StageTerms:
     """Per config c (rows) and unit u (columns): ``fwd``/``bwd`` seconds of one
     microbatch, ``static`` and ``act`` bytes per rank, ``transient`` and ``first`` bytes
     (``model.cluster._Work``), ``red_s`` and ``opt_s`` the unit's slope of the stage's
-    reduction and optimizer step, ``cut_s`` the boundary into a stage starting at u;
+    reduction and optimizer step (``red_first_s``: of its first op with parameters), ``cut_s`` the boundary into a stage starting at u;
     per config ``red0_s`` and ``opt0_s`` the intercepts, ``n`` microbatches a replica."""
 
     configs: tuple[StageConfig, ...]
@@ -92,6 +92,7 @@ class StageTerms:
     transient: np.ndarray
     first: np.ndarray
     red_s: np.ndarray
+    red_first_s: np.ndarray
     red0_s: np.ndarray
     opt_s: np.ndarray
     opt0_s: np.ndarray
@@ -121,12 +122,14 @@ def cut_bytes(problem: Problem, space: _Space) -> np.ndarray:
 def stage_terms(problem: Problem, space: _Space, configs: list[StageConfig]) -> StageTerms:
     """The coefficient arrays of ``configs`` (module docstring)."""
     U, C = len(space.units), len(configs)
-    arr = {k: np.zeros((C, U)) for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "opt_s",
-                                          "cut_s")}
+    arr = {k: np.zeros((C, U)) for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s",
+                                          "opt_s", "cut_s")}
     red0, opt0 = np.zeros(C), np.zeros(C)
     kind = problem.topology.kind_of(0)
     far = node_size(problem) if problem.n_devices > node_size(problem) else min(1, problem.n_devices - 1)
     cuts = cut_bytes(problem, space)
+    firsts = np.array([next((problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[space.qs[v]])
+                             for v in u if problem.graph.ops[v].param_elems > 0), 0.0) for u in space.units])
     again = {rc: _recomputed_ops(problem, rc) for rc in RECOMPUTE_CHOICES}
     times: dict[tuple[int, bool, str], tuple[np.ndarray, np.ndarray]] = {}
     for i, c in enumerate(configs):
@@ -149,6 +152,7 @@ def stage_terms(problem: Problem, space: _Space, configs: list[StageConfig]) -> 
         if c.dp > 1:
             a, s = _affine(lambda x: gradient_reduction_parts(problem, ring, x, False, c.zero)[0], _PROBE_BYTES)
             red0[i], arr["red_s"][i] = a, s * space.grads / c.tp
+            arr["red_first_s"][i] = s * firsts / c.tp
             if c.zero:   # ZeRO-1/2: the parameters' all-gather after the step
                 a, s = _affine(lambda x: all_gather_s(problem, ring, x), _PROBE_BYTES)
                 opt0[i] += a
@@ -158,20 +162,22 @@ def stage_terms(problem: Problem, space: _Space, configs: list[StageConfig]) -> 
     return StageTerms(tuple(configs), **arr, red0_s=red0, opt0_s=opt0, n=n, cap_bytes=space.cap)
 
 
-def undominated(t: StageTerms) -> StageTerms:
+def undominated(t: StageTerms) -> tuple[StageTerms, dict[StageConfig, int]]:
     """``t`` without the configs another one dominates: the same dp, no more devices,
     and every coefficient (all enter the MILP's rows and objective with a positive
-    sign) no larger; ties keep the first. The optimum is unchanged."""
+    sign) no larger; ties keep the first. The optimum is unchanged. Also: each config
+    of ``t`` -> the index of a kept one at least as good (itself when kept)."""
     C = len(t.configs)
     rows = [np.concatenate([getattr(t, k)[c] for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s",
-                                                       "opt_s", "cut_s")] + [[t.red0_s[c], t.opt0_s[c]]])
+                                                       "red_first_s", "opt_s", "cut_s")] + [[t.red0_s[c], t.opt0_s[c]]])
             for c in range(C)]
-    keep = []
-    for c, cfg in enumerate(t.configs):
-        if not any(o != c and t.configs[o].dp == cfg.dp and t.configs[o].devices <= cfg.devices
-                   and bool((rows[o] <= rows[c]).all()) and (bool((rows[o] < rows[c]).any()) or o < c)
-                   for o in range(C)):
-            keep.append(c)
-    pick = {k: getattr(t, k)[keep] for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "opt_s",
-                                              "cut_s", "red0_s", "opt0_s", "n")}
-    return StageTerms(tuple(t.configs[c] for c in keep), **pick, cap_bytes=t.cap_bytes)
+    def beats(o: int, c: int) -> bool:
+        return (o != c and t.configs[o].dp == t.configs[c].dp and t.configs[o].devices <= t.configs[c].devices
+                and bool((rows[o] <= rows[c]).all()) and (bool((rows[o] < rows[c]).any()) or o < c))
+
+    keep = [c for c in range(C) if not any(beats(o, c) for o in range(C))]
+    pos = {c: i for i, c in enumerate(keep)}
+    best = {cfg: pos.get(c, next((pos[o] for o in keep if beats(o, c)), -1)) for c, cfg in enumerate(t.configs)}
+    pick = {k: getattr(t, k)[keep] for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s",
+                                              "opt_s", "cut_s", "red0_s", "opt0_s", "n")}
+    return StageTerms(tuple(t.configs[c] for c in keep), **pick, cap_bytes=t.cap_bytes), best

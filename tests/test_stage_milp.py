@@ -88,7 +88,7 @@ def test_milp_optimum_equals_the_brute_force_of_the_declared_space(layers, shape
     p = _problem(layers, *shape, M, seq, mem)
     want = stage_optimum(p, "bf16", max_stages=2)
     space = _Space(p, "bf16")
-    t = undominated(stage_terms(p, space, stage_configs(p)))
+    t, _ = undominated(stage_terms(p, space, stage_configs(p)))
     milp = StageMilp(t, min(2, len(space.units)), p.n_devices)
     sol, got, _ = solve_checked(p, space, t, milp, lambda: 60.0, rel_gap=0.0)
     if want == float("inf"):

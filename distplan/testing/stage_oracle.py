@@ -9,10 +9,11 @@ chain 1 | t1 | t2 ...), dp (dividing the microbatches, not increasing along the
 pipeline), recomputation, ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1); sum of
 tp x dp <= devices; stages laid out in pipeline order when each block starts at a
 multiple of its tp, else by decreasing tp; every op at the training precision.
-Objective per stage k (F_k, B_k on rank 0, c_k the boundary into k over the route
-from device 0 to the first device of node 1, R_k the flat ring's reduction, O_k the
-optimizer step and ZeRO gather): sum_k (F_k + B_k) + 2 sum_k c_k + max_k (n_k - 1)(F_k
-+ B_k) + max(0, max_k R_k - sum_{j<k} (B_j + c_{j+1})) + max_k O_k.
+Objective (F_k, B_k on rank 0, c_k the boundary into k over the route from device 0
+to the first device of node 1, R_k / R1_k the flat ring's reduction of the stage's /
+its first parameter op's gradients, O_k the optimizer step and ZeRO gather): sum_k (F_k
++ B_k) + 2 sum_k c_k + max_k (n_k - 1)(F_k + B_k) + max(0, max_k (max(R_k - B_k, R1_k)
+- sum_{j<k} (B_j + c_{j+1}))) + max_k O_k.
 """
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def stage_objective_s(problem: Problem, plan: Plan) -> float:
     nodes = [d.node for d in problem.topology.devices]
     far = nodes.index(nodes[0] + 1) if nodes[0] + 1 in nodes else min(1, problem.n_devices - 1)
     again = recomputed(problem, plan)
-    t, b, c, red, opt = [], [], [], [], []
+    t, b, c, red, red1, opt = [], [], [], [], [], []
     for k, st in enumerate(plan.stages):
         ops = plan.ops_in_stage(k)
         f_op, b_op = op_rank_times(problem, list(range(st.tensor_parallel)), qs, ops, st.sequence_parallel, again)
@@ -85,11 +86,14 @@ def stage_objective_s(problem: Problem, plan: Plan) -> float:
         tp, r = st.tensor_parallel, st.replicas
         ring = [i * tp for i in range(r)]
         share = r if st.zero and r > 1 else 1
+        first = next((problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) for v in ops
+                      if problem.graph.ops[v].param_elems > 0), 0.0)
         red.append(gradient_reduction_parts(problem, ring, nbytes / tp, False, st.zero)[0] if r > 1 else 0.0)
+        red1.append(gradient_reduction_parts(problem, ring, first / tp, False, st.zero)[0] if r > 1 else 0.0)
         opt.append(optimizer_step_s(elems / (tp * share), 0, kind) + nbytes / (tp * share) * 2 / kind.mem_bw_bytes_per_s
                    + (all_gather_s(problem, ring, nbytes / tp) if st.zero and r > 1 else 0.0))
     pipe = sum(t) + 2 * sum(c) + max((M // st.replicas - 1) * t[k] for k, st in enumerate(plan.stages))
-    exposed = max(0.0, max(red[k] - sum(b[j] + c[j + 1] for j in range(k)) for k in range(K)))
+    exposed = max(0.0, max(max(red[k] - b[k], red1[k]) - sum(b[j] + c[j + 1] for j in range(k)) for k in range(K)))
     return pipe + exposed + max(opt)
 
 

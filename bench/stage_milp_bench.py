@@ -1,0 +1,78 @@
+"""The stage space (model.stage_space: the cluster search plus the stage MILP's
+heterogeneous stages) against today's cluster space on every case of
+bench/cluster_plan_bench.py's table, both simulated, both wall times; and
+heterogeneity cases (the 128k-vocabulary Llama 3 8B), where a stage holding the LM head
+may want its own tp, dp or recomputation.
+
+    python bench/stage_milp_bench.py [--quick] [--limit 120] [--json bench/results/stage_milp_bench.json]
+
+Figures: samples per optimizer step in the realistic simulator; for each plan the MILP
+returned, its MILP objective, analytic iteration and simulated iteration. Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import distplan  # noqa: E402
+from distplan.model import SolveOptions  # noqa: E402
+
+#: (workload, topology, microbatches): cluster_plan_bench.ROWS
+ROWS = [("gpt2", "dgx-a100", 16), ("gpt3-1.3b", "a100x16", 32), ("gpt3-2.7b", "a100x32", 32),
+        ("gpt3-6.7b", "a100x128", 16)]
+#: heterogeneity cases: the 128k-vocabulary head on its own stage
+HETERO = [("llama3-8b", "h100x16", 32), ("llama3-8b", "h100x64", 64)]
+
+
+def run(p, space: str, limit_s: float):
+    t0 = time.perf_counter()
+    rep = distplan.solve(p, SolveOptions(time_limit_s=limit_s, top_k=5, space=space))
+    return rep, time.perf_counter() - t0
+
+
+def rate(rep) -> float:
+    pb = rep.problem
+    return pb.microbatches * pb.graph.batch_size / rep.best.sim.iteration_s
+
+
+def case(w: str, t: str, M: int, limit_s: float) -> dict:
+    p = distplan.problem(w, t, batch_size=1, mode="training", microbatches=M)
+    cl, cl_wall = run(p, "cluster", limit_s)
+    st, st_wall = run(p, "stage", limit_s)
+    milp = [{"plan": r.plan.predicted["cluster_point"], "milp_objective_s": r.plan.predicted["stage_milp_objective_s"],
+             "model_iteration_s": r.plan.predicted["model_iteration_s"], "sim_iteration_s": r.sim.iteration_s}
+            for r in st.plans if "stage_milp_objective_s" in r.plan.predicted]
+    row = {"case": f"{w} M{M} {t}", "cluster": rate(cl), "cluster_plan": cl.best.plan.predicted["cluster_point"],
+           "cluster_wall_s": cl_wall, "stage": rate(st), "stage_plan": st.best.plan.predicted["cluster_point"],
+           "stage_wall_s": st_wall, "stage_status": st.solver.status, "milp_points": list(st.solver.explored),
+           "milp_plans": milp, "cut_short": list(st.solver.cut_short)}
+    print(f"{row['case']:28s} cluster {row['cluster']:8.1f} ({cl_wall:5.1f} s)  stage {row['stage']:8.1f} "
+          f"({st_wall:5.1f} s)  {row['stage']/row['cluster'] - 1:+.2%}  {row['stage_plan']}", flush=True)
+    for m in milp:
+        print(f"    MILP plan: objective {m['milp_objective_s']:.6g} s, analytic {m['model_iteration_s']:.6g} s, "
+              f"simulated {m['sim_iteration_s']:.6g} s  {m['plan']}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the cluster table's rows only")
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds for each space's search")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    out = {"rows": [case(w, t, M, a.limit) for w, t, M in ROWS]}
+    if not a.quick:
+        out["heterogeneity"] = [case(w, t, M, a.limit) for w, t, M in HETERO]
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
