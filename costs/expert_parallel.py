@@ -12,6 +12,11 @@ elements per rank, ``costs.collectives.all_to_all_s`` on the slowest group), and
 backward does the same for their gradients. None is overlapped (Megatron's default):
 the seconds are added to ffn1's and ffn2's times as measured times (``Operator.times``),
 so the analytic model, the checker and the simulator read one figure.
+
+The experts' gradients are reduced, and under ZeRO-1/2 their optimizer state sharded and
+their parameters gathered, over the expert-data-parallel group only (the r / ep replicas
+at the same position of their block: ``expert_plan`` marks the stages,
+``costs.sharding.gradient_reductions`` splits the bytes); the rest over all r replicas.
 """
 from __future__ import annotations
 
@@ -39,6 +44,15 @@ def ep_groups(plan: Plan, ep: int, cp: int = 1) -> list[list[int]]:
     return out
 
 
+def expert_plan(plan: Plan, ep: int, cp: int = 1) -> Plan:
+    """``plan`` with every stage's replicas in expert-parallel blocks of ``ep`` members
+    ``cp`` replicas apart (``ep_groups``' layout; ``Stage.expert_parallel``)."""
+    if ep == 1:
+        return plan
+    return dataclasses.replace(plan, stages=tuple(dataclasses.replace(st, expert_parallel=ep, expert_stride=cp)
+                                                  for st in plan.stages))
+
+
 def expert_layers(graph: Graph) -> dict[int, tuple[int, int]]:
     """MoE layer -> (its ffn1, its ffn2): the layers with a router."""
     names = {op.name: v for v, op in enumerate(graph.ops)}
@@ -59,10 +73,20 @@ def all_to_all_times(problem: Problem, plan: Plan, ep: int, cp: int, row_elems: 
     return max(all_to_all_s(problem, list(g), nbytes) for g in {tuple(g) for g in ep_groups(plan, ep, cp)})
 
 
+def exchange_precision(problem: Problem, q: int) -> int:
+    """The precision index the all-to-alls of an expert op computed at index ``q`` move
+    their rows at: Transformer Engine's fp8 recipe quantizes inside its GEMMs, so the
+    dispatched hidden states and the combined outputs stay bf16 where the op runs fp8
+    (bf16 when the problem has it); ``q`` otherwise."""
+    if problem.precisions[q] == "fp8" and "bf16" in problem.precisions:
+        return problem.q_index("bf16")
+    return q
+
+
 def with_all_to_alls(problem: Problem, plan: Plan, ep: int, row_elems: float, cp: int = 1) -> Graph:
     """The problem's graph with each MoE layer's all-to-alls (module docstring) on its
     expert ops: the dispatch on ffn1's forward and on its backward, the combine on ffn2's
-    forward and backward, as measured (kind, precision) rows, the per-rank time put back
+    forward and backward, as measured (kind, precision) rows (``exchange_precision``), the per-rank time put back
     to a whole op's (the tensor-parallel split divides it again). The graph as it is for
     ep 1."""
     if ep == 1:
@@ -72,7 +96,7 @@ def with_all_to_alls(problem: Problem, plan: Plan, ep: int, row_elems: float, cp
     tp, sp = st.tensor_parallel, st.sequence_parallel
     rows: dict[int, list[tuple[str, str, float | None, float | None]]] = {}
     for q, prec in enumerate(problem.precisions):
-        x = all_to_all_times(problem, plan, ep, cp, row_elems, q)
+        x = all_to_all_times(problem, plan, ep, cp, row_elems, exchange_precision(problem, q))
         for c, kind in enumerate(problem.kind_names):
             launch = float(problem.cast_fixed_s[c])
             for pair in expert_layers(g).values():

@@ -31,6 +31,7 @@ from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduct
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
 from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
+from distplan.costs.sharding import dense_elems, expert_reduces, gradient_reductions
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
 from distplan.costs.routes import link_loads_s
@@ -58,7 +59,9 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     inference): its optimizer update (Adam, memory-bound, over the parameters the device
     holds, tensor-parallel shares divided, 1/r of them under ZeRO) and under ZeRO-1 and 2
     the parameters' all-gather (r-1 ring steps of bytes/r, without contention; ZeRO-3
-    gathers before each use instead); with fp8 linear layers, Transformer Engine's cast of
+    gathers before each use instead); routed experts over their expert-data-parallel
+    groups (``costs.sharding.gradient_reductions``: 1/(r/ep), gathered there after the
+    dense rest's gather); with fp8 linear layers, Transformer Engine's cast of
     their weights to fp8 (``costs.fp8.weight_cast_s``, once a step)."""
     out = np.zeros(problem.n_devices)
     if not problem.training:
@@ -67,6 +70,7 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     bytes_on = np.zeros(problem.n_devices)
     gather = np.zeros(problem.n_devices)
     param = np.array([op.param_elems for op in problem.graph.ops], dtype=float)
+    expert = np.array([op.expert_param_elems for op in problem.graph.ops], dtype=float)
     stage_of = np.asarray(plan.op_stage)
     bpe_of: dict[tuple[str, ...], np.ndarray] = {}   # per precision tuple (replicas mostly share one)
     fused = problem.low_bit_ops == "matmul" and "fp8" in problem.precisions
@@ -80,15 +84,22 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
 
     for k, st in enumerate(plan.stages):
         share = st.replicas if st.zero and st.replicas > 1 else 1
+        eshare = max(1, share // st.expert_parallel)   # the routed experts' ZeRO shards
         mine = stage_of == k
         elems = float(param[mine].sum()) / st.tensor_parallel
+        elems_e = float(expert[mine].sum()) / st.tensor_parallel if st.expert_parallel > 1 else 0.0
         for i in range(st.replicas):   # each replica's parameters at its own precisions
             precs_i = tuple(plan.replica_precisions(k, i))
             bpe = bytes_per_elem(precs_i)
             bytes_i = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
             devs_i = list(st.replica_group(i))
-            elems_on[devs_i] += elems / share
-            bytes_on[devs_i] += bytes_i / share
+            if elems_e:
+                bytes_e = float((expert[mine] * bpe[mine]).sum()) / st.tensor_parallel
+                elems_on[devs_i] += (elems - elems_e) / share + elems_e / eshare
+                bytes_on[devs_i] += (bytes_i - bytes_e) / share + bytes_e / eshare
+            else:
+                elems_on[devs_i] += elems / share
+                bytes_on[devs_i] += bytes_i / share
             if fused:   # Transformer Engine casts its fp8 weights once a step (costs.fp8), unsharded by ZeRO
                 w8 = [v for v in np.flatnonzero(mine) if precs_i[v] == "fp8" and is_fp8_linear(problem.graph.ops[v])]
                 fp8_elems_on[devs_i] += float(param[w8].sum()) / st.tensor_parallel
@@ -97,10 +108,13 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
         stage_bytes = float((param[mine] * bpe[mine]).sum()) / st.tensor_parallel
         if share > 1 and stage_bytes > 0 and st.zero < 3:   # ZeRO-3 gathers before each use
             tp = st.tensor_parallel
-            for j in range(tp):
-                devs = [st.devices[i * tp + j] for i in range(st.replicas)]
-                t = all_gather_s(problem, devs, stage_bytes)
-                gather[devs] = np.maximum(gather[devs], t)
+            expert_bytes = float((expert[mine] * bpe[mine]).sum()) / tp
+            t_on = np.zeros(problem.n_devices)
+            for members, part in gradient_reductions(st, stage_bytes, expert_bytes):
+                for j in range(tp):
+                    devs = [st.devices[i * tp + j] for i in members]
+                    t_on[devs] += all_gather_s(problem, devs, part)
+            gather = np.maximum(gather, t_on)
     for d in range(problem.n_devices):
         if elems_on[d] > 0:
             kind = problem.topology.kind_of(d)
@@ -342,6 +356,9 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule not in ("1f1b", "interleaved"):
         raise DistplanError(f"the analytic iteration models the 1f1b and interleaved schedules, not {plan.schedule!r}")
+    if any(expert_reduces(st) for st in plan.stages):
+        raise DistplanError("the analytic iteration does not time expert-data-parallel gradient reductions "
+                            "(expert parallelism with r / ep >= 2 replicas a group); simulate the plan instead")
     if plan.schedule == "interleaved" or replica_groups(problem, plan):
         if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):
             raise DistplanError("the analytic iteration models ZeRO-3 on plain 1F1B with alike replicas only; "
@@ -373,7 +390,7 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         hier = plan.dp_allreduce == "hierarchical"
 
         def reduce_s(vs: list[int]) -> tuple[float, float]:
-            nbytes = sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]])
+            nbytes = sum(dense_elems(st, problem.graph.ops[v]) * float(problem.bytes_per_elem[qs[v]])
                          for v in vs) / st.tensor_parallel
             return gradient_reduction_parts(problem, devs, nbytes, hier, st.zero, ranks) if nbytes > 0 else (0.0, 0.0)
 
@@ -396,7 +413,7 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         if len(ranks) > 1 and reduction_shares_links(problem.topology, ranks, hier, st.zero):
             sides, held, route = ranks, len(devs), None   # every rank's rings, on the links they share
         for v in with_params:   # the simulator's order of creation
-            nbytes = problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
+            nbytes = dense_elems(st, problem.graph.ops[v]) * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
             if nbytes <= 0:
                 continue
             if time.perf_counter() > deadline_s:
@@ -545,8 +562,8 @@ def _estimate_lanes(problem: Problem, plan: Plan, per, F, B, c, period) -> Itera
         for j in range(st.tensor_parallel):
             devs = [st.devices[i * st.tensor_parallel + j] for i in range(st.replicas)]
             for bucket in buckets:
-                nbytes = sum(problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[problem.q_index(wide[v])])
-                             for v in bucket) / st.tensor_parallel
+                nbytes = sum(dense_elems(st, problem.graph.ops[v])
+                             * float(problem.bytes_per_elem[problem.q_index(wide[v])]) for v in bucket) / st.tensor_parallel
                 if nbytes <= 0:
                     continue
                 if plan.overlap_grad_reduce:
@@ -829,7 +846,7 @@ class _JointNet:
         buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
         out = {}
         for bucket in buckets:
-            nbytes = sum(pb.graph.ops[v].param_elems * float(pb.bytes_per_elem[pb.q_index(wide[v])])
+            nbytes = sum(dense_elems(plan.stages[k], pb.graph.ops[v]) * float(pb.bytes_per_elem[pb.q_index(wide[v])])
                          for v in bucket) / plan.stages[k].tensor_parallel
             if nbytes > 0:
                 out[bucket[-1] if plan.overlap_grad_reduce else None] = nbytes

@@ -9,6 +9,11 @@
   reduce-scatters the unit's gradients after its backward; its resident bytes are 1/r of
   its static bytes plus the gathered units and gradients in flight (``gather_buffer_bytes``).
 Tied parameters read on another stage are held whole (unsharded) at every level.
+
+With expert parallelism (``Stage.expert_parallel`` = ep) the routed experts' parameters
+(``Operator.expert_param_elems``) are reduced, and sharded, over their expert-data-parallel
+group only: the r / ep replicas that hold the same experts (Megatron-Core's expert data
+parallel size, world / (ep x etp x pp)); the rest of the model over all r replicas.
 """
 from __future__ import annotations
 
@@ -36,22 +41,61 @@ def zero_saved_elem_bytes(zero: int, static_per_param: float, grad_per_param: fl
     return float(OPTIMIZER_BYTES_PER_PARAM) if zero == 1 else 0.0
 
 
+def expert_data_groups(st) -> list[tuple[int, ...]]:
+    """The stage's expert-data-parallel groups (module docstring): for each position e of
+    an expert-parallel block, the replicas i with ``(i // expert_stride) % ep == e``,
+    which hold the same experts; one group of every replica at ep 1."""
+    ep, s = st.expert_parallel, st.expert_stride
+    return [tuple(i for i in range(st.replicas) if (i // s) % ep == e) for e in range(ep)]
+
+
+def expert_reduces(st) -> bool:
+    """Does the stage reduce expert gradients over groups that are not all its replicas
+    (ep > 1 and at least 2 replicas a group)?"""
+    return st.expert_parallel > 1 and st.replicas // st.expert_parallel >= 2
+
+
+def dense_elems(st, op) -> int:
+    """``op``'s parameters reduced over all the stage's replicas: all but its routed
+    experts' under expert parallelism (ep > 1)."""
+    return op.param_elems - (op.expert_param_elems if st.expert_parallel > 1 else 0)
+
+
+def gradient_reductions(st, total_bytes: float, expert_bytes: float) -> list[tuple[tuple[int, ...], float]]:
+    """The data-parallel reductions of ``total_bytes`` of a stage's gradients, of which
+    ``expert_bytes`` are routed experts': (replicas, bytes) pairs, everything over all
+    replicas at ep 1, else the dense rest over all and the experts' over each
+    expert-data-parallel group; pairs of fewer than 2 replicas or no bytes left out."""
+    if st.expert_parallel == 1:
+        parts = [(tuple(range(st.replicas)), total_bytes)]
+    else:
+        parts = [(tuple(range(st.replicas)), total_bytes - expert_bytes)] + \
+            [(g, expert_bytes) for g in expert_data_groups(st)]
+    return [(g, b) for g, b in parts if len(g) >= 2 and b > 0]
+
+
 def zero_saved_bytes(problem, plan, v: int, q: int | None = None) -> float:
     """Static bytes per device op ``v``'s stage does not hold under its ZeRO level (split
-    over its replicas), per tensor-parallel rank; ``q``: v's precision index (needed for
-    levels 2 and 3; the plan's precision when None). 0 without ZeRO or in inference."""
+    over its replicas; its routed experts over their r / ep), per tensor-parallel rank;
+    ``q``: v's precision index (needed for levels 2 and 3; the plan's precision when
+    None). 0 without ZeRO or in inference."""
     st = plan.stages[plan.op_stage[v]]
     frac = zero_saved_fraction(st.zero, st.replicas)
     if not problem.training or frac == 0.0:
         return 0.0
-    param = problem.graph.ops[v].param_elems
+    op = problem.graph.ops[v]
+    param = op.param_elems
     if param <= 0:
         return 0.0
     if q is None:
         q = problem.q_index(plan.op_precision[v])
     per = zero_saved_elem_bytes(st.zero, float(problem.static_bytes[v, q]) / param,
                                 float(problem.bytes_per_elem[q]))
-    return param * per * frac / st.tensor_parallel
+    if st.expert_parallel == 1 or not op.expert_param_elems:
+        return param * per * frac / st.tensor_parallel
+    expert_frac = zero_saved_fraction(st.zero, st.replicas // st.expert_parallel)
+    sharded = (param - op.expert_param_elems) * frac + op.expert_param_elems * expert_frac
+    return sharded * per / st.tensor_parallel
 
 
 def fsdp_units(problem, ops: Sequence[int]) -> list[list[int]]:

@@ -24,6 +24,7 @@ import numpy as np
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.costs.collectives import hierarchical_groups
+from distplan.costs.sharding import expert_reduces
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def replica_copy(problem: Problem, plan: Plan) -> tuple[int, np.ndarray] | None:
     r, t = deg
     groups = reduction_groups(problem, plan)
     step = _node_block(groups)
-    if step is None:
+    if step is None or any(expert_reduces(st) for st in plan.stages):
         return None
     pairs = _pairs(problem, plan, r, t, groups)
     for s in range(step, r, step):
@@ -113,6 +114,8 @@ def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Sym
     groups = reduction_groups(problem, plan) if r > 1 else None
     ranks_alike = groups is None or all(len(set(map(_key, per_rank))) == 1 for per_rank in groups)
     step = _node_block(groups) if groups is not None else 1
+    if any(expert_reduces(st) for st in plan.stages):
+        step = None   # expert-data-parallel rings are strided subsets: no replica merge is proven for them
     tries = []
     rank_groups = [1] + [u for u in range(2, t) if t % u == 0] + [t] if t > 1 and ranks_alike else [t]
     for s in range(1, r + 1):

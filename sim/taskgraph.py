@@ -27,6 +27,7 @@ from distplan.costs.routes import links_s
 from distplan.costs.memory import (MASK_BYTES_PER_ELEM, kept_output_elems, remat_groups, remat_per_op_bytes,
                                    saved_elems)
 from distplan.costs.recompute import recomputed, zero_saved_bytes
+from distplan.costs.sharding import gradient_reductions
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.sim.comm_nodes import reduction_nodes, ring_nodes
@@ -452,6 +453,8 @@ class _Builder:
         comes after the optimizer, sim.iteration). ``plan.dp_allreduce`` "hierarchical":
         reduce-scatter inside each node, the ring across nodes on 1/g of the bytes, then
         all-gather inside (a flat ring when the replicas do not split evenly by node).
+        Routed experts' bytes reduce over their expert-data-parallel groups instead
+        (``costs.sharding.gradient_reductions``).
         It starts after each replica's last task, or with ``plan.overlap_grad_reduce``
         one bucket per op right after that op's last backward on the device."""
         pb, plan = self.pb, self.plan
@@ -463,14 +466,17 @@ class _Builder:
             buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
             wide = self.full.widest_precisions(k, lambda x: pb.bytes_per_elem[pb.q_index(x)])
             for bucket in buckets:
-                nbytes = sum(pb.graph.ops[v].param_elems * pb.bytes_per_elem[pb.q_index(wide[v])] for v in bucket) / tp
-                if nbytes <= 0:
-                    continue
-                for j in range(self.rank_group if self.one_rank else tp):
-                    devs = [st.devices[i * tp + j] for i in range(r)]
-                    start = [self._anchor(d, k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
-                             for i, d in enumerate(devs[:self.sym.group] if self.one_replica else devs)]
-                    reduction_nodes(self, devs, start, nbytes, k, st.zero)
+                bpe = [pb.bytes_per_elem[pb.q_index(wide[v])] for v in bucket]
+                nbytes = sum(pb.graph.ops[v].param_elems * b for v, b in zip(bucket, bpe)) / tp
+                expert = sum(pb.graph.ops[v].expert_param_elems * b for v, b in zip(bucket, bpe)) / tp
+                for members, part in gradient_reductions(st, nbytes, expert):
+                    held = [i for i in members if not self.one_replica or i < self.sym.group]   # a prefix
+                    for j in range(self.rank_group if self.one_rank else tp):
+                        devs = [st.devices[i * tp + j] for i in members]
+                        start = [self._anchor(devs[n], k, i, j, bucket[-1] if plan.overlap_grad_reduce else None)
+                                 for n, i in enumerate(held)]
+                        if start:
+                            reduction_nodes(self, devs, start, part, k, st.zero)
 
     def _anchor(self, d: int, k: int, replica: int, rank: int, op: int | None) -> int:
         """A zero-time node on device ``d`` after which its gradients exist: after the

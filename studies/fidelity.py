@@ -1,5 +1,5 @@
-"""Fidelity against published measurements: large GPT training runs on A100 clusters and
-Llama 3 fp8 runs on H100 clusters, simulated through the what-if path
+"""Fidelity against published measurements: large GPT training runs on A100 clusters,
+Llama 3 fp8 runs and Qwen3 MoE expert-parallel runs on H100 clusters, simulated through the what-if path
 (``api.configs.whatif``) and compared with the figure their source reports.
 
 Every row is a published configuration with its citation (``Row``); nothing is fitted
@@ -35,6 +35,7 @@ KORTHIKANTI_URL = "https://arxiv.org/abs/2205.05198"
 #: both containers' tables are on the archive page (the latest page moves with each release)
 NEMO = "NVIDIA NeMo Framework 25.11, Megatron-Bridge performance summary, DGX-H100 pre-training"
 NEMO_2602 = "NVIDIA NeMo Framework 26.02, Megatron-Bridge performance summary, DGX-H100 pre-training"
+NEMO_2509 = "NVIDIA NeMo Framework 25.09, Megatron-Bridge performance summary, DGX-H100 pre-training"
 NEMO_URL = "https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary-archive.html"
 #: both papers: sequence 2048, vocabulary 51,200 (the zoo's GPT-3 graphs use 50,257)
 SEQ_LEN = 2048
@@ -91,6 +92,8 @@ class Row:
     #: the published run fits and the note says by how much the bound is over (the
     #: simulated peak is reported and checked against the GPU either way)
     check_memory: bool = True
+    #: expert-parallel ranks among the dp replicas (a zoo MoE model's routed experts split over them)
+    ep: int = 1
 
     @property
     def gpus(self) -> int:
@@ -112,6 +115,7 @@ class Row:
         sp = " +SP" if self.sequence_parallel else ""
         vp = f" vp{self.vp}" if self.vp > 1 else ""
         cp = f" cp{self.cp}" if self.cp > 1 else ""
+        cp += f" ep{self.ep}" if self.ep > 1 else ""
         extra = "".join(f", {x}" for x in (self.precision if self.precision != "bf16" else "",
                                            f"ZeRO-{self.zero}" if self.zero else "",
                                            f"seq {self.seq_len}" if self.seq_len != SEQ_LEN else "") if x)
@@ -139,6 +143,16 @@ _NEMO_NOTE = ("Megatron-Bridge performance recipe (scripts/performance/configs/l
               "sequence parallelism with tp > 1 and the distributed optimizer (ZeRO-1) are the Megatron-Bridge "
               "recipes' defaults (assumed); fused (flash) attention; the run overlaps tensor-parallel "
               "communication with GEMMs (userbuffers), which the simulator does not")
+
+_MOE_NOTE = ("Megatron-Bridge performance recipe (scripts/performance/configs/qwen3; v0.1.0rc3 for 25.09, v0.2.0 "
+             "for 25.11): expert tensor parallel 1, the alltoall dispatcher, grouped GEMM, no recomputation, no CUDA "
+             "graphs on H100, the distributed optimizer (ZeRO-1: the experts over their dp / ep = 1 replicas); the "
+             "25.11 recipe overlaps the all-to-alls (moe_a2a_overlap), which the simulator does not")
+_TOKENDROP = ("; token drop (apply_moe_token_drop: capacity factor 1.0, padded to capacity); the 25.09 table has no "
+              "precision column: its recipe matrix gives mbs 2 only for fp8_cs (bf16: mbs 1), so fp8")
+_QWEN3 = dict(model="qwen3-30b-a3b", hidden=2048, layers=48, heads=32, tp=1, pp=2, vp=24, dp=8, ep=8, zero=1,
+              microbatch=2, global_batch=512, recompute="none", sequence_parallel=False, precision="fp8",
+              attention="flash", seq_len=4096, vocab=151936, kind="h100", metric="tokens_per_gpu_s")
 
 ROWS: tuple[Row, ...] = (
     Row("K1", table="Table 5 (config Table 3), selective recompute + SP", hidden=6144, layers=48, heads=64, tp=8,
@@ -205,6 +219,14 @@ ROWS: tuple[Row, ...] = (
         microbatch=1, global_batch=512, recompute="none", sequence_parallel=True, precision="fp8",
         attention="flash", seq_len=8192, vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=292.0,
         stored=314.59404188691104, note=_NEMO_NOTE),
+    # MoE rows: Qwen3-30B-A3B with expert parallelism 8, the one DGX-H100 MoE configuration of
+    # a zoo model with every field given, published twice: dropless with forced-balanced
+    # routing (25.11) and with token drop at capacity factor 1, padded (25.09); both are
+    # capacity factor 1 here, the simulated figure is the same
+    Row("M1", source=NEMO, url=NEMO_URL, table="25.11 DGX-H100 table, Qwen3_30B_a3B (FP8-CS, EP 8, dropless)",
+        stored=15951.660584746583, note=_MOE_NOTE + "; dropless: routing forced balanced", published=5275.0, **_QWEN3),
+    Row("M2", source=NEMO_2509, url=NEMO_URL, table="25.09 DGX-H100 table, Qwen3_30B_a3B (tokendrop, EP 8)",
+        stored=15951.660584746583, note=_MOE_NOTE + _TOKENDROP, published=10494.0, **_QWEN3),
 )
 BY_KEY = {r.key: r for r in ROWS}
 
@@ -251,7 +273,7 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
                    global_batch=row.global_batch, precision=row.precision, seq_len=row.seq_len,
                    recompute=row.recompute, sequence_parallel=row.sequence_parallel,
                    check_memory=row.check_memory, breakdown=False, vp=row.vp if vp is None else vp, cp=row.cp,
-                   zero=row.zero, attention=row.attention)
+                   zero=row.zero, attention=row.attention, ep=row.ep)
     except RowTimeout:
         signal.setitimer(signal.ITIMER_REAL, 0)   # no second alarm while the outcome is built
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
@@ -298,8 +320,8 @@ def _mem(o: Outcome) -> str:
 
 def markdown(outcomes: list[Outcome]) -> str:
     """The page's table: source, configuration, published, simulated, error; then the
-    MAE line, and a memory line when every row carries its memory figures (a run does,
-    ``Row.stored`` alone does not)."""
+    MAE lines (by device kind; dense and MoE rows apart), and a memory line when every
+    row carries its memory figures (a run does, ``Row.stored`` alone does not)."""
     lines = ["| row | source | configuration | published | simulated | error |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         r = BY_KEY[o.key]
@@ -319,6 +341,13 @@ def markdown(outcomes: list[Outcome]) -> str:
             gm, gw = summary(group)
             parts.append(f"{k.upper()} rows: {gm:.1%}, worst {gw:.1%} over {sum(o.error is not None for o in group)}")
         lines.append("By device: " + "; ".join(parts) + ".")
+    moe = [o for o in outcomes if BY_KEY[o.key].ep > 1]
+    if moe and len(moe) < len(outcomes):   # the expert-parallel rows apart from the dense ones
+        dense = [o for o in outcomes if BY_KEY[o.key].ep == 1]
+        (dm, dw), (mm, mw) = summary(dense), summary(moe)
+        lines.append(f"Dense rows: {dm:.1%}, worst {dw:.1%} over {sum(o.error is not None for o in dense)}; "
+                     f"MoE rows (expert parallel): {mm:.1%}, worst {mw:.1%} over "
+                     f"{sum(o.error is not None for o in moe)}.")
     if outcomes and all(o.peak_memory_gib is not None and o.bound_memory_gib is not None for o in outcomes):
         peaks = [o.peak_memory_gib for o in outcomes]
         over = [o.bound_memory_gib / o.peak_memory_gib - 1 for o in outcomes]

@@ -29,6 +29,8 @@ def _ops(*names):
     (_ops("a"), (Tensor("a", "a", 1),), "self-loop"),
     ((Operator("a", "matmul", 1.0, out_elems=4, send_elems=5),), (), "send_elems 5 exceeds out_elems 4"),
     ((Operator("a", "matmul", 1.0, out_elems=4, send_elems=-1),), (), "send_elems must be finite"),
+    ((Operator("a", "matmul", 1.0, param_elems=4, expert_param_elems=5),), (), "expert_param_elems 5 exceeds"),
+    ((Operator("a", "matmul", 1.0, param_elems=4, expert_param_elems=-1),), (), "expert_param_elems must be"),
 ])
 def test_graph_errors(ops, tensors, match):
     with pytest.raises(DistplanError, match=match):
@@ -56,6 +58,16 @@ def test_json_round_trip_keeps_send_elems(tmp_path):
     save_graph(g, tmp_path / "g.json")
     assert load_graph(tmp_path / "g.json") == g
     assert "send_elems" not in graph_to_dict(chain_graph(2))["ops"][0]   # None is left out
+
+
+def test_json_round_trip_keeps_expert_param_elems(tmp_path):
+    g = Graph("g", (Operator("a", "matmul", 1.0, param_elems=8, out_elems=3, expert_param_elems=6),
+               Operator("b", "add", 1.0)),
+              (Tensor("a", "b", 3),))
+    save_graph(g, tmp_path / "g.json")
+    assert load_graph(tmp_path / "g.json") == g
+    assert graph_to_dict(g)["ops"][0]["expert_param_elems"] == 6
+    assert "expert_param_elems" not in graph_to_dict(g)["ops"][1]   # 0 is left out
 
 
 def test_cyclic_file(tmp_path):

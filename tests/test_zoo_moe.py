@@ -40,6 +40,32 @@ def test_deepseek_v3_total_and_active_parameters():
     assert (c.dense_layers, c.default_seq_len, c.n_ops) == (3, 4096, 13 * 61 - 3 + 3)
 
 
+def test_qwen3_30b_a3b_total_and_active_parameters():
+    """Heads of 128 (4,096 wide over hidden 2,048), 4 KV heads, 128 experts of 768, top 8."""
+    c = get_config("qwen3-30b-a3b")
+    h, V, L, ff = 2048, 151_936, 48, 768
+    attn = h * (32 * 128 + 2 * 4 * 128) + 32 * 128 * h
+    expert = 3 * h * ff
+    layer = attn + 2 * h + h * 128 + 128 * expert
+    assert c.param_elems == 2 * V * h + L * layer + h == 30_532_110_336
+    assert c.active_param_elems == c.param_elems - L * 120 * expert == 3_353_020_416
+    assert c.param_elems == pytest.approx(30.5e9, rel=0.01)          # published 30.5 B
+    assert c.active_param_elems == pytest.approx(3.3e9, rel=0.02)    # published 3.3 B active
+    g = get_workload("qwen3-30b-a3b", batch_size=2, seq_len=16, mode="training")
+    assert g.param_elems == c.param_elems and len(g.ops) == c.n_ops == 13 * L + 3
+    qkv, ffn1, ffn2 = g.op("l0.qkv"), g.op("l0.ffn1"), g.op("l0.ffn2")
+    assert qkv.param_elems == h * 5120 and qkv.fwd_flops == 2 * 32 * h * 5120
+    assert ffn1.param_elems == ffn1.expert_param_elems == 128 * h * 2 * ff   # no shared expert
+    assert ffn2.expert_param_elems == 128 * ff * h and ffn1.fwd_flops == 2 * 32 * 8 * h * 2 * ff
+    assert c.default_seq_len == 4096
+
+
+def test_shared_experts_are_not_routed_parameters():
+    """DeepSeek's shared expert reduces with the dense rest: ffn1 marks only its routed experts."""
+    op = get_workload("deepseek-v3", seq_len=8).op("l5.ffn1")
+    assert op.param_elems - op.expert_param_elems == 7168 * 2 * 2048 and op.expert_param_elems == 256 * 7168 * 4096
+
+
 def test_deepseek_generator_at_v3_shape_is_v3():
     v3, gen = get_config("deepseek-v3"), get_config("deepseek-7168x61x128x256")
     assert gen.param_elems == v3.param_elems and gen.active_param_elems == v3.active_param_elems

@@ -291,6 +291,7 @@ def _build(g: Graph, c: _Intervals) -> Coarsening:
             fwd_flops=math.fsum(op.fwd_flops for op in fine),
             bwd_flops=math.fsum(op.bwd_flops for op in fine),
             param_elems=sum(op.param_elems for op in fine),
+            expert_param_elems=sum(op.expert_param_elems for op in fine),
             out_elems=sum(op.out_elems for op in fine),
             touched_elems=math.fsum(op.touched_elems for op in fine),
             # what members send out of the group (each member's whole sent bytes: the

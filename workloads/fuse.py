@@ -208,7 +208,8 @@ def _build(g: Graph, c: _Contractor, absorbed: set[int], copies: set[int]) -> Gr
             name=anchor.name, kind=anchor.kind,
             fwd_flops=math.fsum(ops[v].fwd_flops for v in mem),
             bwd_flops=math.fsum(ops[v].bwd_flops for v in mem),
-            param_elems=sum(ops[v].param_elems for v in mem), out_elems=int(out),
+            param_elems=sum(ops[v].param_elems for v in mem),
+            expert_param_elems=sum(ops[v].expert_param_elems for v in mem), out_elems=int(out),
             touched_elems=float(max(touched, 0.0)),
             tp_role=roles.pop() if len(roles) == 1 else None), tied))
     flows: dict[tuple[int, int], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))

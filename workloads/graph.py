@@ -72,6 +72,10 @@ class Operator:
     operator's devices when the two sit on different stages."""
     tied_elems: int = 0
     """How many of ``tied_to``'s parameters this operator reads."""
+    expert_param_elems: int = 0
+    """Of ``param_elems``, those of routed experts split over an expert-parallel group
+    (``Stage.expert_parallel``): their gradients are reduced, and ZeRO shards them, over
+    the replicas that hold the same experts only (``costs.sharding.expert_data_groups``)."""
     tp_role: str | None = None
     """How the op splits over a tensor-parallel group (``TP_ROLES``; None: the generic
     rule)."""
@@ -313,6 +317,11 @@ def _validate(g: Graph) -> None:
                                 "which is not another operator of the graph")
         if not _plain_number(op.tied_elems):
             _check_number(op.tied_elems, f"operator {op.name!r} tied_elems")
+        if op.expert_param_elems:
+            _check_number(op.expert_param_elems, f"operator {op.name!r} expert_param_elems", MAX_ELEMS)
+            if op.expert_param_elems > op.param_elems:
+                raise DistplanError(f"operator {op.name!r}: expert_param_elems {op.expert_param_elems} exceeds "
+                                    f"param_elems {op.param_elems} (the experts are among its parameters)")
         if op.tp_role is not None and op.tp_role not in TP_ROLES:
             raise DistplanError(f"operator {op.name!r}: tp_role {brief(op.tp_role)} unknown; use one of "
                                 f"{', '.join(TP_ROLES)} or leave it out")

@@ -3,7 +3,8 @@
     {"format": "distplan-graph", "version": 1, "name": "...", "mode": "inference",
      "batch_size": 1, "seq_len": 128,
      "ops": [{"name": "...", "kind": "matmul", "fwd_flops": 1.0, "bwd_flops": 2.0,
-              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems", "tp_role",
+              "param_elems": 0, "out_elems": 0, "touched_elems": 0}],   (+ optional "send_elems", "tied_to", "tied_elems",
+                                                                          "expert_param_elems", "tp_role",
                                                                           measured "fwd_s", "bwd_s" and per-kind "times")
      "tensors": [{"src": "...", "dst": "...", "elems": 0}],
      "colocate": [["op a", "op b"]],   (optional: groups of ops that share one stage)
@@ -25,8 +26,9 @@ from distplan.workloads.profile import entry_to_dict, parse_entry
 FORMAT = "distplan-graph"
 VERSION = 1
 _OP_KEYS = {"name", "kind", "fwd_flops", "bwd_flops", "param_elems", "out_elems", "touched_elems", "send_elems",
-            "tied_to", "tied_elems", "tp_role", "fwd_s", "bwd_s", "times"}
-_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "tp_role": None, "fwd_s": None, "bwd_s": None}   # written only when not the default
+            "tied_to", "tied_elems", "expert_param_elems", "tp_role", "fwd_s", "bwd_s", "times"}
+_OPTIONAL = {"send_elems": None, "tied_to": None, "tied_elems": 0, "expert_param_elems": 0, "tp_role": None,
+             "fwd_s": None, "bwd_s": None}   # written only when not the default
 _T_KEYS = {"src", "dst", "elems"}
 #: loops look at the run's deadline (core.deadline) every this many items
 CLOCK_EVERY = 4096

@@ -31,6 +31,7 @@ from distplan.core.validate import check_bool, check_choice, check_int, check_st
 from distplan.costs.megatron import ORDERS, check_degrees, fp8_training_precisions, megatron_plan, stage_of_ops  # noqa: F401 (re-exported)
 from distplan.costs.check import interleaved_violations, plan_violations
 from distplan.costs.evaluate import plan_memory_bytes
+from distplan.costs.expert_parallel import expert_plan
 from distplan.costs.problem import Problem
 from distplan.costs.sharding import check_zero
 from distplan.sim import SimOptions, SimResult, simulate
@@ -242,8 +243,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     shape = dict(batch_size=microbatch_size, seq_len=seq_len, mode=mode) if isinstance(graph, str) else {}
     p = make_problem(graph, topology, **shape, precisions=precs, microbatches=M, schedule=schedule)
     check_fits(p, dp, cp, tp, pp)
-    plan = megatron_plan(p, dp * cp, tp, pp, precision, schedule, recompute, sequence_parallel, zero, dp_allreduce,
-                         overlap_grad_reduce, vp, order, cp)
+    plan = expert_plan(megatron_plan(p, dp * cp, tp, pp, precision, schedule, recompute, sequence_parallel, zero,
+                                     dp_allreduce, overlap_grad_reduce, vp, order, cp), ep, cp)
     ring, bare = (0.0, 0.0), p
     if cp > 1:
         bare, p = p, make_problem(ring_graph(p, plan, workload, cp, cp_comm), p.topology, precisions=precs,

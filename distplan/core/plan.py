@@ -101,7 +101,10 @@ class Stage:
     optimizer state over the data-parallel replicas (ZeRO-1: gradients reduce-scattered,
     each replica updates its shard, parameters all-gathered), 2 the gradients too
     (ZeRO-2), 3 the parameters as well (ZeRO-3/FSDP: gathered layer by layer;
-    ``costs.sharding``).
+    ``costs.sharding``). ``expert_parallel`` (ep): the replicas hold the routed experts
+    (``Operator.expert_param_elems``) in blocks of ep members ``expert_stride`` replicas
+    apart (the context-parallel ranks inside); replicas holding the same experts form
+    the expert-data-parallel group that reduces, and under ZeRO shards, them.
 
     Replica groups (module docstring): ``shares`` (microbatches per step of each
     replica; ``None``: round-robin) and ``replica_precision`` (per replica, op index ->
@@ -115,6 +118,8 @@ class Stage:
     zero: int = 0
     shares: tuple[int, ...] | None = None
     replica_precision: tuple[Overrides, ...] | None = None
+    expert_parallel: int = 1
+    expert_stride: int = 1
 
     def __post_init__(self) -> None:
         if self.shares is not None:
@@ -315,6 +320,8 @@ def _stage_doc(s: Stage, topo, ops=None) -> dict[str, Any]:
         d["sequence_parallel"] = True
     if s.zero:
         d["zero"] = s.zero
+    if s.expert_parallel > 1:
+        d["expert_parallel"], d["expert_stride"] = s.expert_parallel, s.expert_stride
     if s.shares is not None:
         d["shares"] = list(s.shares)
     if s.replica_precision is not None:
@@ -337,9 +344,15 @@ def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
         if not isinstance(rp, list) or not all(isinstance(x, dict) for x in rp):
             raise DistplanError(f"{where}: replica_precision must be a list of {{op name: precision}}, one per replica")
         rp = tuple({(graph.index(n) if graph is not None else int(n)): str(p) for n, p in x.items()} for x in rp)
-    return Stage(tuple(topo.device_index(n) for n in s["devices"]), _whole(s.get("tensor_parallel", 1), where),
-                 str(s.get("recompute", "none")), bool(s.get("sequence_parallel", False)),
-                 _whole(s.get("zero", 0), where), shares, rp)
+    st = Stage(tuple(topo.device_index(n) for n in s["devices"]), _whole(s.get("tensor_parallel", 1), where),
+               str(s.get("recompute", "none")), bool(s.get("sequence_parallel", False)),
+               _whole(s.get("zero", 0), where), shares, rp, _whole(s.get("expert_parallel", 1), where),
+               _whole(s.get("expert_stride", 1), where))
+    ep, stride = st.expert_parallel, st.expert_stride
+    if ep < 1 or stride < 1 or st.replicas % (ep * stride):
+        raise DistplanError(f"{where}: expert_parallel {ep} x expert_stride {stride} must be positive and divide "
+                            f"the stage's {st.replicas} replicas")
+    return st
 
 
 def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:

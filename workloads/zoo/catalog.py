@@ -5,8 +5,8 @@
 Every config is a published one: BERT (Devlin et al. 2018, HF bert-base-uncased),
 GPT-2 (HF gpt2*), GPT-3 (Brown et al. 2020, Table 2.1; dense attention everywhere),
 Llama (Touvron et al. 2023; ffn = 8h/3 rounded up to 256), Llama 3 (2024, Table 3),
-Mixtral 8x7B (Jiang et al. 2024, Table 1) and DeepSeek-V3 (technical report 2024 and its
-released config.json). Left out: GPT-3's alternating banded attention layers and
+Mixtral 8x7B (Jiang et al. 2024, Table 1), DeepSeek-V3 (technical report 2024 and its
+released config.json) and Qwen3-30B-A3B (its released config.json). Left out: GPT-3's alternating banded attention layers and
 DeepSeek's multi-token-prediction module (not in its 671 B either).
 
 Shapes and sources, model by model: docs/guides/own-model.md (the zoo table and
@@ -124,6 +124,24 @@ def deepseek(name: str, hidden: int, layers: int, heads: int, experts: int, desc
                      mla_qk_head_dim=DEEPSEEK_NOPE + DEEPSEEK_ROPE, mla_v_head_dim=DEEPSEEK_V)
 
 
+#: Qwen3's tokenizer entries (config.json ``vocab_size``)
+QWEN3_VOCAB = 151_936
+
+
+def qwen3_moe(name: str, hidden: int, layers: int, heads: int, kv_heads: int, experts: int, top_k: int,
+              expert_ffn: int, description: str, head_width: int = 128, seq_len: int = 4096) -> MoEConfig:
+    """A Qwen3-MoE decoder: the Llama block (RMSNorm, SwiGLU, no biases, untied head) with
+    heads of ``head_width`` (not hidden / heads), every FFN ``experts`` SwiGLU experts of
+    ``expert_ffn``, ``top_k`` per token, no shared expert; QK-norm (two RMSNorms of
+    ``head_width`` weights a layer over Q and K) is left out, as RoPE is."""
+    if hidden < 1 or heads < 1 or kv_heads < 1 or heads % kv_heads:
+        raise DistplanError(f"workload {name!r}: {heads} heads must be a positive multiple of {kv_heads} KV heads")
+    return MoEConfig(name=name, hidden=hidden, layers=layers, heads=heads, ffn=expert_ffn, vocab=QWEN3_VOCAB,
+                     max_positions=0, default_seq_len=seq_len, kv_heads=kv_heads, norm="rmsnorm",
+                     activation="swiglu", bias=False, tied_head=False, description=description,
+                     experts=experts, top_k=top_k, expert_ffn=expert_ffn, head_width=head_width)
+
+
 def _check_heads(name: str, hidden: int, heads: int) -> None:
     if hidden < 1 or heads < 1 or hidden % heads:
         raise DistplanError(f"workload {name!r}: hidden size {hidden} must be a positive multiple of "
@@ -165,6 +183,8 @@ NAMED: dict[str, MLPConfig | TransformerConfig] = {c.name: c for c in (
     deepseek("deepseek-v3", 7168, 61, 128, 256, "DeepSeek-V3 MoE (671.0 B params, 37.6 B active: 1 shared "
              "+ top-8 of 256 experts; MLA as standard attention), seq 4096",
              top_k=8, expert_ffn=2048, dense_ffn=18432, dense_layers=3, q_rank=1536, kv_rank=512),
+    qwen3_moe("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 8, 768, "Qwen3-30B-A3B MoE (30.5 B params, 3.35 B active: "
+              "top-8 of 128 experts; 4 KV heads of 128), seq 4096"),
 )}
 
 GENERATORS = {

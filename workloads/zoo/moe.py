@@ -1,4 +1,4 @@
-"""Mixture-of-experts decoders (Mixtral, DeepSeek-V3): a Llama-style block whose FFN is
+"""Mixture-of-experts decoders (Mixtral, DeepSeek-V3, Qwen3-MoE): a Llama-style block whose FFN is
 ``experts`` SwiGLU experts of width ``expert_ffn``, each token routed to ``top_k`` of them,
 plus ``shared_experts`` every token goes through; the first ``dense_layers`` keep a dense FFN.
 
@@ -7,14 +7,17 @@ An MoE layer is a dense layer's 12 operators plus ``router`` (a bias-free
 the experts (roles column / sharded / row): ``param_elems`` holds every expert, FLOPs
 and activations only the ``top_k + shared`` a token goes through (``costs.experts``), so
 tensor parallelism splits every expert over the group (expert-tensor-parallel = tp,
-expert-parallel 1). Not modelled: expert parallelism and its all-to-alls, load
-imbalance, the gate's selection and token permutation, grouped-GEMM efficiency, MLA's
-KV-cache compression (MLA is standard attention over its published weights).
+expert-parallel 1; ``expert_param_elems`` marks the routed experts' parameters).
+Expert parallelism and its all-to-alls: ``ExpertShare`` and ``costs.expert_parallel``.
+Not modelled: load imbalance, the gate's selection and token permutation, grouped-GEMM
+efficiency, MLA's KV-cache compression (MLA is standard attention over its published
+weights), Qwen3's QK-norm.
 
 Details: docs/guides/own-model.md, "Mixture-of-experts layers".
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from distplan.workloads.graph import Graph
@@ -36,6 +39,11 @@ class MoEConfig(TransformerConfig):
     mla_qkv_params: int = 0      # MLA stand-in: the fused qkv's weights (0: standard attention)
     mla_qk_head_dim: int = 0     # MLA: query/key head width (nope + rope)
     mla_v_head_dim: int = 0      # MLA: value head width
+    head_width: int = 0          # every head's width where it is not hidden / heads (Qwen3: 128)
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_width or self.hidden // self.heads
 
     @property
     def expert_width(self) -> int:
@@ -121,19 +129,26 @@ class ExpertShare:
     weight_scale: int = 1
 
 
+def _routed(op, elems: int):
+    """``op`` with its routed experts' ``elems`` parameters marked (the shared ones are dense)."""
+    return dataclasses.replace(op, expert_param_elems=int(elems))
+
+
 def moe_mlp_block(g: GraphBuilder, cfg: MoEConfig, p: str, mlp_in: str, tokens: int, training: bool,
                   share: ExpertShare = ExpertShare()) -> str:
     """Layer ``p``'s router and experts (module docstring); returns ``ffn2``."""
     T, h, E, k, S, ff = tokens, cfg.hidden, cfg.experts, cfg.top_k, cfg.shared_experts, cfg.expert_width
     held = E if share.held is None else share.held
-    f1_op = costs.experts(p + "ffn1", T, h, 2 * ff, E, k, S, training, share.capacity, held * share.weight_scale)
+    f1_op = _routed(costs.experts(p + "ffn1", T, h, 2 * ff, E, k, S, training, share.capacity,
+                                  held * share.weight_scale), held * share.weight_scale * h * 2 * ff)
     rows = f1_op.out_elems // (2 * ff)   # routed (padded) and shared rows
     router = g.add(costs.matmul(p + "router", T, h, E, False, training), (mlp_in, T * h))
     f1 = g.add(f1_op, (mlp_in, T * h), (router, T * E))
     act = g.add(costs.activation(p + "act", cfg.activation, rows * ff, training), (f1, rows * 2 * ff))
     # the combine reads each token's top-k gate weights
-    return g.add(costs.expert_combine(p + "ffn2", T, ff, h, E, k, S, training, share.capacity,
-                                      held * share.weight_scale), (act, rows * ff), (router, T * k))
+    f2_op = _routed(costs.expert_combine(p + "ffn2", T, ff, h, E, k, S, training, share.capacity,
+                                         held * share.weight_scale), held * share.weight_scale * ff * h)
+    return g.add(f2_op, (act, rows * ff), (router, T * k))
 
 
 def build_moe(cfg: MoEConfig, batch_size: int, seq_len: int, mode: str, attention: str = "explicit",
