@@ -246,16 +246,18 @@ def test_expert_data_groups_follow_the_blocks():
         [((0, 1, 2, 3), 6.0), ((0, 2), 4.0), ((1, 3), 4.0)]
 
 
-@pytest.mark.parametrize("dp,ep", [(2, 2), (4, 2), (8, 4), (8, 2)])
-def test_zero1_shards_experts_over_their_expert_data_replicas(dp, ep):
-    """ZeRO-1 with ep saves the optimizer state (OPTIMIZER_BYTES_PER_PARAM a parameter) of
-    the dense parameters but 1/dp and of the routed experts but 1/(dp / ep): the checker's
-    bound and the simulated peak drop by exactly that."""
+@pytest.mark.parametrize("dp,ep,zero", [(2, 2, 1), (4, 2, 1), (8, 4, 1), (8, 2, 1), (4, 2, 2), (8, 8, 2)])
+def test_zero_shards_experts_over_their_expert_data_replicas(dp, ep, zero):
+    """ZeRO-1 with ep saves the optimizer state (OPTIMIZER_BYTES_PER_PARAM a parameter),
+    ZeRO-2 the bf16 gradients (2 B) too, of the dense parameters but 1/dp and of the
+    routed experts but 1/(dp / ep): the checker's bound and the simulated peak drop by
+    exactly that."""
     kw = dict(dp=dp, tp=1, pp=1, ep=ep, global_batch=dp, seq_len=SEQ, breakdown=False)
     topo = ring("r8", 8, EXACT, BW, 0.0)
-    none, one = whatif(MODEL, topo, zero=0, **kw), whatif(MODEL, topo, zero=1, **kw)
+    none, one = whatif(MODEL, topo, zero=0, **kw), whatif(MODEL, topo, zero=zero, **kw)
     dense, expert = _split(one)
-    saved = OPTIMIZER_BYTES_PER_PARAM * (dense * (1 - 1 / dp) + expert * (1 - ep / dp))
+    per = OPTIMIZER_BYTES_PER_PARAM + (2 if zero == 2 else 0)
+    saved = per * (dense * (1 - 1 / dp) + expert * (1 - ep / dp))
     assert none.bound_memory_bytes - one.bound_memory_bytes == pytest.approx(saved, rel=1e-12)
     assert none.peak_memory_bytes - one.peak_memory_bytes == pytest.approx(saved, rel=1e-12)
 

@@ -108,7 +108,8 @@ def _main(argv: list[str] | None) -> int:
                         "all_gather (K/V gathered before attention, not overlapped: Llama 3's)")
     c.add_argument("--ep", type=int, default=1,
                    help="expert-parallel ranks of a mixture-of-experts model: each of ep data-parallel ranks "
-                        "holds E/ep routed experts, tokens dispatched and combined by all-to-alls (ep divides dp)")
+                        "holds E/ep routed experts, tokens dispatched and combined by all-to-alls (ep divides dp); "
+                        "the experts' gradients reduced, and --zero 1/2 sharded, over their dp x cp / ep replicas")
     c.add_argument("--etp", type=int, default=None,
                    help="expert-tensor-parallel ranks: each expert split over etp of the tp ranks (default tp)")
     c.add_argument("--capacity-factor", type=float, default=1.0,
