@@ -26,11 +26,12 @@ import numpy as np
 from distplan.core.clock import Clock
 from distplan.core.gap import gap
 from distplan.core.errors import DistplanError
-from distplan.core.plan import Plan, Stage, balanced_shares
+from distplan.core.plan import Plan, Stage, balanced_shares, round_robin_shares
 from distplan.costs.evaluate import plan_memory_bytes, plan_sensitivity
 from distplan.costs.iteration import estimate_iteration, replica_microbatch_s
 from distplan.costs.problem import Problem, low_bit
 from distplan.model.cluster import _units
+from distplan.model.fleet_precision import Group, choose_precisions
 
 PRECISION_POLICIES = ("wide", "fast50", "fast")
 #: "fastX": the X % of the ops that "fast" would lower with the most time saved per unit
@@ -268,6 +269,82 @@ def _with_shares(problem: Problem, plan: Plan) -> list[Plan]:
     return out
 
 
+def _unit_seconds(problem: Problem, units: list[list[int]], qs: dict[int, list[int]]) -> dict[int, np.ndarray]:
+    """Each kind's seconds per microbatch of every layer at its per-op precisions ``qs``."""
+    return {c: np.array([math.fsum(problem.op_time_s(v, q[v], c) for v in u) for u in units])
+            for c, q in qs.items()}
+
+
+def _op_shares(problem: Problem, units: list[list[int]], blocks: list[list[int]], split: list[int],
+               qs: dict[int, list[int]]) -> list[tuple[int, ...]]:
+    """Per stage, the replicas' shares balanced on their ops' seconds at ``qs``."""
+    out = []
+    for k, devs in enumerate(blocks):
+        ops = [v for u, s in zip(units, split) if s == k for v in u]
+        t = [math.fsum(problem.op_time_s(v, qs[int(problem.device_kind[d])][v], int(problem.device_kind[d]))
+                       for v in ops) for d in devs]
+        out.append(balanced_shares(t, problem.microbatches) if min(t) > 0 else round_robin_shares(len(devs), problem.microbatches))
+    return out
+
+
+def _groups(problem: Problem, units: list[list[int]], blocks: list[list[int]], split: list[int],
+            qs: dict[int, list[int]]) -> list[Group]:
+    """The replica groups (``model.fleet_precision``) of a split: per stage and kind, the
+    largest share and the part of the step's microbatches, shares balanced on ``qs``."""
+    M, out = problem.microbatches, []
+    for k, (devs, n) in enumerate(zip(blocks, _op_shares(problem, units, blocks, split, qs))):
+        ops = tuple(v for u, s in zip(units, split) if s == k for v in u)
+        kinds = [int(problem.device_kind[d]) for d in devs]
+        for c in dict.fromkeys(kinds):
+            mine = [a for a, b in zip(n, kinds) if b == c]
+            out.append(Group(k, c, ops, max(mine), math.fsum(mine) / M))
+    return out
+
+
+#: rounds of (split, shares) -> per-op precisions -> split, from each start
+ROUNDS = 4
+
+
+def per_op_choice(problem: Problem, units: list[list[int]], blocks: list[list[int]],
+                  starts: list[dict[int, list[int]]], budget: float | None
+                  ) -> tuple[dict[int, list[int]], list[int]] | None:
+    """Per kind, per op, a precision for this device order and depth, and its split: from
+    each start, the least-bottleneck split and balanced shares, then the exact per-op
+    choice for them (``fleet_precision.choose_precisions``, within ``budget``), then the
+    split again, until the split and shares repeat; the best by the MILP's rule."""
+    best, seen = None, set()
+    for qs in starts:
+        for _ in range(ROUNDS):
+            split = _split(problem, units, blocks, _unit_seconds(problem, units, qs))
+            if split is None:
+                break
+            groups = _groups(problem, units, blocks, split, qs)
+            key = (tuple(split), tuple((g.stage, g.kind, g.share) for g in groups))
+            if key in seen:
+                break
+            seen.add(key)
+            got = choose_precisions(problem, groups, problem.microbatches, budget)
+            if got is None:
+                break
+            qs = {c: list(q) for c, q in got.qs.items()}
+            if best is None or (got.objective_s, got.sensitivity) < best[0]:
+                best = ((got.objective_s, got.sensitivity), qs, split)
+    return None if best is None else (best[1], best[2])
+
+
+def _per_op_label(problem: Problem, c: int, qs: list[int], policies: dict[str, list[int] | None]) -> str:
+    """A kind's precision choice in a point's label: the policy it equals, or how many of
+    the ops that have a faster precision it lowers."""
+    for p, q in policies.items():
+        if q is not None and list(q) == list(qs):
+            return p
+    wide = policies["wide"]
+    low = sorted({problem.precisions[q] for q, w in zip(qs, wide) if q != w})
+    n = sum(q != w for q, w in zip(qs, wide))
+    m = sum(f != w for f, w in zip(policies["fast"], wide))
+    return f"per-op {n}/{m} {'/'.join(low) or 'lowered'}"
+
+
 def _plan(problem: Problem, point: FleetPoint, units: list[list[int]], split: list[int],
           qs: dict[int, list[int]], allreduce: str, overlap: bool) -> Plan:
     D = len(point.order)
@@ -291,12 +368,23 @@ def _plan(problem: Problem, point: FleetPoint, units: list[list[int]], split: li
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
 
 
+def _plan_key(plan: Plan) -> tuple:
+    """What a plan runs: the split, each replica's devices, share and precision of each op
+    (two spellings of one plan, base precisions or overrides, are one key)."""
+    M = plan.microbatches
+    runs = tuple(tuple(plan.precision_of(v, i) for i in range(plan.stages[k].replicas))
+                 for v, k in enumerate(plan.op_stage))
+    stages = tuple((st.devices, st.replica_counts(M)) for st in plan.stages)
+    return plan.op_stage, runs, stages, plan.dp_allreduce, plan.overlap_grad_reduce
+
+
 def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None] | None = None,
                deadline: float | None = None, stop=None, sensitivity_budget: float | None = None,
-               clock: Clock | None = None) -> FleetResult:
+               clock: Clock | None = None, per_op: bool = True) -> FleetResult:
     """The best plans of the declared space (module docstring) under the analytic
     iteration; ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
-    (without one: ``deadline``, a perf_counter instant, and ``stop``)."""
+    (without one: ``deadline``, a perf_counter instant, and ``stop``); ``per_op`` False
+    leaves out the per-op precision MILP's points (the three policies alone)."""
     if not problem.training:
         raise DistplanError("the fleet space plans training; inference on a mixed fleet uses the pipeline space")
     t0 = time.perf_counter()
@@ -334,18 +422,21 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     D = problem.n_devices
     depths = [pp for pp in range(1, D + 1) if D % pp == 0 and pp <= len(units)]
     # each kind's seconds per microbatch of every layer: per precision choice, not per point
-    layer_s = [{c: np.array([math.fsum(problem.op_time_s(v, q[v], c) for v in u) for u in units])
-                for c, q in qs.items()} for _, qs in combos]
-    points = [(FleetPoint(o, pp, pol), qs, us) for o in orders for pp in depths
-              for (pol, qs), us in zip(combos, layer_s)]
+    layer_s = [_unit_seconds(problem, units, qs) for _, qs in combos]
+    starts = [qs for (pol, qs) in combos if all(p in ("wide", "fast") for _, p in pol)]
+    # per (order, depth): the policies' points, then the per-op MILP's (None: chosen when visited)
+    points = [x for o in orders for pp in depths
+              for x in [(FleetPoint(o, pp, pol), qs, us, None) for (pol, qs), us in zip(combos, layer_s)]
+              + [(FleetPoint(o, pp, ()), None, None, None)] * per_op]
     say(f"fleet space: {len(points)} points ({len(orders)} device orders x depths {depths} x "
-        f"{len(combos)} precision choices per kind) x {len(REDUCTIONS)} gradient reductions, {len(units)} layers")
+        f"{len(combos)} precision choices per kind + the per-op precision MILP's) x {len(REDUCTIONS)} "
+        f"gradient reductions, {len(units)} layers")
     found: list[FleetPlan] = []
-    keys: set = set()
-    solved = infeasible = 0
+    fits: dict[tuple, bool] = {}   # plan key -> within memory and budget
+    solved = infeasible = same = 0
     cut: list[str] = []
     cap = np.asarray(problem.device_mem_bytes)
-    for i, (pt, qs, unit_s) in enumerate(points):
+    for i, (pt, qs, unit_s, forced) in enumerate(points):
         stopped = stop.requested
         if clock.expired():
             cut.append(f"fleet space: {len(points) - i} of {len(points)} points not visited "
@@ -355,28 +446,46 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
             stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps the best so far
         size = D // pt.pp
         blocks = [list(pt.order[k * size:(k + 1) * size]) for k in range(pt.pp)]
+        if qs is None:   # the per-op precision MILP's point
+            got = per_op_choice(problem, units, blocks, starts, sensitivity_budget)
+            key = None if got is None else tuple(tuple(got[0][c]) for c in kinds)
+            if got is None or key in seen:
+                same += 1
+                continue   # no choice within the budget, or one of the policies' (visited already)
+            qs, forced = got
+            pt = FleetPoint(pt.order, pt.pp, tuple((names[c], _per_op_label(problem, c, qs[c], per_kind[c]))
+                                                   for c in kinds))
+            unit_s = _unit_seconds(problem, units, qs)
         splits = _all_splits(len(units), pt.pp)
         if splits is None:
             one = _split(problem, units, blocks, unit_s)
             splits = []
-            if one is not None:
+            if one is not None and forced is not None:   # the MILP's: its own split and this one
+                splits = [one]
+            elif one is not None:
                 lim = _bottleneck_s(problem, blocks, unit_s, one) * (1 + NEIGHBOUR_SLACK)
                 splits = [one] + [s for s in _neighbours(one) if _bottleneck_s(problem, blocks, unit_s, s) <= lim]
+        if forced is not None and forced not in splits:
+            splits.append(forced)   # the split the MILP chose for (its sensitivity is the budget's)
         solved += 1
         fits_any = False
         for split in splits:
             for allreduce, overlap in (REDUCTIONS if size > 1 else REDUCTIONS[:1]):   # dp 1: no reduction
-                for plan in _with_shares(problem, _plan(problem, pt, units, split, qs, allreduce, overlap)):
-                    if not (plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all():
-                        continue
-                    sens = plan_sensitivity(problem, plan)
-                    if sensitivity_budget is not None and sens > sensitivity_budget * (1 + 1e-9):
-                        continue
-                    fits_any = True
-                    key = (plan.op_stage, plan.op_precision, plan.stages, plan.dp_allreduce, plan.overlap_grad_reduce)
-                    if key not in keys:
-                        keys.add(key)
-                        found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s, sens))
+                plans = _with_shares(problem, _plan(problem, pt, units, split, qs, allreduce, overlap))
+                if split == forced and pt.pp < D:   # and with the shares the MILP weighed sensitivity by
+                    ns = _op_shares(problem, units, blocks, split, qs)
+                    plans.append(dataclasses.replace(plans[0], stages=tuple(
+                        dataclasses.replace(st, shares=n if st.replicas > 1 else None)
+                        for st, n in zip(plans[0].stages, ns))))
+                for plan in plans:
+                    key = _plan_key(plan)
+                    if key not in fits:   # a plan met before (another spelling, another point) is judged once
+                        sens = plan_sensitivity(problem, plan)
+                        fits[key] = (bool((plan_memory_bytes(problem, plan) <= cap * (1 + 1e-9)).all())
+                                     and (sensitivity_budget is None or sens <= sensitivity_budget * (1 + 1e-9)))
+                        if fits[key]:
+                            found.append(FleetPlan(pt, plan, estimate_iteration(problem, plan).iteration_s, sens))
+                    fits_any |= fits[key]
         infeasible += not fits_any
     if not found:
         raise DistplanError("no plan of the fleet space fits the devices' memory"
@@ -387,7 +496,7 @@ def plan_fleet(problem: Problem, top_k: int = 5, progress: Callable[[str], None]
     say(f"fleet space: {solved} visited ({infeasible} infeasible by memory or budget); best "
         f"{found[0].iteration_s:.6g} s ({found[0].point.label(problem)}, {found[0].plan.dp_allreduce}"
         f"{', overlapped' if found[0].plan.overlap_grad_reduce else ''}), fleet ideal {bound:.6g} s, gap {gap_:.2%}")
-    return FleetResult(found[:top_k], bound, gap_, len(points), solved, infeasible, time.perf_counter() - t0, cut)
+    return FleetResult(found[:top_k], bound, gap_, len(points) - same, solved, infeasible, time.perf_counter() - t0, cut)
 
 
 __all__ = ["FleetPoint", "FleetPlan", "FleetResult", "plan_fleet", "fleet_ideal_s", "kind_precisions",

@@ -62,10 +62,11 @@ def _least_sensitivity(results, options: SolveOptions, say: Log):
     return out
 
 
-def search_fleet(problem: Problem, options: SolveOptions, clock: Clock) -> SearchResult:
+def search_fleet(problem: Problem, options: SolveOptions, clock: Clock, per_op: bool = True) -> SearchResult:
     """Search the fleet space at every microbatch size within the clock; plans carry their
     analytic iteration (``predicted['model_iteration_s']``); the bound is the fleet's
-    ideal; no solver report (no MILP)."""
+    ideal; no solver report (HiGHS only chooses per-op precisions; ``per_op`` False: the
+    three policies alone, ``model.fleet.plan_fleet``)."""
     say = Log(options.progress)
     if not problem.training:
         raise DistplanError("the fleet plan space plans training; use --space pipeline for inference")
@@ -88,7 +89,7 @@ def search_fleet(problem: Problem, options: SolveOptions, clock: Clock) -> Searc
         try:
             results.append((pb, plan_fleet(pb, top_k=10**9 if least_sens else options.top_k, progress=say,
                                            clock=clock,
-                                           sensitivity_budget=options.sensitivity_budget)))
+                                           sensitivity_budget=options.sensitivity_budget, per_op=per_op)))
         except DistplanError as e:
             say(f"fleet space: microbatch size {pb.graph.batch_size}: {e}")
     if not results:

@@ -1,0 +1,90 @@
+"""Per-op precision per device kind in the fleet space (model.fleet_precision) against
+the three per-kind policies alone, on hybrid-v100-t4 (training, batch 8 x 16, fp16 and
+int8; every plan simulated per optimizer step).
+
+1. The fleet benchmark table's cases (bench/README.md "Mixed fleets against the other
+   planners"): the whole fleet search, policies alone and with the per-op MILP, best
+   simulated plan of each and the seconds each search + simulation took.
+2. Heterogeneity under a sensitivity budget (microbatch 4 x 32, the table's size):
+   the best simulated plan with per-op precision per kind against the best with one
+   policy per kind, the same budget (fractions of the fastest plan's sensitivity).
+3. ``--pareto 8``: the frontier's points, each simulated, and how many are distinct.
+
+    python bench/fleet_precision_bench.py [--no-pareto] [bert-base bert-large]
+writes bench/results/fleet_precision_bench.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import distplan
+from distplan.api.pareto import pareto
+from distplan.baselines.scoring import sim_rate
+from distplan.core.clock import Clock
+from distplan.costs.evaluate import plan_sensitivity
+from distplan.model import SolveOptions
+from distplan.model.fleet_solve import search_fleet
+from distplan.sim import simulate
+
+OUT = Path(__file__).parent / "results" / "fleet_precision_bench.json"
+#: budgets of part 2, as fractions of the fastest per-op plan's sensitivity
+FRACTIONS = (0.1, 0.25, 0.5)
+SIMULATED = 5
+
+
+def _problem(wl: str):
+    return distplan.problem(wl, "hybrid-v100-t4", mode="training", batch_size=8, microbatches=16,
+                            precisions="fp16,int8")
+
+
+def best_simulated(pb, per_op: bool, **options) -> dict:
+    """Search the fleet space, simulate its best plans (as ``solve`` ranks them), the best."""
+    t0 = time.perf_counter()
+    res = search_fleet(pb, SolveOptions(time_limit_s=600, top_k=SIMULATED, **options), Clock(600), per_op=per_op)
+    used = res.problem or pb
+    rows = [(sim_rate(used, simulate(used, p)), p) for p in res.plans[:SIMULATED]]
+    rate, plan = max(rows, key=lambda r: r[0])
+    return {"per_step_per_s": round(rate, 2), "sensitivity": round(plan_sensitivity(used, plan), 3),
+            "configuration": plan.predicted.get("cluster_point", ""), "microbatch_size": used.graph.batch_size,
+            "model_iteration_s": plan.predicted.get("model_iteration_s"), "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def main(workloads: list[str], with_pareto: bool) -> dict:
+    out: dict = {"topology": "hybrid-v100-t4", "batch": "8 x 16", "precisions": "fp16,int8"}
+    for wl in workloads:
+        pb = _problem(wl)
+        row: dict = {}
+        for name, per_op in (("policies", False), ("per_op", True)):
+            row[name] = best_simulated(pb, per_op)
+            print(f"{wl} table case, {name}: {row[name]}", flush=True)
+        top_s = row["per_op"]["sensitivity"]
+        row["budgets"] = []
+        for f in FRACTIONS:
+            b = round(f * top_s, 3)
+            cmp = {k: best_simulated(pb, p, sensitivity_budget=b, microbatch_sizes=(4,))
+                   for k, p in (("policies", False), ("per_op", True))}
+            cmp["budget"], cmp["margin"] = b, round(cmp["per_op"]["per_step_per_s"] / cmp["policies"]["per_step_per_s"] - 1, 4)
+            row["budgets"].append(cmp)
+            print(f"{wl} budget {b}: per-op {cmp['per_op']['per_step_per_s']}/s ({cmp['per_op']['configuration']}) "
+                  f"vs policies {cmp['policies']['per_step_per_s']}/s ({cmp['policies']['configuration']}): "
+                  f"{cmp['margin']:+.2%}", flush=True)
+        if with_pareto:
+            t0 = time.perf_counter()
+            pts = pareto(pb, 8, SolveOptions(time_limit_s=900))
+            row["pareto"] = {"seconds": round(time.perf_counter() - t0, 1),
+                             "points": [{"budget": round(p.budget, 3), "sensitivity": round(p.sensitivity, 3),
+                                         "per_step_per_s": round(p.throughput_per_s, 2)} for p in pts],
+                             "distinct": len({(round(p.sensitivity, 6), round(p.throughput_per_s, 4)) for p in pts})}
+            print(f"{wl} pareto 8: {row['pareto']}", flush=True)
+        out[wl] = row
+    return out
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    res = main([a for a in args if not a.startswith("--")] or ["bert-base", "bert-large"], "--no-pareto" not in args)
+    OUT.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {OUT}")
