@@ -73,7 +73,7 @@ def main(workloads: list[str], with_pareto: bool) -> dict:
                   f"{cmp['margin']:+.2%}", flush=True)
         if with_pareto:
             t0 = time.perf_counter()
-            pts = pareto(pb, 8, SolveOptions(time_limit_s=900))
+            pts = pareto(pb, 8, SolveOptions(time_limit_s=2400))
             row["pareto"] = {"seconds": round(time.perf_counter() - t0, 1),
                              "points": [{"budget": round(p.budget, 3), "sensitivity": round(p.sensitivity, 3),
                                          "per_step_per_s": round(p.throughput_per_s, 2)} for p in pts],

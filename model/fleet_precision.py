@@ -1,17 +1,17 @@
 """Per-op precision per device kind in a mixed-fleet plan, chosen exactly by a small
-HiGHS MILP for a fixed layer split and fixed shares (``model.fleet`` iterates the two).
+HiGHS MILP for a fixed layer split and shares (``model.fleet`` iterates the three).
 
-The rule (docs/guides/mixed-fleets.md, "Per-op precision per kind"): a group g is the
-replicas of kind c in stage k, each with ``share`` microbatches per step; x chooses
-each op's precision per kind among those the kind runs and the op may use. With
-t_g = sum over the stage's ops of ``op_time_s(v, x[v, c], c)`` (seconds per microbatch),
-  objective = (1 - 1/M) max_g share_g t_g + sum_k max_{g in k} t_g   (1F1B: the busiest
-              replica's step plus the pipeline's fill and drain),
-  sensitivity = sum_g weight_g sum_{v in k} s(v, x[v, c])   (``plan_sensitivity``'s sum:
-              weight_g the part of the step's microbatches the group computes);
-minimise the objective subject to sensitivity <= budget, and among the minimisers take
-the least sensitivity (a second solve). Options another option beats in both time and
-sensitivity are dropped first (exact: weights are >= 0).
+The rule (docs/guides/mixed-fleets.md, "Per-op precision per kind"): group g = the
+replicas of kind c in stage k, each with ``share`` microbatches per step; x[v, c] is a
+precision kind c runs and op v may use (in training fp8 only where the fp8 recipe
+lowers the op, ``costs.fp8.is_fp8_linear``: embedding, head, attention, norms stay
+16-bit); t_g = sum over the stage's ops of ``op_time_s(v, x[v, c], c)``;
+  objective = (1 - 1/M) max_g share_g t_g + sum_k max_{g in k} t_g   (1F1B: busiest
+              replica's step, plus the pipeline's fill and drain);
+  sensitivity = sum_g weight_g sum_{v in k} s(v, x[v, c])   (``plan_sensitivity``'s sum,
+              weight_g = the part of the step's microbatches g computes).
+Minimise the objective with sensitivity <= budget, then the least sensitivity at that
+optimum (a second solve). Options beaten in both time and sensitivity are dropped first.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import highspy
 import numpy as np
 
 from distplan.core.errors import InternalError
+from distplan.costs.fp8 import is_fp8_linear
 from distplan.costs.problem import Problem
 
 #: relative slack of the second solve's objective row
@@ -53,9 +54,12 @@ class PrecisionChoice:
 
 
 def options(problem: Problem, v: int, c: int) -> list[int]:
-    """The precisions kind ``c`` may compute op ``v`` at that no other beats in both
-    seconds and sensitivity, widest first."""
-    runs = [q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
+    """The precisions kind ``c`` may compute op ``v`` at (in training, fp8 only on the
+    linear layers the fp8 recipe lowers, ``costs.fp8.is_fp8_linear``) that no other
+    beats in both seconds and sensitivity."""
+    fp8_ok = not problem.training or is_fp8_linear(problem.graph.ops[v])
+    runs = [q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]
+            and (fp8_ok or problem.precisions[q] != "fp8")]
     pts = [(problem.op_time_s(v, q, c), float(problem.sensitivity[v, q]), q) for q in runs]
     return [q for t, s, q in pts
             if not any(t2 <= t and s2 <= s and (t2 < t or s2 < s or q2 < q) for t2, s2, q2 in pts)]

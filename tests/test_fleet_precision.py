@@ -16,6 +16,7 @@ from distplan.model.fleet import plan_fleet
 from distplan.model.fleet_precision import Group, choose_precisions, rule_value
 from distplan.testing.precision_oracle import all_values, rule_answer
 from distplan.testing.strategies import KIND_A, KIND_B
+from distplan.topologies.topology import DeviceKind
 from distplan.topologies.builders import hosts_on_network
 from distplan.workloads.graph import Graph, Operator, Tensor
 
@@ -138,3 +139,20 @@ def test_fleet_space_under_budget_keeps_it(frac, tiny_fastest):
         assert f.sensitivity == pytest.approx(plan_sensitivity(pb, f.plan), rel=1e-12)
         assert f.sensitivity <= budget * (1 + 1e-9) + 1e-12
     assert r.plans[0].iteration_s >= top.iteration_s * (1 - 1e-12)
+
+
+def test_fp8_training_keeps_embedding_head_and_attention_wide():
+    """The fp8 recipe (costs.fp8) lowers the linear layers only, though the low-bit
+    policy would let embedding, attention and head compute at fp8 too."""
+    kf = DeviceKind("kf", {"bf16": 1e12, "fp8": 2e12}, mem_capacity_bytes=1e12, mem_bw_bytes_per_s=1e12)
+    ops = (Operator("emb", "embedding", 4e9, 8e9, 1000, 1000, 1e4), Operator("l0.fc", "matmul", 4e9, 8e9, 1000, 1000, 1e4),
+           Operator("l0.score", "attn_score", 4e9, 8e9, 1000, 1000, 1e4), Operator("head", "head", 4e9, 8e9, 1000, 1000, 1e4))
+    ts = tuple(Tensor(a.name, b.name, 1000) for a, b in zip(ops, ops[1:]))
+    topo = hosts_on_network("f", [(kf, 1), (KIND_A, 1)], 1e10, 1e-6, 1e9, 1e-5)
+    pb = build_problem(Graph("fp8", ops, ts, mode="training"), topo,
+                       ProblemOptions(precisions=("bf16", "fp8"), microbatches=2))
+    c = pb.kind_names.index("kf")
+    q8 = pb.precisions.index("fp8")
+    assert all(pb.op_allowed[v, q8] for v in range(4))   # the policy alone would allow it
+    got = choose_precisions(pb, [Group(0, c, (0, 1, 2, 3), 2, 1.0)], 2)
+    assert [pb.precisions[q] for q in got.qs[c]] == ["bf16", "fp8", "bf16", "bf16"]

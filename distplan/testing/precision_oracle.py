@@ -1,6 +1,7 @@
 """Brute force for the fleet space's per-op precision rule (docs/guides/mixed-fleets.md,
 "Per-op precision per kind"), written from that text: every assignment of a precision
-to every (kind, op) of the groups, each precision one the kind runs and the op may use.
+to every (kind, op) of the groups, each precision one the kind runs and the op may use
+(in training, fp8 only where ``costs.fp8.is_fp8_linear`` says the recipe lowers an op).
 
 A group is (stage, kind, ops, share, weight). An assignment's objective is
 (1 - 1/M) x the largest share x seconds per microbatch of any group, plus, per stage,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from distplan.costs.fp8 import is_fp8_linear
 from distplan.costs.problem import Problem
 
 GroupSpec = tuple[int, int, Sequence[int], int, float]
@@ -23,8 +25,11 @@ def all_values(problem: Problem, groups: Sequence[GroupSpec], microbatches: int,
                budget: float | None = None) -> list[tuple[float, float]]:
     """(objective s, sensitivity) of every assignment whose sensitivity is <= ``budget``."""
     pairs = sorted({(c, v) for _, c, ops, _, _ in groups for v in ops})
-    choices = [[q for q in range(len(problem.precisions)) if problem.supported[q, c] and problem.op_allowed[v, q]]
-               for c, v in pairs]
+    def may(c: int, v: int, q: int) -> bool:
+        fp8_pinned = problem.training and problem.precisions[q] == "fp8" and not is_fp8_linear(problem.graph.ops[v])
+        return bool(problem.supported[q, c] and problem.op_allowed[v, q]) and not fp8_pinned
+
+    choices = [[q for q in range(len(problem.precisions)) if may(c, v, q)] for c, v in pairs]
     out = []
     for pick in itertools.product(*choices):
         at = dict(zip(pairs, pick))
