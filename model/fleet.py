@@ -103,6 +103,8 @@ def idle_kind_error(problem: Problem) -> str | None:
 def _slowest_replica_s(t: list[float], microbatches: int) -> float:
     """A stage's slowest replica under balanced shares: its share x seconds per microbatch
     (``t``: each replica's seconds per microbatch)."""
+    if min(t) == max(t):   # replicas alike: balanced shares are round-robin's, the largest ceil(M / r)
+        return -(-microbatches // len(t)) * t[0]
     n = balanced_shares(t, microbatches) if min(t) > 0 else [microbatches] * len(t)
     return max(a * b for a, b in zip(n, t))
 

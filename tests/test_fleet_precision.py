@@ -106,8 +106,11 @@ def test_milp_equals_brute_force(inst):
         assert got is None
         return
     assert got is not None
+    # HiGHS solves to tolerances ~1e-7 of the largest coefficient: the objective within
+    # 1e-6 of the least, the sensitivity within 1e-6 of the largest one any assignment has
+    s_scale = max(s for _, s in all_values(pb, specs, M))
     assert got.objective_s <= want[0] * (1 + 1e-6)
-    assert got.sensitivity <= want[1] + 1e-9
+    assert got.sensitivity <= want[1] + 1e-6 * max(s_scale, 1e-300)
     assert budget is None or got.sensitivity <= budget
     assert (got.objective_s, got.sensitivity) == pytest.approx(rule_value(pb, groups, got.qs, M), rel=1e-12)
 
