@@ -10,8 +10,8 @@ int8; every plan simulated per optimizer step).
    policy per kind, the same budget (fractions of the fastest plan's sensitivity).
 3. ``--pareto 8``: the frontier's points, each simulated, and how many are distinct.
 
-    python bench/fleet_precision_bench.py [--no-pareto] [bert-base bert-large]
-writes bench/results/fleet_precision_bench.json
+    python bench/fleet_precision_bench.py [--no-pareto | --pareto-only] [bert-base bert-large]
+writes bench/results/fleet_precision_bench.json; ``--table``: the guide's tables from it
 """
 from __future__ import annotations
 
@@ -52,11 +52,16 @@ def best_simulated(pb, per_op: bool, **options) -> dict:
             "model_iteration_s": plan.predicted.get("model_iteration_s"), "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def main(workloads: list[str], with_pareto: bool) -> dict:
-    out: dict = {"topology": "hybrid-v100-t4", "batch": "8 x 16", "precisions": "fp16,int8"}
+def main(workloads: list[str], parts: set[str]) -> dict:
+    """Run ``parts`` ("table" with "budgets", "pareto") and merge them into the stored results."""
+    out: dict = json.loads(OUT.read_text()) if OUT.exists() else {}
+    out.update({"topology": "hybrid-v100-t4", "batch": "8 x 16", "precisions": "fp16,int8"})
     for wl in workloads:
         pb = _problem(wl)
-        row: dict = {}
+        row: dict = out.setdefault(wl, {})
+        if "table" not in parts:
+            parts_pareto(pb, wl, row)
+            continue
         for name, per_op in (("policies", False), ("per_op", True)):
             row[name] = best_simulated(pb, per_op)
             print(f"{wl} table case, {name}: {row[name]}", flush=True)
@@ -71,20 +76,56 @@ def main(workloads: list[str], with_pareto: bool) -> dict:
             print(f"{wl} budget {b}: per-op {cmp['per_op']['per_step_per_s']}/s ({cmp['per_op']['configuration']}) "
                   f"vs policies {cmp['policies']['per_step_per_s']}/s ({cmp['policies']['configuration']}): "
                   f"{cmp['margin']:+.2%}", flush=True)
-        if with_pareto:
-            t0 = time.perf_counter()
-            pts = pareto(pb, 8, SolveOptions(time_limit_s=2400))
-            row["pareto"] = {"seconds": round(time.perf_counter() - t0, 1),
-                             "points": [{"budget": round(p.budget, 3), "sensitivity": round(p.sensitivity, 3),
-                                         "per_step_per_s": round(p.throughput_per_s, 2)} for p in pts],
-                             "distinct": len({(round(p.sensitivity, 6), round(p.throughput_per_s, 4)) for p in pts})}
-            print(f"{wl} pareto 8: {row['pareto']}", flush=True)
-        out[wl] = row
+        if "pareto" in parts:
+            parts_pareto(pb, wl, row)
     return out
+
+
+def parts_pareto(pb, wl: str, row: dict) -> None:
+    """``--pareto 8`` on ``pb``: each point's budget, sensitivity, simulated rate."""
+    t0 = time.perf_counter()
+    pts = pareto(pb, 8, SolveOptions(time_limit_s=2400))
+    row["pareto"] = {"seconds": round(time.perf_counter() - t0, 1),
+                     "points": [{"budget": round(p.budget, 3), "sensitivity": round(p.sensitivity, 3),
+                                 "per_step_per_s": round(p.throughput_per_s, 2)} for p in pts],
+                     "distinct": len({(round(p.sensitivity, 6), round(p.throughput_per_s, 4)) for p in pts})}
+    print(f"{wl} pareto 8: {row['pareto']}", flush=True)
+
+
+def markdown(res: dict) -> str:
+    """The mixed-fleets guide's tables from a results document (``--table``)."""
+    wls = [w for w in ("bert-base", "bert-large") if w in res]
+    out = ["| workload | budget | per-op precision per kind | one policy per kind | margin |", "|---|---|---|---|---|"]
+    for wl in wls:
+        for b in res[wl]["budgets"]:
+            out.append(f"| {wl} | {b['budget']:g} | {b['per_op']['per_step_per_s']:,.1f}/s "
+                       f"({b['per_op']['configuration']}) | {b['policies']['per_step_per_s']:,.1f}/s "
+                       f"({b['policies']['configuration']}) | {b['margin'] * 100:+.2f} % |")
+    out += ["", "| workload | policies alone | with the per-op MILP |", "|---|---|---|"]
+    for wl in wls:
+        a, b = res[wl]["policies"], res[wl]["per_op"]
+        out.append(f"| {wl} | {a['per_step_per_s']:,.1f}/s in {a['seconds']:.1f} s | "
+                   f"{b['per_step_per_s']:,.1f}/s in {b['seconds']:.1f} s |")
+    if all("pareto" in res[wl] for wl in wls):
+        out += ["", "| workload | `--pareto 8`: samples/s per step (sensitivity) | distinct | seconds |", "|---|---|---|---|"]
+        for wl in wls:
+            pr = res[wl]["pareto"]
+            pts = ", ".join(f"{p['per_step_per_s']:,.1f} ({p['sensitivity']:,.1f})" for p in pr["points"])
+            out.append(f"| {wl} | {pts} | {pr['distinct']} | {pr['seconds']:.0f} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    res = main([a for a in args if not a.startswith("--")] or ["bert-base", "bert-large"], "--no-pareto" not in args)
+    if "--table" in args:
+        print(markdown(json.loads(OUT.read_text())))
+        sys.exit(0)
+    parts = {"table"} if "--no-pareto" in args else {"pareto"} if "--pareto-only" in args else {"table", "pareto"}
+    res = main([a for a in args if not a.startswith("--")] or ["bert-base", "bert-large"], parts)
+    now = json.loads(OUT.read_text()) if OUT.exists() else {}   # another run's parts, stored meanwhile
+    for k, v in res.items():
+        now[k] = {**now.get(k, {}), **v} if isinstance(v, dict) else v
+    res = now
     OUT.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {OUT}")
+    print(markdown(res))

@@ -28,6 +28,10 @@ from distplan.costs.problem import Problem
 
 #: relative slack of the second solve's objective row
 OBJECTIVE_SLACK = 1e-7
+#: HiGHS's relative gap, and the seconds each of the two solves may take (past them the
+#: incumbent is taken; ``PrecisionChoice.proven`` says whether both closed their gap)
+REL_GAP = 1e-4
+SOLVE_LIMIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,13 @@ class Group:
 @dataclass(frozen=True)
 class PrecisionChoice:
     """Per kind, per op, the precision index chosen (ops of no group of the kind: their
-    widest); the rule's objective (seconds) and sensitivity of the choice."""
+    widest); the rule's objective (seconds) and sensitivity of the choice; ``proven``:
+    both solves closed their gap (False: a solve hit ``SOLVE_LIMIT_S``)."""
 
     qs: dict[int, tuple[int, ...]]
     objective_s: float
     sensitivity: float
+    proven: bool = True
 
 
 def options(problem: Problem, v: int, c: int) -> list[int]:
@@ -128,8 +134,9 @@ def _choose(problem: Problem, groups: Sequence[Group], microbatches: int,
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
-    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_rel_gap", REL_GAP)
     h.setOptionValue("mip_abs_gap", 1e-12)
+    h.setOptionValue("time_limit", SOLVE_LIMIT_S)
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
     M = microbatches
@@ -157,7 +164,7 @@ def _choose(problem: Problem, groups: Sequence[Group], microbatches: int,
     for lo, up, idx, val in rows:
         h.addRow(lo, up, len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=float))
     h.changeColsCost(len(cost), np.arange(len(cost), dtype=np.int32), cost)
-    x = _solve(h)
+    x, proven = _solve(h)
     if x is None:
         return None
     if n_x:   # second solve: the least sensitivity at (near) the least objective
@@ -166,26 +173,32 @@ def _choose(problem: Problem, groups: Sequence[Group], microbatches: int,
                  np.arange(len(cost), dtype=np.int32), cost)
         h.changeColsCost(len(cost), np.arange(len(cost), dtype=np.int32),
                          np.concatenate([sx / scale_s, np.zeros(n_t)]))
-        x = _solve(h)
-        if x is None:
+        start = highspy.HighsSolution()
+        start.col_value = list(x)
+        h.setSolution(start)   # the first solve's: feasible, so a timed-out second solve still has it
+        x2, proven2 = _solve(h)
+        if x2 is None:
             raise InternalError("the least-sensitivity solve lost the first solve's solution")
+        x, proven = x2, proven and proven2
     qs = {c: list(base[c]) for c in kinds}
     for j, (gi, v, q) in enumerate(cols):
         if x[j] > 0.5:
             qs[groups[gi].kind][v] = q
     out = {c: tuple(q) for c, q in qs.items()}
     value, sens = rule_value(problem, groups, out, M)
-    return PrecisionChoice(out, value, sens)
+    return PrecisionChoice(out, value, sens, proven)
 
 
-def _solve(h: "highspy.Highs") -> np.ndarray | None:
+def _solve(h: "highspy.Highs") -> tuple[np.ndarray | None, bool]:
+    """The solution (None: infeasible) and whether HiGHS closed its gap."""
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
-        return None
-    if status != highspy.HighsModelStatus.kOptimal:
+        return None, True
+    timed_out = status == highspy.HighsModelStatus.kTimeLimit and h.getInfo().primal_solution_status == 2
+    if status != highspy.HighsModelStatus.kOptimal and not timed_out:
         raise InternalError(f"the precision MILP ended {h.modelStatusToString(status)}")
-    return np.array(h.getSolution().col_value)
+    return np.array(h.getSolution().col_value), not timed_out
 
 
 __all__ = ["Group", "PrecisionChoice", "choose_precisions", "options", "rule_value"]

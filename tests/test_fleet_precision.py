@@ -159,3 +159,4 @@ def test_fp8_training_keeps_embedding_head_and_attention_wide():
     assert all(pb.op_allowed[v, q8] for v in range(4))   # the policy alone would allow it
     got = choose_precisions(pb, [Group(0, c, (0, 1, 2, 3), 2, 1.0)], 2)
     assert [pb.precisions[q] for q in got.qs[c]] == ["bf16", "fp8", "bf16", "bf16"]
+
