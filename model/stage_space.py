@@ -33,8 +33,10 @@ from distplan.model.progress import Log
 from distplan.model.stage_milp import StageMilp, StageSolution, model_memory_bytes, model_objective_s
 from distplan.model.stage_terms import StageConfig, StageTerms, stage_configs, stage_terms, undominated
 
-#: re-solves after the memory checker refuses a MILP solution, per outer point
-CHECK_RETRIES = 3
+#: re-solves after the memory checker refuses a MILP solution, per microbatch size (the
+#: memory rows bound the checker from below; on 2 layers, 2 x 2 GPUs at 150 MB four
+#: refusals came before the plan it accepts)
+CHECK_RETRIES = 100
 #: the most seconds one MILP may run
 MILP_LIMIT_S = 20.0
 #: the most (unit, stage, config) triples for which z <= s is stated triple by triple
@@ -227,8 +229,9 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         milp = StageMilp(t, K, pb.n_devices, tight=len(space.units) * K * len(t.configs) <= TIGHT_MAX)
         row = {"microbatch_size": pb.graph.batch_size, "max_stages": K, "configs": len(t.configs),
                "binaries": milp.n_binaries, "rows": milp.n_rows}
-        sol, got, refused = solve_checked(pb, space, t, milp, lambda: min(MILP_LIMIT_S, clock.remaining_s() / left),
-                                          rel_gap, starts)
+        end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
+        sol, got, refused = solve_checked(pb, space, t, milp, lambda: min(end - time.perf_counter(),
+                                                                          clock.remaining_s()), rel_gap, starts)
         row["refused"] = refused
         if got:
             cfgs = [t.configs[c] for c in sol.configs]
