@@ -249,14 +249,16 @@ def side_by_side_parts(problem: Problem, rings: Sequence[tuple[Sequence[int], fl
     """(time, busiest link's busy time) of rings (devices, bytes, steps) that run side by
     side: each ring alone (``ring_parts``), and where two hops (of the rings, or of one
     ring) share a link, that link carries every chunk they put on it, steps x bytes / n /
-    bw each, so the rings last at least its whole load plus the rest of the slowest route
-    over it (its other hops and latencies). Without a shared link: the slowest ring."""
+    bw each, so the rings last at least its whole load plus the shortest way of any of
+    them onto it and the shortest off it (store and forward over the hop's other links,
+    its latency). Without a shared link: the slowest ring."""
     alone = [ring_parts(problem, list(d), b, s) for d, b, s in rings]
     time, busy = max((t for t, _ in alone), default=0.0), max((b for _, b in alone), default=0.0)
     load: dict[int, float] = {}
-    rest: dict[int, float] = {}
+    onto: dict[int, float] = {}
+    off: dict[int, float] = {}
     uses: dict[int, int] = {}
-    bw = problem.link_bw_bytes_per_s
+    bw, lat = problem.link_bw_bytes_per_s, problem.link_latency_s
     topo = problem.topology
     for devs, nbytes, steps in rings:
         n = len(devs)
@@ -265,14 +267,18 @@ def side_by_side_parts(problem: Problem, rings: Sequence[tuple[Sequence[int], fl
         chunk = nbytes / n
         for i, d in enumerate(devs):
             route = topo.route(d, devs[(i + 1) % n])
-            hop_s = links_s(problem, route, chunk)
-            for l in route:
+            hop = [chunk / float(bw[l]) + float(lat[l]) for l in route]
+            before = 0.0
+            for l, s_l in zip(route, hop):
+                after = sum(hop) - before - s_l + float(lat[l])
                 load[l] = load.get(l, 0.0) + steps * chunk / float(bw[l])
-                rest[l] = max(rest.get(l, 0.0), hop_s - chunk / float(bw[l]))
+                onto[l] = min(onto.get(l, math.inf), before)
+                off[l] = min(off.get(l, math.inf), after)
                 uses[l] = uses.get(l, 0) + 1
+                before += s_l
     for l, k in uses.items():
         if k > 1:
-            time, busy = max(time, load[l] + rest[l]), max(busy, load[l])
+            time, busy = max(time, load[l] + onto[l] + off[l]), max(busy, load[l])
     return time, busy
 
 
