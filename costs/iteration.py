@@ -338,14 +338,15 @@ def _hop_structure(problem: Problem, plan: Plan) -> tuple[np.ndarray, np.ndarray
 
 
 def window_pace_s(work_s: np.ndarray, c: np.ndarray, m: int) -> float:
-    """The longest 1F1B window loop per microbatch: stage k keeps w = min(K - k, m) of
-    its replica's microbatches in flight, so its next forward waits for a backward whose
-    round trip runs every later stage's work and both ways of every later boundary:
-    (sum_{j >= k} (F_j + B_j) + 2 sum_{b >= k} c_b) / w (0 without stages)."""
+    """The longest 1F1B window loop per microbatch: stage k keeps w = K - k of its
+    replica's microbatches in flight, so when it has more (m > w) its next forward waits
+    for a backward whose round trip runs every later stage's work and both ways of every
+    later boundary: (sum_{j >= k} (F_j + B_j) + 2 sum_{b >= k} c_b) / w (0 where no stage
+    waits)."""
     K = len(work_s)
     after_w = np.cumsum(work_s[::-1])[::-1]
     after_c = np.concatenate((np.cumsum(c[::-1])[::-1], [0.0])) if K > 1 else np.zeros(K)
-    return max(((float(after_w[k]) + 2 * float(after_c[k])) / min(K - k, max(m, 1)) for k in range(K)), default=0.0)
+    return max(((float(after_w[k]) + 2 * float(after_c[k])) / (K - k) for k in range(K) if K - k < m), default=0.0)
 
 
 def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:

@@ -112,4 +112,6 @@ def test_window_pace_by_hand():
     # trip 3 s + 2 x (0.5 + 0.5) s: 5/3 s a microbatch, the pace
     assert it.window_pace_s(np.ones(3), np.array([0.5, 0.5]), 8) == pytest.approx(5 / 3)
     assert it.window_pace_s(np.ones(3), np.zeros(2), 8) == pytest.approx(1.0)
-    assert it.window_pace_s(np.ones(3), np.array([0.5, 0.5]), 1) == pytest.approx(5.0)   # one microbatch in flight
+    # with 2 microbatches only the last stage (1 in flight) ever waits for its window
+    assert it.window_pace_s(np.ones(3), np.array([0.5, 0.5]), 2) == pytest.approx(1.0)
+    assert it.window_pace_s(np.ones(3), np.array([0.5, 0.5]), 1) == 0.0
