@@ -49,7 +49,7 @@ def case(w: str, t: str, M: int, limit_s: float) -> dict:
             for r in st.plans if "stage_milp_objective_s" in r.plan.predicted]
     row = {"case": f"{w} M{M} {t}", "cluster": rate(cl), "cluster_plan": cl.best.plan.predicted["cluster_point"],
            "cluster_wall_s": cl_wall, "stage": rate(st), "stage_plan": st.best.plan.predicted["cluster_point"],
-           "stage_wall_s": st_wall, "stage_status": st.solver.status, "milp_points": list(st.solver.explored),
+           "stage_wall_s": st_wall, "stage_status": st.solver.status, "milp_points": list(st.solver.explored)[1:],
            "milp_plans": milp, "cut_short": list(st.solver.cut_short)}
     print(f"{row['case']:28s} cluster {row['cluster']:8.1f} ({cl_wall:5.1f} s)  stage {row['stage']:8.1f} "
           f"({st_wall:5.1f} s)  {row['stage']/row['cluster'] - 1:+.2%}  {row['stage_plan']}", flush=True)

@@ -62,7 +62,8 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class StageResult:
-    """Best plans first; per visited outer point (pp, microbatch size) the MILP's row."""
+    """Best plans first; ``points``: the cluster search's counts, then per microbatch
+    size the MILP's row."""
 
     plans: list[StagePlan]
     cluster_best_s: float
@@ -245,7 +246,10 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             + (f"{row['objective_s']:.6g} s, bound {row['bound_s']:.6g} s ({row['plan']})" if "plan" in row
                else "no plan") + f" in {row['seconds']:.2f} s")
     cands.sort(key=lambda c: c.iteration_s)
-    return StageResult(cands[:top_k], cl.plans[0].iteration_s, cl.bound_s, rows, cut, time.perf_counter() - t0)
+    counts = {"points": cl.points, "visited": cl.solved, "pruned": cl.pruned, "infeasible": cl.infeasible,
+              "precision": cl.precision}   # the cluster search's, as the report reads them
+    return StageResult(cands[:top_k], cl.plans[0].iteration_s, cl.bound_s, [counts, *rows], cut,
+                       time.perf_counter() - t0)
 
 
 def search_stage(problem: Problem, options, clock: Clock) -> SearchResult:
