@@ -34,6 +34,7 @@ from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
 from distplan.costs.sharding import dense_elems, expert_reduces, gradient_reductions
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
+from distplan.costs.reduction_bound import overlapped_reduction_lb_s
 from distplan.costs.routes import link_loads_s
 from distplan.costs.symmetry import replica_copy
 from distplan.costs.tensor_parallel import tp_backward_allreduce, tp_divides, tp_forward_allreduce
@@ -349,10 +350,22 @@ def window_pace_s(work_s: np.ndarray, c: np.ndarray, m: int) -> float:
     return max(((float(after_w[k]) + 2 * float(after_c[k])) / (K - k) for k in range(K) if K - k < m), default=0.0)
 
 
-def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf) -> IterationEstimate:
+class Exceeds(Exception):
+    """``estimate_iteration`` proved, before timing its buckets, an iteration of at least
+    ``bound_s`` >= the ``above_s`` it was given."""
+
+    def __init__(self, bound_s: float):
+        super().__init__(f"the iteration is at least {bound_s:.6g} s")
+        self.bound_s = bound_s
+
+
+def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.inf,
+                       above_s: float = math.inf) -> IterationEstimate:
     """The analytic iteration of a training plan under 1F1B (module docstring). Past
     ``deadline_s`` (perf_counter seconds) the transfer-by-transfer timing of overlapped
-    buckets raises ``TimeUp`` (``estimate_transfers`` says how many it will time)."""
+    buckets raises ``TimeUp`` (``estimate_transfers`` says how many it will time). When
+    the pipeline, the optimizer step and a bound on the overlapped buckets
+    (``costs.reduction_bound``) already reach ``above_s``, raises ``Exceeds`` untimed."""
     if not problem.training:
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule not in ("1f1b", "interleaved"):
@@ -381,7 +394,9 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     qs = [problem.q_index(p) for p in plan.op_precision]
     ar = np.zeros(K)
     done_after = np.zeros(K)   # the stage's reduction ends this long after its last backward
-    sym = replica_copy(problem, plan) if plan.overlap_grad_reduce else None
+    # overlapped stages: (stage, the ranks' replicas timed: rank 0's, or every rank's where
+    # their rings share links, hierarchical, buckets)
+    timed: list[tuple[int, list[list[int]], bool, list[tuple[int, float]]]] = []
     for k, st in enumerate(plan.stages):
         if st.replicas < 2 or st.zero >= 3:   # ZeRO-3: reduce-scattered unit by unit inside B_k
             continue
@@ -400,6 +415,24 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         if not plan.overlap_grad_reduce:
             done_after[k] = ar[k]
             continue
+        buckets = [(v, dense_elems(st, problem.graph.ops[v]) * float(problem.bytes_per_elem[qs[v]])
+                    / st.tensor_parallel) for v in with_params]   # the simulator's order of creation
+        shared = len(ranks) > 1 and reduction_shares_links(problem.topology, ranks, hier, st.zero)
+        timed.append((k, ranks if shared else [devs], hier, [(v, nb) for v, nb in buckets if nb > 0]))
+    # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
+    last_b = pipeline - np.concatenate(([0.0], np.cumsum(B[:-1] + np.append(c, 0.0)[:K - 1])))
+    opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
+    if timed and math.isfinite(above_s):
+        after = done_after.copy()
+        for k, ranks, hier, buckets in timed:
+            fin = overlapped_reduction_lb_s(problem, ranks, hier, plan.stages[k].zero,
+                                            [FB[k][2][v] for v, _ in buckets], [nb for _, nb in buckets])
+            after[k] = max(0.0, fin - B[k])
+        bound = (float(np.max(last_b + after)) + opt) * (1 - 1e-12)
+        if bound >= above_s:
+            raise Exceeds(bound)
+    sym = replica_copy(problem, plan) if timed else None
+    for k, ranks, hier, buckets in timed:
         # one bucket per op, ready when the op's last backward ends (times from the start
         # of that backward); the buckets' ring steps queue FIFO on the links, transfer by
         # transfer as the simulator runs them: a later bucket's steps interleave with an
@@ -407,26 +440,19 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         # over two links a hop, one ring's chain keeps each link about half busy, so the
         # drain-then-chain form overcharged a large last bucket: gpt3-1024x8x16 dp 8 on
         # a100x32, the embedding's 107 MB after 8 layers' buckets, +7.1 % on the iteration)
-        ends = FB[k][2]
+        st, devs, ends = plan.stages[k], ranks[0], FB[k][2]
         tr = Transfers(problem, deadline_s)
         held, route = _bucket_senders(problem, plan, devs, hier, sym)
-        sides = [devs]
-        if len(ranks) > 1 and reduction_shares_links(problem.topology, ranks, hier, st.zero):
-            sides, held, route = ranks, len(devs), None   # every rank's rings, on the links they share
-        for v in with_params:   # the simulator's order of creation
-            nbytes = dense_elems(st, problem.graph.ops[v]) * float(problem.bytes_per_elem[qs[v]]) / st.tensor_parallel
-            if nbytes <= 0:
-                continue
+        if len(ranks) > 1:   # every rank's rings, on the links they share
+            held, route = len(devs), None
+        for v, nbytes in buckets:
             if time.perf_counter() > deadline_s:
                 raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
-            for g in sides:
+            for g in ranks:
                 reduction_transfers(tr, g, [ends[v]] * held, nbytes, hier, st.zero, route)
         finish = max(tr.delivered_s(), default=0.0)
         done_after[k] = max(0.0, finish - B[k])
-    # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
-    last_b = pipeline - np.concatenate(([0.0], np.cumsum(B[:-1] + np.append(c, 0.0)[:K - 1])))
     run = float(np.max(last_b + done_after)) if K else 0.0
-    opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
 
 

@@ -21,7 +21,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,7 +36,8 @@ from distplan.costs.collectives import all_gather_s, gradient_reduction_parts, h
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.memory import held_per_op_bytes, remat_per_op_bytes
 from distplan.costs.compute import optimizer_step_s
-from distplan.costs.iteration import estimate_iteration, estimate_latency, estimate_transfers, op_rank_times
+from distplan.costs.iteration import (Exceeds, estimate_iteration, estimate_latency, estimate_transfers,
+                                      op_rank_times)
 from distplan.costs.megatron import fp8_training_precisions, megatron_plan, stage_of_ops
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
@@ -233,6 +234,10 @@ class _Space:
         self._work: dict[tuple[int, bool, str], _Work] = {}
         self._exposure: dict[tuple[int, int, int], float] = {}
         self._gather: dict[tuple[int, int, int], tuple[float, float]] = {}   # (dp, tp, pp): gather_line
+        self._traffic: dict[tuple[int, int], float] = {}   # (dp, tp): fsdp_traffic_s
+        self._units_bytes: np.ndarray | None = None   # each ZeRO-3 unit's parameter bytes (tp 1)
+        self._rings: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}   # _ring_hops
+        self._hops: dict[tuple[int, int], tuple[float, float]] = {}   # (a, b): its route's latency, s/byte
         self._again: dict[str, np.ndarray] = {}   # the ops each recomputation mode runs again
         self._ranks: dict[tuple[int, int], np.ndarray] = {}   # (pp, vp): each unit's chunk
         unit_of = np.empty(problem.n_ops, dtype=np.int64)
@@ -303,7 +308,31 @@ class _Space:
             run = self.interleaved_lb_s(wk, pt.pp, pt.vp, m)
         else:
             run = wk.total_s + (m - 1) * max(wk.total_s / pt.pp, wk.largest_s)
-        return run + self.optimizer_lb_s(pt) + self.exposure_lb_s(pt)
+        return self._with_reduction_s(pt, run) + self.optimizer_lb_s(pt)
+
+    def _with_reduction_s(self, pt: ClusterPoint, run_s: float) -> float:
+        """A pipeline bound ``run_s`` with ``exposure_lb_s`` after it; under ZeRO-3 (one
+        stage) at least the stream's traffic too: per microbatch each unit's gather in
+        the forward, again in the backward, and its reduce-scatter, one after another on
+        the device's one stream (``costs.fsdp``)."""
+        out = run_s + self.exposure_lb_s(pt)
+        if gathers(pt):
+            out = max(out, self.microbatches_per_replica(pt) * 3 * self.fsdp_traffic_s(pt))
+        return out
+
+    def fsdp_traffic_s(self, pt: ClusterPoint) -> float:
+        """Every ZeRO-3 unit's all-gather, summed (one stage: ``costs.fsdp``'s ``a_i``)."""
+        key = (pt.dp, pt.tp)
+        if key not in self._traffic:
+            if self._units_bytes is None:
+                mine = set(range(self.pb.n_ops))
+                self._units_bytes = np.array([unit_param_bytes(self.pb, u, self.qs, 1, mine)
+                                              for u in fsdp_units(self.pb, range(self.pb.n_ops))])
+            lat, spb = self._ring_hops(0, pt.dp, pt.tp)   # all_gather_s: dp - 1 steps of the slowest hop
+            x = self._units_bytes / pt.tp / pt.dp
+            steps = (lat[None, :] + x[:, None] * spb[None, :]).max(axis=1) if len(x) else np.zeros(0)
+            self._traffic[key] = (pt.dp - 1) * float(steps.sum()) * (1 - BOUND_SLACK)
+        return self._traffic[key]
 
     def split_lb_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
         """The bound of one 1F1B split (stage k: units edges[k]..edges[k+1]-1): all the
@@ -311,8 +340,8 @@ class _Space:
         wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute)
         split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
         tau = float(np.bincount(split, weights=wk.w, minlength=pt.pp).max())
-        return (float(wk.w.sum()) + (self.microbatches_per_replica(pt) - 1) * tau + self.split_optimizer_s(pt, edges)
-                + self.exposure_lb_s(pt))
+        run = float(wk.w.sum()) + (self.microbatches_per_replica(pt) - 1) * tau
+        return self._with_reduction_s(pt, run) + self.split_optimizer_s(pt, edges)
 
     def static_per_rank(self, tp: int, dp: int, zero: int) -> np.ndarray:
         """Each unit's static bytes per rank less its ZeRO shares (costs.sharding; without
@@ -399,15 +428,30 @@ class _Space:
         the most seconds per byte bounds a ring step; the least such line over the ranks."""
         key = (dp, tp, pp)
         if key not in self._gather:
-            topo, lat, bw = self.pb.topology, self.pb.link_latency_s, self.pb.link_bw_bytes_per_s
             a = b = math.inf
             for r in range(pp):
-                ring = [r * dp * tp + i * tp for i in range(dp)]
-                hops = [topo.route(d, ring[(i + 1) % dp]) for i, d in enumerate(ring)]
-                spb, l_s = max((sum(1.0 / float(bw[l]) for l in h), sum(float(lat[l]) for l in h)) for h in hops)
-                a, b = min(a, l_s), min(b, spb)
+                lat, spb = self._ring_hops(r * dp * tp, dp, tp)
+                i = int(np.lexsort((lat, spb))[-1])   # the most seconds per byte, then the most latency
+                a, b = min(a, float(lat[i])), min(b, float(spb[i]))
             self._gather[key] = ((dp - 1) * a, (dp - 1) / dp * b)
         return self._gather[key]
+
+    def _ring_hops(self, first: int, dp: int, tp: int) -> tuple[np.ndarray, np.ndarray]:
+        """(latency, seconds per byte) of each hop's route of the ring of devices first +
+        i tp, i < dp (``costs.routes``: bytes / bandwidth + latency per link)."""
+        key = (first, dp, tp)
+        if key not in self._rings:
+            ring = [first + i * tp for i in range(dp)]
+            prof = [self._hop(d, ring[(i + 1) % dp]) for i, d in enumerate(ring)]
+            self._rings[key] = (np.array([x[0] for x in prof]), np.array([x[1] for x in prof]))
+        return self._rings[key]
+
+    def _hop(self, a: int, b: int) -> tuple[float, float]:
+        if (a, b) not in self._hops:
+            route = self.pb.topology.route(a, b)
+            self._hops[(a, b)] = (sum(float(self.pb.link_latency_s[l]) for l in route),
+                                  sum(1.0 / float(self.pb.link_bw_bytes_per_s[l]) for l in route))
+        return self._hops[(a, b)]
 
 
 def gathers_after_step(pt: ClusterPoint) -> bool:
@@ -568,38 +612,68 @@ def estimate_s(problem: Problem, plan: Plan) -> float:
 
 
 def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int] | None,
-              bound_s: float, clock: Skips | None = None, must: bool = False) -> list[ClusterPlan]:
+              bound_s: float, clock: Skips | None = None, must: bool = False,
+              best: Sequence[ClusterPlan] = (), top_k: int = 0) -> list[ClusterPlan]:
     """The plan of ``split`` (None: the interleaved point's equal chunks, ``_interleaved``)
-    under each gradient-reduction option, with its analytic
-    iteration: a flat ring or (when replicas share nodes) hierarchical, overlapped or not
-    (ZeRO-3 reduce-scatters unit by unit: one option). With ``clock``, an option whose
-    forecast exceeds the time left, or that runs into the deadline, is skipped and counted there (``must``: nothing was found yet, the
-    option forecast cheapest runs anyway)."""
+    under each gradient-reduction option, with its analytic iteration: a flat ring or
+    (when replicas share nodes) hierarchical, overlapped or not (ZeRO-3 reduce-scatters
+    unit by unit: one option). With ``clock``, an option whose forecast exceeds the time
+    left, or that runs into the deadline, is skipped and counted there (``must``: nothing
+    was found yet, the option forecast cheapest runs anyway). Options run cheapest
+    forecast first; with ``top_k``, one that ``estimate_iteration`` proves cannot enter
+    the best ``top_k`` of ``best`` and the options run before it (``above_s``) is dropped
+    untimed; the checker's memory is asked only when some option can enter. Returned in
+    option order, as if every option had run."""
     options = [("ring", False), ("ring", True)] if pt.dp > 1 and not gathers(pt) else [("ring", False)]
     if pt.dp > 1 and not gathers(pt) and \
             hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
         options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
     plans = [_plan(problem, space, pt, split, allreduce, overlap) if split is not None
              else _interleaved(problem, space, pt, allreduce, overlap) for allreduce, overlap in options]
-    if problem.training and not (plan_memory_bytes(problem, plans[0]) <= problem.device_mem_bytes * (1 + 1e-12)).all():
-        return []   # over the checker's memory (the split's own bound used its lower bound)
     need = [estimate_s(problem, plan) if clock is not None and problem.training else 0.0 for plan in plans]
     first = min(range(len(plans)), key=need.__getitem__) if must or clock is None else -1
-    out = []
-    for i, plan in enumerate(plans):
+    got: dict[int, float] = {}
+    for i in sorted(range(len(plans)), key=need.__getitem__):
+        plan = plans[i]
         timed = clock is not None and i != first
         if timed and need[i] > clock.left():
             clock.skip(pt, need[i], clock.left())
             continue
         try:
             with _dropping(clock.clock.stop if timed else None):   # the first option of a search with no plan runs
-                t = (estimate_iteration(problem, plan, deadline_s=clock.clock.deadline if timed else math.inf).iteration_s
+                t = (estimate_iteration(problem, plan, deadline_s=clock.clock.deadline if timed else math.inf,
+                                        above_s=_entry_s(best, got.values(), top_k)).iteration_s
                      if problem.training else estimate_latency(problem, plan))
+        except Exceeds:
+            continue   # at least the K-th best: never kept
         except (TimeUp, _Dropped):
             clock.skip(pt, need[i], 0.0)
             continue
-        out.append(ClusterPlan(pt, plan, t, bound_s, problem))
-    return out
+        got[i] = t
+    kth = _entry_s(best, (), top_k)
+    if problem.training and any(t < kth for t in got.values()) and \
+            not (plan_memory_bytes(problem, plans[0]) <= problem.device_mem_bytes * (1 + 1e-12)).all():
+        return []   # over the checker's memory (the split's own bound used its lower bound)
+    return [ClusterPlan(pt, plans[i], got[i], bound_s, problem) for i in sorted(got)]
+
+
+def _edges(split: list[int]) -> tuple[int, ...]:
+    """The unit boundaries of a split (each unit's stage, non-decreasing)."""
+    return (0, *[i for i in range(1, len(split)) if split[i] != split[i - 1]], len(split))
+
+
+def _entry_s(best: Sequence[ClusterPlan], mine, top_k: int) -> float:
+    """The iteration from which a plan of the point being evaluated stays out of the best
+    ``top_k``, wherever it comes among the point's options: appended after ``best``
+    (stable sort), it needs less than the K-th of ``best``; ``mine``, the point's options
+    already timed, may come after it, so it needs at most the K-th of both."""
+    if top_k <= 0:
+        return math.inf
+    old = sorted(c.iteration_s for c in best)
+    both = sorted(old + list(mine))
+    kth_old = old[top_k - 1] if len(old) >= top_k else math.inf
+    kth = both[top_k - 1] if len(both) >= top_k else math.inf
+    return min(kth_old, math.nextafter(kth, math.inf))
 
 
 class _Dropped(Exception):
@@ -739,11 +813,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             held = ca[j] - ca[i] + (fi[i] if i > 0 and i < j else 0.0)
             return cs[j] - cs[i] + min(pp - k, m) * held + float(tr[i:j].max(initial=0.0))
 
-        tot, extra = float(wk.w.sum()), space.optimizer_lb_s(pt) + space.exposure_lb_s(pt)
+        tot = float(wk.w.sum())
         solved += 1
         if pt.vp > 1:   # Megatron's equal chunks: one plan, its reduction options
             skipped = skips.skipped
-            got = _evaluate(space.pb, space, pt, None, lb0, skips, must=not best)
+            got = _evaluate(space.pb, space, pt, None, lb0, skips, must=not best, best=best, top_k=top_k)
             if skips.skipped > skipped:
                 bound = min(bound, lb0)
             infeasible += not got and skips.skipped == skipped
@@ -769,7 +843,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                     partial += 1
                     break
                 skipped = skips.skipped
-                best += _evaluate(space.pb, space, pt, split, lb_split, skips, must=not best)
+                best += _evaluate(space.pb, space, pt, split, lb_split, skips, must=not best, best=best, top_k=top_k)
                 if skips.skipped > skipped:   # an option of this split not estimated: its bound stands
                     bound = min(bound, lb_split)
                 best.sort(key=lambda c: c.iteration_s)
@@ -781,9 +855,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 if not exact:
                     bound = min(bound, lb0)
                 continue
-            pb = tot + (m - 1) * tau + extra if exact else lb0
+            pb = space._with_reduction_s(pt, tot + (m - 1) * tau) + space.optimizer_lb_s(pt) if exact else lb0
             bound = min(bound, pb)   # the other splits of this point are not searched
-            best += _evaluate(space.pb, space, pt, split, pb, skips, must=not best)
+            kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
+            if space.split_lb_s(pt, _edges(split)) < kth:   # else its plans cannot enter the best K
+                best += _evaluate(space.pb, space, pt, split, pb, skips, must=not best, best=best, top_k=top_k)
         if not best:
             continue
         if stop is not None:

@@ -4,12 +4,16 @@ the declared space, distplan.testing.cluster_oracle), and the optimizer terms, Z
 parameter all-gather included, are exact where one stage holds everything."""
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distplan.api.problem import problem as make_problem
-from distplan.costs.iteration import estimate_iteration
+from distplan.costs.iteration import Exceeds, estimate_iteration
+from distplan.costs.megatron import megatron_plan
+from distplan.model import cluster
 from distplan.model.cluster import ClusterPoint, _Space, _units
 from distplan.testing.cluster_oracle import declared_plans
 from distplan.topologies import kinds as K
@@ -83,3 +87,62 @@ def test_split_optimizer_bound_is_the_slowest_stages_step(zero):
         want = estimate_iteration(p, plan).optimizer_s
         assert space.split_optimizer_s(pt, edges_of(p, plan)) == pytest.approx(want, rel=1e-11)
         assert space.optimizer_lb_s(pt) <= want
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(1, 4), nodes=st.sampled_from([1, 2, 4]), per_node=st.sampled_from([2, 4]),
+       M=st.sampled_from([4, 8]), seq=st.sampled_from([32, 256]))
+def test_the_untimed_bound_of_overlapped_buckets_is_below_their_timing(layers, nodes, per_node, M, seq):
+    """Every overlapped plan of the declared space: ``estimate_iteration`` with ``above_s``
+    0 raises ``Exceeds`` with a bound at most the iteration it times without it."""
+    p = _problem(layers, nodes, per_node, M, seq)
+    n = 0
+    for plan in declared_plans(p, "bf16"):
+        if not plan.overlap_grad_reduce:
+            continue
+        t = estimate_iteration(p, plan).iteration_s
+        with pytest.raises(Exceeds) as got:
+            estimate_iteration(p, plan, above_s=0.0)
+        assert 0 < got.value.bound_s <= t, (point_of(plan).label(), plan.dp_allreduce)
+        assert estimate_iteration(p, plan, above_s=t * 1.5).iteration_s == t   # not reached: timed as before
+        n += 1
+    assert n > 0 or nodes * per_node < 2
+
+
+def test_the_bound_of_a_contended_flat_ring_is_its_busiest_link():
+    """gpt3-1024x8x16, dp 16 x tp 2 on a100x32, flat ring overlapped: the 16 replicas'
+    ring crosses the rail switches' shared uplinks; the bound (the busiest link's load after
+    the first bucket is ready) lies within 10 % of the timed iteration, which the cluster
+    space then skips timing once it is past the K-th best."""
+    p = make_problem("gpt3-1024x8x16", "a100x32", batch_size=1, seq_len=512, mode="training",
+                     precisions=("bf16",), microbatches=16)
+    plan = megatron_plan(p, 16, 2, 1, "bf16", dp_allreduce="ring", overlap_grad_reduce=True)
+    t = estimate_iteration(p, plan).iteration_s
+    with pytest.raises(Exceeds) as got:
+        estimate_iteration(p, plan, above_s=0.0)
+    assert 0.9 * t <= got.value.bound_s <= t
+
+
+def test_dropping_untimed_options_leaves_the_best_plans_as_they_were(monkeypatch):
+    """Two nodes of four A100: the search with options dropped by their bound returns the
+    same plans, in the same order with the same figures, as one that times every option,
+    and it did drop some."""
+    p = _problem(4, 2, 4, 8, 256)
+    dropped = []
+    real = cluster.estimate_iteration
+
+    def counting(*a, **kw):
+        try:
+            return real(*a, **kw)
+        except Exceeds:
+            dropped.append(1)
+            raise
+
+    monkeypatch.setattr(cluster, "estimate_iteration", counting)
+    got = cluster.plan_cluster(p, top_k=5)
+    assert dropped
+    monkeypatch.setattr(cluster, "_entry_s", lambda *a: math.inf)
+    want = cluster.plan_cluster(p, top_k=5)
+    assert [(c.point, c.plan, c.iteration_s) for c in got.plans] == [(c.point, c.plan, c.iteration_s)
+                                                                     for c in want.plans]
+    assert got.bound_s == want.bound_s and got.solved == want.solved

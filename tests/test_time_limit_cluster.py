@@ -72,10 +72,10 @@ def test_search_stops_mid_point_when_the_deadline_passes(monkeypatch):
     calls = []
     real = cluster.estimate_iteration
 
-    def slow(problem, plan, deadline_s=float("inf")):
+    def slow(problem, plan, deadline_s=float("inf"), **kw):
         calls.append(plan)
         time.sleep(0.4)
-        return real(problem, plan, deadline_s)
+        return real(problem, plan, deadline_s, **kw)
 
     monkeypatch.setattr(cluster, "estimate_iteration", slow)
     r = cluster.plan_cluster(p, top_k=3, deadline=time.perf_counter() + 0.2)
