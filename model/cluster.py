@@ -611,19 +611,96 @@ def estimate_s(problem: Problem, plan: Plan) -> float:
     return ESTIMATE_S_PER_TRANSFER * estimate_transfers(problem, plan) + ESTIMATE_S_PER_OP * problem.n_ops
 
 
+#: forecast seconds past an option's cheapest sibling from which, while fewer than K plans
+#: are known, it is put off (``_Best.deferred``) until the search needs it
+DEFER_S = 0.1
+
+
+class _Best(list):
+    """The best ``k`` plans so far, as the search keeps them: by iteration, ties by where
+    each option comes in the search's order (``seq``: the evaluation, the option), in
+    whatever order they were timed; and the options put off (``_Deferred``)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k, self.seq, self.calls, self.deferred = k, {}, 0, []
+
+    def kth_s(self) -> float:
+        return self[self.k - 1].iteration_s if len(self) >= self.k else math.inf
+
+    def add(self, items) -> None:
+        """Keep the best k of these (seq, plan) pairs and the plans held."""
+        for seq, c in items:
+            self.seq[id(c)] = seq
+            self.append(c)
+        self.sort(key=lambda c: (c.iteration_s, self.seq[id(c)]))
+        for c in self[self.k:]:
+            del self.seq[id(c)]
+        del self[self.k:]
+
+    def entry_s(self, mine) -> float:
+        """The iteration from which an option of the evaluation under way (after every
+        plan held) stays out of the best k: the K-th held, or past the K-th of those and
+        ``mine``, the evaluation's options already timed (they may come after it)."""
+        both = sorted([c.iteration_s for c in self] + list(mine))
+        kth = both[self.k - 1] if len(both) >= self.k else math.inf
+        return min(self.kth_s(), math.nextafter(kth, math.inf))
+
+
+@dataclass
+class _Deferred:
+    """An option put off (``_Best.deferred``: by its own bound, then its place in the
+    search's order): its plan, the split's bound, and the split's memory verdict (shared
+    with its siblings; empty until asked)."""
+
+    point: ClusterPoint
+    plan: Plan
+    problem: Problem
+    point_bound_s: float
+    need_s: float
+    memory: dict
+
+
+def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, clock: Skips | None,
+                 timed: bool, above_s: float) -> float | None:
+    """One option's analytic iteration, or None: over the time left or stopped (counted
+    in ``clock``), or proved at least ``above_s`` (``Exceeds``)."""
+    if timed and need_s > clock.left():
+        clock.skip(pt, need_s, clock.left())
+        return None
+    try:
+        with _dropping(clock.clock.stop if timed else None):   # the first option of a search with no plan runs
+            return (estimate_iteration(problem, plan, deadline_s=clock.clock.deadline if timed else math.inf,
+                                       above_s=above_s).iteration_s
+                    if problem.training else estimate_latency(problem, plan))
+    except Exceeds:
+        return None   # at least the K-th best: never kept
+    except (TimeUp, _Dropped):
+        clock.skip(pt, need_s, 0.0)
+        return None
+
+
+def _fits(problem: Problem, plan: Plan, memory: dict) -> bool:
+    """The checker's memory verdict on the split of ``plan`` (asked once per ``memory``)."""
+    if "ok" not in memory:
+        memory["ok"] = not problem.training or bool(
+            (plan_memory_bytes(problem, plan) <= problem.device_mem_bytes * (1 + 1e-12)).all())
+    return memory["ok"]
+
+
 def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int] | None,
               bound_s: float, clock: Skips | None = None, must: bool = False,
-              best: Sequence[ClusterPlan] = (), top_k: int = 0) -> list[ClusterPlan]:
-    """The plan of ``split`` (None: the interleaved point's equal chunks, ``_interleaved``)
-    under each gradient-reduction option, with its analytic iteration: a flat ring or
-    (when replicas share nodes) hierarchical, overlapped or not (ZeRO-3 reduce-scatters
-    unit by unit: one option). With ``clock``, an option whose forecast exceeds the time
-    left, or that runs into the deadline, is skipped and counted there (``must``: nothing
-    was found yet, the option forecast cheapest runs anyway). Options run cheapest
-    forecast first; with ``top_k``, one that ``estimate_iteration`` proves cannot enter
-    the best ``top_k`` of ``best`` and the options run before it (``above_s``) is dropped
-    untimed; the checker's memory is asked only when some option can enter. Returned in
-    option order, as if every option had run."""
+              best: _Best | None = None) -> list[tuple[tuple[int, int], ClusterPlan]]:
+    """(seq, plan) of ``split`` (None: the interleaved point's equal chunks,
+    ``_interleaved``) under each gradient-reduction option, with its analytic iteration: a
+    flat ring or (when replicas share nodes) hierarchical, overlapped or not (ZeRO-3
+    reduce-scatters unit by unit: one option). With ``clock``, an option whose forecast
+    exceeds the time left, or that runs into the deadline, is skipped and counted there
+    (``must``: nothing was found yet, the option forecast cheapest runs anyway). Options
+    run cheapest forecast first; with ``best``, one proved unable to enter it is dropped
+    untimed (``above_s``), one forecast ``DEFER_S`` past the cheapest is put off while
+    fewer than K plans are known, and the checker's memory is asked only when some option
+    can enter."""
     options = [("ring", False), ("ring", True)] if pt.dp > 1 and not gathers(pt) else [("ring", False)]
     if pt.dp > 1 and not gathers(pt) and \
             hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
@@ -632,48 +709,59 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
              else _interleaved(problem, space, pt, allreduce, overlap) for allreduce, overlap in options]
     need = [estimate_s(problem, plan) if clock is not None and problem.training else 0.0 for plan in plans]
     first = min(range(len(plans)), key=need.__getitem__) if must or clock is None else -1
+    call = best.calls if best is not None else 0
+    if best is not None:
+        best.calls += 1
     got: dict[int, float] = {}
+    put_off: list[tuple[int, float]] = []
     for i in sorted(range(len(plans)), key=need.__getitem__):
-        plan = plans[i]
-        timed = clock is not None and i != first
-        if timed and need[i] > clock.left():
-            clock.skip(pt, need[i], clock.left())
+        entry = best.entry_s(got.values()) if best is not None else math.inf
+        if problem.training and best is not None and need[i] > min(need) + DEFER_S:
+            try:   # its bound, untimed (an option without overlapped buckets is timed at once)
+                got[i] = estimate_iteration(problem, plans[i], above_s=0.0).iteration_s
+            except Exceeds as e:
+                if e.bound_s < entry:
+                    put_off.append((i, e.bound_s))
             continue
-        try:
-            with _dropping(clock.clock.stop if timed else None):   # the first option of a search with no plan runs
-                t = (estimate_iteration(problem, plan, deadline_s=clock.clock.deadline if timed else math.inf,
-                                        above_s=_entry_s(best, got.values(), top_k)).iteration_s
-                     if problem.training else estimate_latency(problem, plan))
-        except Exceeds:
-            continue   # at least the K-th best: never kept
-        except (TimeUp, _Dropped):
-            clock.skip(pt, need[i], 0.0)
-            continue
-        got[i] = t
-    kth = _entry_s(best, (), top_k)
-    if problem.training and any(t < kth for t in got.values()) and \
-            not (plan_memory_bytes(problem, plans[0]) <= problem.device_mem_bytes * (1 + 1e-12)).all():
+        t = _time_option(problem, pt, plans[i], need[i], clock, clock is not None and i != first, entry)
+        if t is not None:
+            got[i] = t
+    memory: dict = {}
+    kth = best.kth_s() if best is not None else math.inf
+    if any(t < kth for t in got.values()) and not _fits(problem, plans[0], memory):
         return []   # over the checker's memory (the split's own bound used its lower bound)
-    return [ClusterPlan(pt, plans[i], got[i], bound_s, problem) for i in sorted(got)]
+    for i, lb in put_off:
+        heapq.heappush(best.deferred, (lb, (call, i), _Deferred(pt, plans[i], problem, bound_s, need[i], memory)))
+    return [((call, i), ClusterPlan(pt, plans[i], got[i], bound_s, problem)) for i in sorted(got)]
+
+
+def _settle(best: _Best, clock: Skips, below_s: float = math.inf, run: bool = True) -> float:
+    """Time the options put off whose bound is below ``below_s`` and can still enter the
+    best K, least bound first (each against the K-th held, strictly: it may come before
+    plans held); those past the K-th never enter and are dropped. Returns the least bound
+    of those the clock left untimed (``run`` False: every one left, counted in ``clock``)."""
+    left = math.inf
+    while best.deferred and best.deferred[0][0] < below_s:
+        lb, seq, d = heapq.heappop(best.deferred)
+        kth = best.kth_s()
+        if lb > kth:
+            best.deferred.clear()   # every bound left is larger
+            break
+        skipped = clock.skipped
+        if not run:
+            clock.skip(d.point, d.need_s, clock.left())
+        t = _time_option(d.problem, d.point, d.plan, d.need_s, clock, True, math.nextafter(kth, math.inf)) \
+            if run else None
+        if clock.skipped > skipped:
+            left = min(left, lb)
+        elif t is not None and _fits(d.problem, d.plan, d.memory):
+            best.add([(seq, ClusterPlan(d.point, d.plan, t, d.point_bound_s, d.problem))])
+    return left
 
 
 def _edges(split: list[int]) -> tuple[int, ...]:
     """The unit boundaries of a split (each unit's stage, non-decreasing)."""
     return (0, *[i for i in range(1, len(split)) if split[i] != split[i - 1]], len(split))
-
-
-def _entry_s(best: Sequence[ClusterPlan], mine, top_k: int) -> float:
-    """The iteration from which a plan of the point being evaluated stays out of the best
-    ``top_k``, wherever it comes among the point's options: appended after ``best``
-    (stable sort), it needs less than the K-th of ``best``; ``mine``, the point's options
-    already timed, may come after it, so it needs at most the K-th of both."""
-    if top_k <= 0:
-        return math.inf
-    old = sorted(c.iteration_s for c in best)
-    both = sorted(old + list(mine))
-    kth_old = old[top_k - 1] if len(old) >= top_k else math.inf
-    kth = both[top_k - 1] if len(both) >= top_k else math.inf
-    return min(kth_old, math.nextafter(kth, math.inf))
 
 
 class _Dropped(Exception):
@@ -785,7 +873,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     for pt in pts:
         heap.append((spaces[(pt.microbatch_size, pt.precision)].point_lb_s(pt), pt))
     heapq.heapify(heap)
-    best: list[ClusterPlan] = []
+    best = _Best(top_k)
     incumbent = math.inf
     bound = math.inf
     solved = infeasible = partial = 0
@@ -793,13 +881,15 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     last_say = t0
     while heap:
         lb0, pt = heap[0]
-        kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
-        if lb0 >= kth:   # no point left can enter the top K (nor beat the best)
+        if lb0 >= best.kth_s():   # no point left can enter the top K (nor beat the best)
             break
         if expired() and best:
             cut.append(f"{len(heap):,} cluster points not visited")
             bound = min(bound, lb0)
             break
+        if best.deferred and best.deferred[0][0] < lb0:   # an option put off comes first
+            bound = min(bound, _settle(best, skips, below_s=lb0))
+            continue
         heapq.heappop(heap)
         space = spaces[(pt.microbatch_size, pt.precision)]
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
@@ -817,13 +907,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         solved += 1
         if pt.vp > 1:   # Megatron's equal chunks: one plan, its reduction options
             skipped = skips.skipped
-            got = _evaluate(space.pb, space, pt, None, lb0, skips, must=not best, best=best, top_k=top_k)
+            got = _evaluate(space.pb, space, pt, None, lb0, skips, must=not best, best=best)
             if skips.skipped > skipped:
                 bound = min(bound, lb0)
             infeasible += not got and skips.skipped == skipped
-            best += got
-            best.sort(key=lambda c: c.iteration_s)
-            del best[top_k:]
+            best.add(got)
         elif math.comb(len(wk.w) - 1, pt.pp - 1) <= INNER_ENUM_MAX:
             # every split, cheapest slowest stage first, until its bound reaches the K-th plan
             cands = []
@@ -835,19 +923,16 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             if not cands:
                 infeasible += 1
             for lb_split, split in sorted(cands, key=lambda c: c[0]):
-                kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
-                if lb_split >= kth:
+                if lb_split >= best.kth_s():
                     break
                 if expired() and best:   # the point's other splits keep their bound
                     bound = min(bound, lb_split)
                     partial += 1
                     break
                 skipped = skips.skipped
-                best += _evaluate(space.pb, space, pt, split, lb_split, skips, must=not best, best=best, top_k=top_k)
+                best.add(_evaluate(space.pb, space, pt, split, lb_split, skips, must=not best, best=best))
                 if skips.skipped > skipped:   # an option of this split not estimated: its bound stands
                     bound = min(bound, lb_split)
-                best.sort(key=lambda c: c.iteration_s)
-                del best[top_k:]
         else:
             tau, split, exact = _best_split(wk.w, mem_of, space.cap, pt.pp)
             if split is None:
@@ -857,19 +942,19 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 continue
             pb = space._with_reduction_s(pt, tot + (m - 1) * tau) + space.optimizer_lb_s(pt) if exact else lb0
             bound = min(bound, pb)   # the other splits of this point are not searched
-            kth = best[top_k - 1].iteration_s if len(best) >= top_k else math.inf
-            if space.split_lb_s(pt, _edges(split)) < kth:   # else its plans cannot enter the best K
-                best += _evaluate(space.pb, space, pt, split, pb, skips, must=not best, best=best, top_k=top_k)
+            if space.split_lb_s(pt, _edges(split)) < best.kth_s():   # else its plans cannot enter the best K
+                best.add(_evaluate(space.pb, space, pt, split, pb, skips, must=not best, best=best))
         if not best:
             continue
         if stop is not None:
             stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps the best so far
-        best.sort(key=lambda c: c.iteration_s)
-        del best[top_k:]
         incumbent = best[0].iteration_s
         if progress is not None and time.perf_counter() - last_say > 2.0:
             last_say = time.perf_counter()
             say(f"  {solved:,} points visited, best {incumbent:.6g} s ({best[0].point.label()}), bound {min(bound, lb0):.6g} s")
+    bound = min(bound, _settle(best, skips, run=not cut))   # the options put off that still can enter
+    if best:
+        incumbent = best[0].iteration_s
     if heap and not cut:
         bound = min(bound, heap[0][0])
     if partial:

@@ -124,9 +124,9 @@ def test_the_bound_of_a_contended_flat_ring_is_its_busiest_link():
 
 
 def test_dropping_untimed_options_leaves_the_best_plans_as_they_were(monkeypatch):
-    """Two nodes of four A100: the search with options dropped by their bound returns the
-    same plans, in the same order with the same figures, as one that times every option,
-    and it did drop some."""
+    """Two nodes of four A100: the search with options dropped by their bound and put off
+    while fewer than K plans are known returns the same plans, in the same order with the
+    same figures, as one that times every option in turn, and it did drop some."""
     p = _problem(4, 2, 4, 8, 256)
     dropped = []
     real = cluster.estimate_iteration
@@ -138,10 +138,20 @@ def test_dropping_untimed_options_leaves_the_best_plans_as_they_were(monkeypatch
             dropped.append(1)
             raise
 
+    put_off = []
+
+    class Counted(cluster._Deferred):
+        def __init__(self, *a):
+            super().__init__(*a)
+            put_off.append(self.point)
+
     monkeypatch.setattr(cluster, "estimate_iteration", counting)
+    monkeypatch.setattr(cluster, "_Deferred", Counted)
+    monkeypatch.setattr(cluster, "DEFER_S", 0.0)   # put off every option but the cheapest
     got = cluster.plan_cluster(p, top_k=5)
-    assert dropped
-    monkeypatch.setattr(cluster, "_entry_s", lambda *a: math.inf)
+    assert dropped and put_off
+    monkeypatch.setattr(cluster._Best, "entry_s", lambda *a: math.inf)
+    monkeypatch.setattr(cluster, "DEFER_S", math.inf)
     want = cluster.plan_cluster(p, top_k=5)
     assert [(c.point, c.plan, c.iteration_s) for c in got.plans] == [(c.point, c.plan, c.iteration_s)
                                                                      for c in want.plans]
