@@ -49,9 +49,9 @@ def edges_of(problem, plan) -> tuple[int, ...]:
 def test_point_and_split_bounds_are_below_every_plan_they_cover(layers, nodes, per_node, M, vps):
     """Every plan the estimate times in closed form (1F1B: fill + (m - 1) x the slowest
     stage + drain; interleaved: the joint run). A 1F1B plan whose boundary links pace the
-    run (``boundaries_contend``) is replayed jointly, which with fewer microbatches than
-    stages can come out below the closed form, so below this bound (dp 1 x pp 3 of 4
-    layers, 2 microbatches: 0.956 ms against a bound of 1.012 ms): not covered here."""
+    run (``boundaries_contend``) is replayed jointly instead, which the closed-form bound
+    is not proven to cover (at d114d8b dp 1 x pp 3 of 4 layers, 2 microbatches, went
+    there and came out at 0.956 ms against a bound of 1.012 ms; d352ff9 keeps it closed)."""
     p = _problem(layers, nodes, per_node, M)
     space = _Space(p, "bf16")
     n = 0
