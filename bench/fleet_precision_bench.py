@@ -4,13 +4,13 @@ int8; every plan simulated per optimizer step).
 
 1. The fleet benchmark table's cases (bench/README.md "Mixed fleets against the other
    planners"): the whole fleet search, policies alone and with the per-op MILP, best
-   simulated plan of each and the seconds each search + simulation took.
+   simulated plan of each; ``--timing``: their wall seconds, alternated twice.
 2. Heterogeneity under a sensitivity budget (microbatch 4 x 32, the table's size):
    the best simulated plan with per-op precision per kind against the best with one
    policy per kind, the same budget (fractions of the fastest plan's sensitivity).
 3. ``--pareto 8``: the frontier's points, each simulated, and how many are distinct.
 
-    python bench/fleet_precision_bench.py [--no-pareto | --pareto-only] [bert-base bert-large]
+    python bench/fleet_precision_bench.py [--no-pareto | --pareto-only | --timing] [WORKLOAD ...]
 writes bench/results/fleet_precision_bench.json; ``--table``: the guide's tables from it
 """
 from __future__ import annotations
@@ -59,8 +59,11 @@ def main(workloads: list[str], parts: set[str]) -> dict:
     for wl in workloads:
         pb = _problem(wl)
         row: dict = out.setdefault(wl, {})
+        if "timing" in parts:
+            parts_timing(pb, wl, row)
         if "table" not in parts:
-            parts_pareto(pb, wl, row)
+            if "pareto" in parts:
+                parts_pareto(pb, wl, row)
             continue
         for name, per_op in (("policies", False), ("per_op", True)):
             row[name] = best_simulated(pb, per_op)
@@ -79,6 +82,18 @@ def main(workloads: list[str], parts: set[str]) -> dict:
         if "pareto" in parts:
             parts_pareto(pb, wl, row)
     return out
+
+
+def parts_timing(pb, wl: str, row: dict, rounds: int = 2) -> None:
+    """Wall seconds of the whole search + simulation, policies alone and with the per-op
+    MILP, alternated ``rounds`` times (the machine is shared): the least of each."""
+    runs: dict[str, list[float]] = {"policies": [], "per_op": []}
+    for _ in range(rounds):
+        for name, per_op in (("policies", False), ("per_op", True)):
+            runs[name].append(best_simulated(pb, per_op)["seconds"])
+    row["timing"] = {k: {"runs_s": v, "least_s": min(v)} for k, v in runs.items()}
+    row["timing"]["ratio"] = round(min(runs["per_op"]) / min(runs["policies"]), 3)
+    print(f"{wl} timing: {row['timing']}", flush=True)
 
 
 def parts_pareto(pb, wl: str, row: dict) -> None:
@@ -103,9 +118,9 @@ def markdown(res: dict) -> str:
                        f"({b['policies']['configuration']}) | {b['margin'] * 100:+.2f} % |")
     out += ["", "| workload | policies alone | with the per-op MILP |", "|---|---|---|"]
     for wl in wls:
-        a, b = res[wl]["policies"], res[wl]["per_op"]
-        out.append(f"| {wl} | {a['per_step_per_s']:,.1f}/s in {a['seconds']:.1f} s | "
-                   f"{b['per_step_per_s']:,.1f}/s in {b['seconds']:.1f} s |")
+        a, b, t = res[wl]["policies"], res[wl]["per_op"], res[wl]["timing"]
+        out.append(f"| {wl} | {a['per_step_per_s']:,.1f}/s in {t['policies']['least_s']:.1f} s | "
+                   f"{b['per_step_per_s']:,.1f}/s in {t['per_op']['least_s']:.1f} s ({t['ratio']:.2f}x) |")
     if all("pareto" in res[wl] for wl in wls):
         out += ["", "| workload | `--pareto 8`: samples/s per step (sensitivity) | distinct | seconds |", "|---|---|---|---|"]
         for wl in wls:
@@ -120,7 +135,8 @@ if __name__ == "__main__":
     if "--table" in args:
         print(markdown(json.loads(OUT.read_text())))
         sys.exit(0)
-    parts = {"table"} if "--no-pareto" in args else {"pareto"} if "--pareto-only" in args else {"table", "pareto"}
+    parts = ({"table"} if "--no-pareto" in args else {"pareto"} if "--pareto-only" in args
+             else {"timing"} if "--timing" in args else {"table", "pareto", "timing"})
     res = main([a for a in args if not a.startswith("--")] or ["bert-base", "bert-large"], parts)
     now = json.loads(OUT.read_text()) if OUT.exists() else {}   # another run's parts, stored meanwhile
     for k, v in res.items():

@@ -127,10 +127,10 @@ def _choose(problem: Problem, groups: Sequence[Group], microbatches: int,
     n_x, n_t = len(cols), 1 + len(stages)
     scale_t = max([g.share * (const_t[gi] + sum(problem.op_time_s(v, max(options(problem, v, g.kind),
                    key=lambda q: problem.op_time_s(v, q, g.kind)), g.kind) for v in g.ops))
-                   for gi, g in enumerate(groups)] + [1e-30])
+                   for gi, g in enumerate(groups)] + [0.0]) or 1.0   # rows and costs of order 1
     tx = np.array([problem.op_time_s(v, q, groups[gi].kind) for gi, v, q in cols]) / scale_t
     sx = np.array([groups[gi].weight * float(problem.sensitivity[v, q]) for gi, v, q in cols])
-    scale_s = max(float(sx.max()) if n_x else 0.0, 1e-30)
+    scale_s = float(sx.max()) if n_x and sx.max() > 0 else 1.0
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
