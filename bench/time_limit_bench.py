@@ -3,11 +3,10 @@
 wall time of the whole process (imports and problem build included) against S, and
 what came back: the best plan, simulated or with the model's figures only.
 
-Target (README, issue 13's contract): wall <= S + ~1 s. Measured on the 2-core machine:
-10 s -> 9.1-9.5 s (unsimulated), 30 s -> 25.4 s (unsimulated: the best plans' replicas
-do not merge, their simulations are forecast at 37-39 s), 120 s -> 102-104 s (dp 16 x
-tp 8 x pp 8, sequence parallel, 73.86 samples per step, simulated). Not a test: no
-assertion on time.
+Target (README, issue 13's contract): wall <= S + ~1 s. Measured on the 2-core machine
+at 05f9235: 10 s -> 9.2 s (unsimulated), 30 s -> 20.3 s and 120 s -> 19.2 s (the search
+ends by itself; dp 16 x tp 8 x pp 8, sequence parallel, 73.86 samples per step,
+simulated). Not a test: no assertion on time.
 
     python bench/time_limit_bench.py [--limits 10,30,120] [--json bench/results/time_limit_bench.json]
 """
