@@ -78,9 +78,7 @@ def exchange_precision(problem: Problem, q: int) -> int:
     their rows at: Transformer Engine's fp8 recipe quantizes inside its GEMMs, so the
     dispatched hidden states and the combined outputs stay bf16 where the op runs fp8
     (bf16 when the problem has it); ``q`` otherwise."""
-    if problem.precisions[q] == "fp8" and "bf16" in problem.precisions:
-        return problem.q_index("bf16")
-    return q
+    return problem.wire_q(q)
 
 
 def with_all_to_alls(problem: Problem, plan: Plan, ep: int, row_elems: float, cp: int = 1) -> Graph:

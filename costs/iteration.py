@@ -145,7 +145,7 @@ def op_rank_times(problem: Problem, G: list[int], qs: list[int], ops: list[int],
         if problem.training:
             bwd[i] = tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, tdiv) + (f if again[v] else 0.0)
         if tv > 1 and tp_forward_allreduce(op):
-            fwd[i] += ring_allreduce_s(problem, G, float(problem.out_bytes(v, q)))
+            fwd[i] += ring_allreduce_s(problem, G, problem.collective_bytes(v, q))
         if problem.training and tv > 1 and tp_backward_allreduce(op):
             nb_in = sum(float(problem.edge_elems[e] * problem.bytes_per_elem[qs[int(problem.edges[e][0])]])
                         for e in problem.in_edge_ids(v))

@@ -194,8 +194,22 @@ class Problem:
         return cache[v]
 
     def out_bytes(self, v: int, q: int) -> float:
-        """Bytes of op v's output at precision index q (what a collective moves)."""
+        """Bytes of op v's output at precision index q (what it holds)."""
         return float(self.graph.ops[v].out_elems) * float(self.bytes_per_elem[q])
+
+    def wire_q(self, q: int) -> int:
+        """The precision index an op computed at ``q`` sends its output at: Transformer
+        Engine's fp8 training recipe (the "matmul" low-bit policy) quantizes inside its
+        GEMMs and writes bf16 outputs, so an fp8 op's tensor-parallel all-reduce and
+        all-to-alls move bf16 (when the problem has it); ``q`` otherwise."""
+        if (self.training and self.low_bit_ops == "matmul" and self.precisions[q] == "fp8"
+                and "bf16" in self.precisions):
+            return self.q_index("bf16")
+        return q
+
+    def collective_bytes(self, v: int, q: int) -> float:
+        """Bytes of op v's output (computed at ``q``) that a collective moves (``wire_q``)."""
+        return float(self.graph.ops[v].out_elems) * float(self.bytes_per_elem[self.wire_q(q)])
 
     def sending_edges(self) -> np.ndarray:
         """(E', 2) the tensors (u, v) that carry bytes: the ones that make u hold its sent

@@ -292,7 +292,7 @@ class _Builder:
                     prog.inputs[(p, e, j)] = (first, last, cast if cast is not None else f)
             fs.after_forward(v, self.ranks(G), Fn[v])
             if tv > 1 and tp_forward_allreduce(op):
-                out_at[v] = ring_nodes(self, list(G), list(Fn[v]), float(pb.out_bytes(v, qs[v])), p, 0, v)
+                out_at[v] = ring_nodes(self, list(G), list(Fn[v]), pb.collective_bytes(v, qs[v]), p, 0, v)
             else:
                 out_at[v] = list(Fn[v])
         own: dict[tuple[int, int], int] = {}
