@@ -134,6 +134,25 @@ def test_plan_file_microbatches_must_be_whole(tmp_path, capsys, where, value, ne
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
 
 
+@pytest.mark.parametrize("tp", [0, -2])
+def test_plan_file_tensor_parallel_below_one_is_one_error(tmp_path, capsys, tp):
+    """Was: ZeroDivisionError from the expert-parallel check reading the stage's replicas
+    (found by test_fuzz_cli's slow plan fuzzer after d455cf6)."""
+    import json
+
+    from distplan.cli import replay
+
+    d = _plan_doc(tmp_path)
+    d["stages"][0]["tensor_parallel"] = tp
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(d))
+    capsys.readouterr()
+    rc = replay.main([str(p), "--ideal"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "tensor_parallel" in lines[0], err
+
+
 def test_plan_file_device_order_microbatch_must_be_whole(tmp_path):
     from distplan.core.plan import plan_from_dict
     from distplan.costs.plan_file import problem_from_document

@@ -349,7 +349,8 @@ def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
                _whole(s.get("zero", 0), where), shares, rp, _whole(s.get("expert_parallel", 1), where),
                _whole(s.get("expert_stride", 1), where))
     ep, stride = st.expert_parallel, st.expert_stride
-    if ep < 1 or stride < 1 or st.replicas % (ep * stride):
+    # a tensor_parallel below 1 is the checker's to name (costs.check); no replicas to divide then
+    if ep < 1 or stride < 1 or (st.tensor_parallel >= 1 and st.replicas % (ep * stride)):
         raise DistplanError(f"{where}: expert_parallel {ep} x expert_stride {stride} must be positive and divide "
                             f"the stage's {st.replicas} replicas")
     return st
