@@ -73,18 +73,10 @@ def all_to_all_times(problem: Problem, plan: Plan, ep: int, cp: int, row_elems: 
     return max(all_to_all_s(problem, list(g), nbytes) for g in {tuple(g) for g in ep_groups(plan, ep, cp)})
 
 
-def exchange_precision(problem: Problem, q: int) -> int:
-    """The precision index the all-to-alls of an expert op computed at index ``q`` move
-    their rows at: Transformer Engine's fp8 recipe quantizes inside its GEMMs, so the
-    dispatched hidden states and the combined outputs stay bf16 where the op runs fp8
-    (bf16 when the problem has it); ``q`` otherwise."""
-    return problem.wire_q(q)
-
-
 def with_all_to_alls(problem: Problem, plan: Plan, ep: int, row_elems: float, cp: int = 1) -> Graph:
     """The problem's graph with each MoE layer's all-to-alls (module docstring) on its
     expert ops: the dispatch on ffn1's forward and on its backward, the combine on ffn2's
-    forward and backward, as measured (kind, precision) rows (``exchange_precision``), the per-rank time put back
+    forward and backward, as measured (kind, precision) rows (rows moved at ``Problem.wire_q``: bf16 under the fp8 recipe), the per-rank time put back
     to a whole op's (the tensor-parallel split divides it again). The graph as it is for
     ep 1."""
     if ep == 1:
@@ -94,7 +86,7 @@ def with_all_to_alls(problem: Problem, plan: Plan, ep: int, row_elems: float, cp
     tp, sp = st.tensor_parallel, st.sequence_parallel
     rows: dict[int, list[tuple[str, str, float | None, float | None]]] = {}
     for q, prec in enumerate(problem.precisions):
-        x = all_to_all_times(problem, plan, ep, cp, row_elems, exchange_precision(problem, q))
+        x = all_to_all_times(problem, plan, ep, cp, row_elems, problem.wire_q(q))
         for c, kind in enumerate(problem.kind_names):
             launch = float(problem.cast_fixed_s[c])
             for pair in expert_layers(g).values():

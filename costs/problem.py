@@ -209,7 +209,7 @@ class Problem:
 
     def collective_bytes(self, v: int, q: int) -> float:
         """Bytes of op v's output (computed at ``q``) that a collective moves (``wire_q``)."""
-        return float(self.graph.ops[v].out_elems) * float(self.bytes_per_elem[self.wire_q(q)])
+        return self.out_bytes(v, self.wire_q(q))
 
     def sending_edges(self) -> np.ndarray:
         """(E', 2) the tensors (u, v) that carry bytes: the ones that make u hold its sent

@@ -336,13 +336,10 @@ def _rank(problem: Problem, plans: list[Plan], trace: bool, sensitivity_budget: 
         else:
             rows.append(row)
     why = None
-    if not rows and interrupted_at is not None:   # a signal stopped the first simulation: the model's figures
-        why = f"simulation interrupted ({stop.name}) before a plan was simulated"
-        waiting = [p for p in plans if not any(p is d for d, _ in dropped)]
-        cost = {id(p): 0.0 for p in waiting}
-    if not rows and timed_out is not None:   # the first simulation outran its forecast: the model's figures
-        why = (f"simulation stopped at the time limit (forecast {cost[id(timed_out)]:.1f} s; it ran slower, "
-               "on a loaded machine)")
+    if not rows and (interrupted_at is not None or timed_out is not None):   # the first simulation was stopped
+        why = (f"simulation interrupted ({stop.name}) before a plan was simulated" if interrupted_at is not None
+               else f"simulation stopped at the time limit (forecast {cost[id(timed_out)]:.1f} s; it ran slower, "
+                    "on a loaded machine)")   # the model's figures, for every plan not dropped
         waiting = [p for p in plans if not any(p is d for d, _ in dropped)]
         cost = {id(p): 0.0 for p in waiting}
     if not rows and waiting:   # none fits: the model's figures, said as such
