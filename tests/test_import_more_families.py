@@ -111,6 +111,38 @@ def _batch_norm_channels(model: Any) -> int:
     return sum(m.num_features for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
 
 
+def _unread_position_rows(model: Any) -> int:
+    """A learned position table of at most 8,192 elements looked up at the constant
+    positions 0..S-1: the exporter folds the lookup into the S rows read (GPT-BigCode's
+    128 x 64 table at 32 positions: 6,144 elements not in the file)."""
+    wpe = model.transformer.wpe.weight
+    return (wpe.shape[0] - SEQ) * wpe.shape[1] if wpe.numel() <= 8192 else 0
+
+
+def _unread_t5_buckets(model: Any) -> int:
+    """T5's relative position bias is folded with its bucket lookup (a [1, heads, S, S]
+    constant): the file holds the buckets the positions reach and no others. The buckets
+    reached are counted by transformers' own bucketing (encoder: 32 positions both ways;
+    decoder: 8, causal)."""
+    from transformers.models.t5.modeling_t5 import T5Attention  # noqa: PLC0415
+
+    def reached(n: int, bidirectional: bool) -> int:
+        pos = torch.arange(n)
+        b = T5Attention._relative_position_bucket(pos[None, :] - pos[:, None], bidirectional=bidirectional,
+                                                  num_buckets=model.config.relative_attention_num_buckets,
+                                                  max_distance=model.config.relative_attention_max_distance)
+        return len(set(b.flatten().tolist()))
+
+    buckets, heads = model.config.relative_attention_num_buckets, model.config.num_heads
+    return heads * ((buckets - reached(SEQ, True)) + (buckets - reached(T5_DECODER_SEQ, False)))
+
+
+T5_DECODER_SEQ = 8
+#: a causal LM of the shape ``_decoder_only`` builds, as keyword arguments
+_DECODER = dict(vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=128, use_cache=False)
+
+
 def _whisper_encoder() -> Any:
     cfg = T.WhisperConfig(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                           decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256, num_mel_bins=16,
@@ -152,6 +184,43 @@ FAMILIES = {f.name: f for f in (
     Family("convnext", lambda: T.ConvNextModel(T.ConvNextConfig(hidden_sizes=[16, 32, 64, 128],
                                                                 depths=[1, 1, 1, 1])), _image),
     Family("swin", _swin, _image),
+    # 2026-12: families the first sessions did not try (each passed unchanged except
+    # DeepSeek-V3 from_module: its group-limited routing's in-place ``scatter_`` was an
+    # unknown operation)
+    # QK-norm (an RMSNorm on each head's queries and keys), head_dim apart from hidden / heads
+    Family("qwen3", lambda: T.Qwen3ForCausalLM(T.Qwen3Config(head_dim=16, **_DECODER)), _tokens),
+    # fine-grained experts (8, 2 per token) with QK-norm; batched expert products, as Mixtral's
+    Family("qwen3-moe", lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
+        head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
+        experts_implementation="batched_mm", **_DECODER)), _tokens),
+    # multi-head latent attention (low-rank Q and K/V), a dense first layer, a shared expert,
+    # group-limited routing
+    Family("deepseek-v3", lambda: T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+        n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, q_lora_rank=32, kv_lora_rank=16,
+        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, max_position_embeddings=128, use_cache=False,
+        experts_implementation="batched_mm")), _tokens),
+    # fused QKV and gate-up projections
+    Family("phi3", lambda: T.Phi3ForCausalLM(T.Phi3Config(pad_token_id=0, **_DECODER)), _tokens),
+    # partial rotary, parallel attention and MLP
+    Family("gpt-neox", lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=128, use_cache=False)), _tokens),
+    # multi-query attention (one K/V head), learned positions
+    Family("gpt-bigcode", lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(
+        vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=128, multi_query=True, use_cache=False)),
+        _tokens, onnx_missing=_unread_position_rows),
+    Family("falcon", lambda: T.FalconForCausalLM(T.FalconConfig(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, use_cache=False)), _tokens),
+    # alternating sliding-window and global layers, soft-capped attention off, QK-norm
+    Family("gemma3", lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(head_dim=16, sliding_window=16, **_DECODER)),
+           _tokens),
+    # relative position buckets (a learned bias per bucket and head), no biases, ReLU
+    Family("t5", lambda: T.T5Model(T.T5Config(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                              num_heads=4, use_cache=False)),
+           lambda: {"input_ids": _ids(), "decoder_input_ids": _ids(seq=T5_DECODER_SEQ)},
+           onnx_missing=_unread_t5_buckets),
     Family("clip-vision", lambda: T.CLIPVisionModel(T.CLIPVisionConfig(
         hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, image_size=64,
         patch_size=16)), _image),

@@ -167,3 +167,31 @@ def test_unknown_operation_warns_and_is_kept():
     with pytest.warns(UnknownOperatorWarning, match="fft"):
         g = import_module(Odd(), torch.randn(4, 8))
     assert any(op.kind == "other" for op in g.ops)
+
+
+class _Scatter(nn.Module):
+    """A group mask set in place, as DeepSeek-V3's group-limited routing does."""
+
+    def __init__(self, in_place: bool) -> None:
+        super().__init__()
+        self.in_place = in_place
+
+    def forward(self, x):
+        idx = torch.topk(x, 2, dim=-1).indices
+        mask = torch.zeros_like(x)
+        mask = mask.scatter_(1, idx, 1.0) if self.in_place else mask.scatter(1, idx, 1.0)
+        return x * mask
+
+
+def test_in_place_variants_cost_as_their_operation():
+    """``scatter_`` (torch's trailing underscore: in place) is costed as ``scatter``, not
+    an unknown operation of a pessimistic cost."""
+    import warnings
+
+    from distplan.workloads.onnx_import import UnknownOperatorWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownOperatorWarning)
+        g_in, g_out = (import_module(_Scatter(p), torch.randn(4, 8), fuse=False) for p in (True, False))
+    assert [(o.kind, o.fwd_flops) for o in g_in.ops] == [(o.kind, o.fwd_flops) for o in g_out.ops]
+    assert all(o.kind != "other" for o in g_in.ops)

@@ -465,10 +465,19 @@ def _cost(node: Any, w: _Walk, deps: list[Any], param: int) -> tuple[Operator, s
     if t == "embedding":
         return mk(name, "embedding", 0, param, in_elems, out, bwd_flops=out,
                   reads=w.elems(node.args[0]) + out), "embedding"
-    fam = _FN_FAMILY.get(t)
+    fam = _FN_FAMILY.get(t) or _in_place_family(t)
     if fam is not None:
         return _family_op(node, fam, name, param, in_elems, out, None), fam
     return _unknown(node, t, w, name, param, in_elems, out)
+
+
+def _in_place_family(t: str) -> str | None:
+    """An in-place variant (``scatter_``, ``index_add_``: torch's trailing underscore)
+    costs what its out-of-place operation does (DeepSeek-V3's group-limited routing
+    calls ``scatter_``)."""
+    if t.endswith("_") and not t.startswith("_") and len(t) > 1:
+        return _FN_FAMILY.get(t[:-1])
+    return None
 
 
 #: grouped matrix products of a mixture of experts: ``aten._grouped_mm(a, b, offs, bias)``
