@@ -2,7 +2,9 @@
 
 The simulator's rules (``sim.fsdp_nodes``) in closed form, without contention: one
 stream per device; a unit's all-gather or reduce-scatter takes ``a_i`` = (r-1) steps
-of bytes/r over the slowest neighbour route of the ring (``all_gather_s``). Forward:
+of bytes/r over the slowest neighbour route of the ring (``all_gather_s``); with expert
+parallelism its dense part so and then its routed experts' over their group's ring
+(``unit_gather_s``). Forward:
 the first gather starts with the pass, unit i+1's when unit i starts, unit i starts
 once its gather is done. Backward (units last to first): unit i-1's gather starts when
 unit i starts and the stream is free, unit i's reduce-scatter after its backward and
@@ -16,7 +18,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distplan.costs.collectives import all_gather_s
-from distplan.costs.sharding import fsdp_units, unit_param_bytes
+from distplan.costs.sharding import fsdp_rings, fsdp_units
+
+
+def unit_gather_s(problem, st, unit: Sequence[int], qs: Sequence[int], ops: set[int]) -> float:
+    """``a_i``: a unit's all-gather on rank 0's rings (``sharding.fsdp_rings``), one after
+    the other; the expert-data-parallel groups' rings run side by side, the slowest
+    counted."""
+    by_kind: dict[bool, float] = {}
+    for members, nbytes in fsdp_rings(st, problem, unit, qs, ops):
+        ring = [st.devices[i * st.tensor_parallel] for i in members]
+        dense = len(members) == st.replicas
+        by_kind[dense] = max(by_kind.get(dense, 0.0), all_gather_s(problem, ring, nbytes))
+    return sum(by_kind.values())
 
 
 def fsdp_stage_times(problem, plan, k: int, ops: Sequence[int], f_op, b_op, qs: Sequence[int],
@@ -32,9 +46,8 @@ def fsdp_stage_times(problem, plan, k: int, ops: Sequence[int], f_op, b_op, qs: 
     units = fsdp_units(problem, ops)
     if not units:
         return None
-    ring = [st.devices[i * st.tensor_parallel] for i in range(st.replicas)]
     mine = set(ops)
-    a = [all_gather_s(problem, ring, unit_param_bytes(problem, u, qs, st.tensor_parallel, mine)) for u in units]
+    a = [unit_gather_s(problem, st, u, qs, mine) for u in units]
     first = {u[0]: i for i, u in enumerate(units)}
     last = {u[-1]: i for i, u in enumerate(units)}
     n = len(units)

@@ -370,9 +370,10 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule not in ("1f1b", "interleaved"):
         raise DistplanError(f"the analytic iteration models the 1f1b and interleaved schedules, not {plan.schedule!r}")
-    if any(expert_reduces(st) for st in plan.stages):
+    if any(expert_reduces(st) and st.zero < 3 for st in plan.stages):   # ZeRO-3's are timed unit by unit (costs.fsdp)
         raise DistplanError("the analytic iteration does not time expert-data-parallel gradient reductions "
-                            "(expert parallelism with r / ep >= 2 replicas a group); simulate the plan instead")
+                            "(expert parallelism with r / ep >= 2 replicas a group, ZeRO below 3); simulate the "
+                            "plan instead")
     if plan.schedule == "interleaved" or replica_groups(problem, plan):
         if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):
             raise DistplanError("the analytic iteration models ZeRO-3 on plain 1F1B with alike replicas only; "

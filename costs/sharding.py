@@ -11,8 +11,8 @@
 Tied parameters read on another stage are held whole (unsharded) at every level.
 
 With expert parallelism (``Stage.expert_parallel`` = ep) the routed experts' parameters
-(``Operator.expert_param_elems``) are reduced, and sharded, over their expert-data-parallel
-group only: the r / ep replicas that hold the same experts (Megatron-Core's expert data
+(``Operator.expert_param_elems``) are reduced, sharded and, under ZeRO-3, gathered over
+their expert-data-parallel group only (``fsdp_rings``): the r / ep replicas that hold the same experts (Megatron-Core's expert data
 parallel size, world / (ep x etp x pp)); the rest of the model over all r replicas.
 """
 from __future__ import annotations
@@ -128,6 +128,25 @@ def unit_param_bytes(problem, unit: Sequence[int], qs: Sequence[int], tp: int, o
     / tp); ``ops``: the stage's ops (the unit alone when None)."""
     mine = set(unit) if ops is None else ops
     return sum(gathered_elems(problem, v, mine) * float(problem.bytes_per_elem[qs[v]]) for v in unit) / tp
+
+
+def unit_expert_bytes(problem, unit: Sequence[int], qs: Sequence[int], tp: int) -> float:
+    """One rank's routed-expert parameters of a unit (``Operator.expert_param_elems`` at
+    each op's precision, / tp): the part a ZeRO-3 stage with ep > 1 gathers over its
+    expert-data-parallel group instead of all its replicas."""
+    return sum(float(problem.graph.ops[v].expert_param_elems) * float(problem.bytes_per_elem[qs[v]])
+               for v in unit) / tp
+
+
+def fsdp_rings(st, problem, unit: Sequence[int], qs: Sequence[int], ops: set[int]) -> list[tuple[tuple[int, ...], float]]:
+    """The rings a ZeRO-3 unit is gathered (and its gradients reduce-scattered) on, one
+    rank's bytes each: (replicas in ring order, bytes) as ``gradient_reductions`` splits
+    them (at ep > 1 the dense part over all replicas, the routed experts' over each
+    expert-data-parallel group; a device runs the rings whose group holds its replica,
+    one after the other)."""
+    total = unit_param_bytes(problem, unit, qs, st.tensor_parallel, ops)
+    expert = unit_expert_bytes(problem, unit, qs, st.tensor_parallel) if st.expert_parallel > 1 else 0.0
+    return gradient_reductions(st, total, expert)
 
 
 def gather_buffer_bytes(unit_bytes: Sequence[float]) -> float:

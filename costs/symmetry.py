@@ -24,7 +24,7 @@ import numpy as np
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.costs.collectives import hierarchical_groups
-from distplan.costs.sharding import expert_reduces
+from distplan.costs.sharding import expert_data_groups, expert_reduces
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,9 @@ def _pairs(problem: Problem, plan: Plan, r: int, t: int,
             members = groups[k][j]
             if members is not None and plan.stages[k].zero >= 3:   # ZeRO-3 gathers on the flat ring
                 out += [(k, i, j, k, (i + 1) % r, j) for i in range(r)]
+            if plan.stages[k].zero >= 3 and expert_reduces(plan.stages[k]):   # and the experts' on their groups
+                for g in expert_data_groups(plan.stages[k]):
+                    out += [(k, g[a], j, k, g[(a + 1) % len(g)], j) for a in range(len(g))]
             if members is None:
                 out += [(k, i, j, k, (i + 1) % r, j) for i in range(r)]
                 continue

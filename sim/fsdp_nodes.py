@@ -14,7 +14,7 @@ start of its backward to the end of its reduce-scatter (``sharding.gather_buffer
 """
 from __future__ import annotations
 
-from distplan.costs.sharding import fsdp_units, unit_param_bytes
+from distplan.costs.sharding import fsdp_rings, fsdp_units, unit_param_bytes
 
 
 class FsdpPattern:
@@ -25,7 +25,7 @@ class FsdpPattern:
     def __init__(self, b, p: int, where, buffer: type, marker_kind: int) -> None:
         self.Buffer, self.K = buffer, marker_kind   # sim.taskgraph's Buffer and node kind
         self.b, self.p = b, p
-        self.info: dict[int, tuple] = {}   # stage -> (units, unit of op, first op, last op, bytes, r, preds)
+        self.info: dict[int, tuple] = {}   # stage -> (units, unit of op, first op, last op, bytes, rings)
         self.ag: dict[tuple[int, int, int], int] = {}      # (stage, unit, device) -> last gather node
         self.buf: dict[tuple[int, int, int], int] = {}     # (stage, unit, device) -> gathered buffer
         self.gbuf: dict[tuple[int, int, int], int] = {}    # (stage, unit, device) -> gradient buffer
@@ -43,25 +43,32 @@ class FsdpPattern:
                 continue
             unit_of = {v: i for i, u in enumerate(units) for v in u}
             nbytes = [unit_param_bytes(pb, u, qs, st.tensor_parallel, set(ops)) for u in units]
-            tp, r = st.tensor_parallel, st.replicas
-            pred = {}
+            tp = st.tensor_parallel
+            rings: dict[tuple[int, int], list[tuple[int, int, float]]] = {}   # (unit, device) -> (pred, n, bytes)
+            parts = [fsdp_rings(st, pb, u, qs, set(ops)) for u in units]
             for _, d in b.ranks(where[k]):
                 i, j = divmod(st.devices.index(d), tp)
-                pred[d] = st.devices[((i - 1) % r) * tp + j]
-            self.info[k] = (units, unit_of, min(ops), max(ops), nbytes, r, pred)
+                for x, part in enumerate(parts):
+                    rings[x, d] = [(st.devices[g[(g.index(i) - 1) % len(g)] * tp + j], len(g), nb)
+                                   for g, nb in part if i in g]
+            self.info[k] = (units, unit_of, min(ops), max(ops), nbytes, rings)
 
-    def _ring(self, k: int, d: int, nbytes: float, preds: list[int], phase: int, op: int) -> tuple[int, int]:
-        """r-1 steps of nbytes/r into device d from its ring predecessor: (first, last) node."""
-        _, _, _, _, _, r, pred = self.info[k]
+    def _ring(self, k: int, i: int, d: int, preds: list[int], phase: int, op: int) -> tuple[int, int]:
+        """Unit i's rings into device d (``sharding.fsdp_rings``), one after the other: n-1
+        steps of bytes/n each from its ring predecessor: (first, last) node."""
+        rings = self.info[k][5]
         first = last = None
-        for _ in range(r - 1):
-            last, f = self.b.chain(preds if last is None else [last], [pred[d], d], nbytes / r, self.p, phase, -1, op)
-            first = f if first is None else first
+        for pred, n, nbytes in rings[i, d]:
+            for _ in range(n - 1):
+                last, f = self.b.chain(preds if last is None else [last], [pred, d], nbytes / n, self.p, phase, -1, op)
+                first = f if first is None else first
+        if last is None:   # nothing to move (experts alone, each group one replica)
+            first = last = self._marker(d, op, preds, phase)
         return first, last
 
     def _gather(self, k: int, i: int, d: int, preds: list[int], phase: int) -> None:
-        units, _, _, _, nbytes, _, _ = self.info[k]
-        first, last = self._ring(k, d, nbytes[i], preds, phase, units[i][0])
+        units, _, _, _, nbytes, _ = self.info[k]
+        first, last = self._ring(k, i, d, preds, phase, units[i][0])
         self.ag[k, i, d] = last
         self.tail[k, d] = last
         self.b.prog.buffers.append(self.Buffer(d, nbytes[i], first, False, (), False))
@@ -75,7 +82,7 @@ class FsdpPattern:
         k = self.b.plan.op_stage[v]
         if k not in self.info:
             return {}
-        units, unit_of, lo, _, _, _, _ = self.info[k]
+        units, unit_of, lo, _, _, _ = self.info[k]
         out = {}
         for _, d in ranks:
             if v == lo:
@@ -98,7 +105,7 @@ class FsdpPattern:
         k = self.b.plan.op_stage[v]
         if k not in self.info:
             return
-        units, unit_of, _, _, _, _, _ = self.info[k]
+        units, unit_of, _, _, _, _ = self.info[k]
         i = unit_of.get(v)
         if i is None:
             return
@@ -112,7 +119,7 @@ class FsdpPattern:
         k = self.b.plan.op_stage[v]
         if k not in self.info:
             return {}
-        units, unit_of, _, hi, nbytes, _, _ = self.info[k]
+        units, unit_of, _, hi, nbytes, _ = self.info[k]
         out = {}
         n = len(units)
         for _, d in ranks:
@@ -136,12 +143,12 @@ class FsdpPattern:
         k = self.b.plan.op_stage[v]
         if k not in self.info:
             return
-        units, unit_of, lo, _, nbytes, _, _ = self.info[k]
+        units, unit_of, lo, _, nbytes, _ = self.info[k]
         i = unit_of.get(v)
         if i is not None and v == units[i][0]:
             for (_, d), t in zip(ranks, nodes):
                 tasks = self.tasks.get((k, i, d), []) + [t]
-                _, last = self._ring(k, d, nbytes[i], tasks + [self.tail[k, d]], 1, v)
+                _, last = self._ring(k, i, d, tasks + [self.tail[k, d]], 1, v)
                 self.tail[k, d] = last
                 self.b.prog.buffers[self.gbuf[k, i, d]].frees = (last,)
         self._after(v, ranks, nodes, lambda u: u[0], self.buf)

@@ -125,6 +125,9 @@ def test_ep_groups_are_consecutive_data_parallel_ranks(order, cp, want):
     dict(dp=2, tp=1, pp=1, ep=2, zero=1),
     dict(dp=4, tp=1, pp=2, ep=4, zero=1, recompute="full"),
     dict(dp=2, tp=1, pp=2, ep=2, cp=2, recompute="selective"),
+    dict(dp=4, tp=1, pp=1, ep=2, zero=3),
+    dict(dp=8, tp=1, pp=1, ep=4, zero=3, recompute="full"),
+    dict(dp=4, tp=1, pp=1, ep=4, zero=3),
 ])
 def test_simulator_equals_analytic_and_memory_stays_under_the_checker(kw):
     """Exact with one stage; with pipelines on a ring within the analytic model's
@@ -155,23 +158,28 @@ def linear_rule_gap(pp: int, tp: int, recompute: str) -> bool:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dp=st.sampled_from([2, 4]), ep=st.sampled_from([2, 4]), tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]),
        etp_whole=st.booleans(), recompute=st.sampled_from(["none", "selective", "full"]),
-       cf=st.sampled_from([1.0, 1.25, 2.0]), per_replica=st.integers(1, 3), bw=st.sampled_from([1e8, 1e10, 1e13]))
+       cf=st.sampled_from([1.0, 1.25, 2.0]), per_replica=st.integers(1, 3), bw=st.sampled_from([1e8, 1e10, 1e13]),
+       fsdp=st.booleans())
 def test_random_ep_plans_agree_with_the_analytic_model_and_the_checker(dp, ep, tp, pp, etp_whole, recompute, cf,
-                                                                      per_replica, bw):
+                                                                      per_replica, bw, fsdp):
     """Random ep plans on up to 16 ring devices: exact at pp 1, within 4 % with
     pipelines (ep = dp; with dp / ep >= 2 the analytic model refuses the expert groups'
     reduction); the simulated peak never above the checker's bound. Pipelines draw tp 1:
     with tp 2 x pp 2 on a ring the boundary sends share links with the tensor-parallel
     all-reduces, which the contention-free analytic model leaves out, without ep too
-    (llama-64x2x4 at 1e8 B/s: 0.044 s analytic, 0.076 s simulated)."""
+    (llama-64x2x4 at 1e8 B/s: 0.044 s analytic, 0.076 s simulated). ZeRO-3 (``fsdp``) is
+    drawn with one stage and tp 1, where its gathers are exact without ep (the rings of
+    tp 2 share the ring's links with the all-reduces) and the analytic model times the
+    expert groups' rings unit by unit."""
     if dp % ep:
         ep = dp
     if pp > 1:
         tp = 1
+    zero = 3 if fsdp and pp == 1 and tp == 1 else 0
     w = whatif(MODEL, ring("r16", 16, EXACT, bw, 1e-6), dp=dp, tp=tp, pp=pp, ep=ep, etp=tp if etp_whole else 1,
                capacity_factor=cf, recompute=recompute, global_batch=dp * per_replica, seq_len=SEQ,
-               breakdown=False, sequence_parallel=tp > 1)
-    if dp // ep >= 2:   # expert-data-parallel groups of 2: the analytic model refuses, the simulator times them
+               breakdown=False, sequence_parallel=tp > 1, zero=zero)
+    if dp // ep >= 2 and zero < 3:   # expert-data-parallel groups of 2: the analytic model refuses them
         with pytest.raises(DistplanError, match="expert-data-parallel"):
             estimate_iteration(w.problem, w.plan)
     else:
@@ -194,7 +202,6 @@ def test_cli_runs_ep_2(capsys):
     (["--ep", "3", "--dp", "6"], "--ep 3 does not divide the 16 routed experts"),
     (["--ep", "4", "--dp", "2"], "--ep 4 does not divide --dp 2"),
     (["--ep", "2", "--etp", "3", "--tp", "2"], "--etp 3 does not divide --tp 2"),
-    (["--ep", "2", "--zero", "3"], "--zero 3 with --ep 2 is not modelled"),
     (["--ep", "0"], "--ep must be >= 1"),
     (["--capacity-factor", "0"], "--capacity-factor must be a positive finite number"),
     (["--ep", "2", "--workload", "gpt3-125m"], "'gpt3-125m' has none (dense: use --ep 1)"),
@@ -300,3 +307,36 @@ def test_plan_files_keep_the_expert_blocks():
     d["stages"][0]["expert_parallel"] = 3
     with pytest.raises(DistplanError, match="expert_parallel 3 x expert_stride 2 must be positive and divide"):
         plan_from_dict(d, w.problem)
+
+
+def test_zero3_gathers_experts_over_their_group_by_hand():
+    """ZeRO-3 (FSDP) with dp 4, ep 2 on a ring of 4 (1e9 B/s, no latency): each unit's
+    dense parameters (D_u bytes, bf16) are gathered over all 4 replicas (3 steps of D_u/4,
+    one hop), its routed experts' (E_u) over the pairs {0, 2} and {1, 3} (1 step of E_u/2
+    over two hops), one ring after the other; twice a microbatch (forward, backward) and
+    the gradients reduce-scattered the same way once. So every link-second is
+    3 (3 D + 2 x 2 E / 2) / 1e9 a microbatch, the simulator equals the analytic model
+    (which times ZeRO-3's expert groups unit by unit), and the checker bounds the peak."""
+    from distplan.costs.fsdp import unit_gather_s
+    from distplan.costs.sharding import fsdp_units
+    w = whatif(MODEL, ring("r4", 4, EXACT, BW, 0.0), dp=4, tp=1, pp=1, ep=2, zero=3, global_batch=8,
+               seq_len=SEQ, breakdown=False)
+    dense, expert = _split(w)
+    D, E = 2.0 * dense, 2.0 * expert
+    per_microbatch = 4 * 3 * (D / 4) + 4 * 2 * (E / 2)   # device-hops x bytes, one ring of each
+    assert float(w.sim.link_busy_s.sum()) == pytest.approx(2 * 3 * per_microbatch / BW, rel=1e-12)
+    p, st = w.problem, w.plan.stages[0]
+    qs = [p.q_index(x) for x in w.plan.op_precision]
+    ops = set(range(p.n_ops))
+    unit = next(u for u in fsdp_units(p, sorted(ops)) if any(p.graph.ops[v].expert_param_elems for v in u))
+    du = sum(2.0 * (p.graph.ops[v].param_elems - p.graph.ops[v].expert_param_elems) for v in unit)
+    eu = sum(2.0 * p.graph.ops[v].expert_param_elems for v in unit)
+    assert unit_gather_s(p, st, unit, qs, ops) == pytest.approx((3 * du / 4 + 2 * eu / 2) / BW, rel=1e-12)
+    assert estimate_iteration(p, w.plan).iteration_s == pytest.approx(w.iteration_s, rel=1e-12)
+    assert np.all(w.sim.peak_memory_bytes <= plan_memory_bytes(p, w.plan) * (1 + 1e-9))
+
+
+def test_cli_runs_ep_with_zero3(capsys):
+    assert sim_main(["--workload", MODEL, "--topology", "a100x16", "--dp", "4", "--ep", "2", "--zero", "3",
+                     "--seq-len", "256", "--global-batch", "8"]) == 0
+    assert "ep 2" in capsys.readouterr().out

@@ -34,9 +34,8 @@ def check_ep(workload: object, ep: int, etp: int | None, dp: int, tp: int, capac
              zero: int) -> int:
     """``ep`` divides ``dp`` and the model's routed experts, ``etp`` (None: tp) divides
     ``tp``, the capacity factor is a positive finite number; ep > 1, etp != tp or a
-    capacity factor need a zoo MoE model, ep > 1 ZeRO-1 or 2 at most (the experts shard over
-    their dp x cp / ep replicas: ``costs.sharding``; FSDP's expert gathers are not
-    modelled). Returns etp."""
+    capacity factor need a zoo MoE model (under ZeRO the experts shard, and under ZeRO-3
+    gather, over their dp x cp / ep replicas: ``costs.sharding``). Returns etp."""
     _whole("--ep", ep)
     etp = tp if etp is None else _whole("--etp", etp)
     if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) \
@@ -57,9 +56,6 @@ def check_ep(workload: object, ep: int, etp: int | None, dp: int, tp: int, capac
     if tp % etp:
         raise DistplanError(f"--etp {etp} does not divide --tp {tp} (each expert is split over etp of the "
                             "tensor-parallel ranks)")
-    if ep > 1 and zero >= 3:
-        raise DistplanError(f"--zero {zero} with --ep {ep} is not modelled (FSDP would gather the experts over "
-                            "their expert-data-parallel replicas); use --zero 1 or 2")
     return etp
 
 
