@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -370,10 +371,11 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule not in ("1f1b", "interleaved"):
         raise DistplanError(f"the analytic iteration models the 1f1b and interleaved schedules, not {plan.schedule!r}")
-    if any(expert_reduces(st) and st.zero < 3 for st in plan.stages):   # ZeRO-3's are timed unit by unit (costs.fsdp)
-        raise DistplanError("the analytic iteration does not time expert-data-parallel gradient reductions "
-                            "(expert parallelism with r / ep >= 2 replicas a group, ZeRO below 3); simulate the "
-                            "plan instead")
+    # expert-data-parallel reductions (ep with r / ep >= 2 replicas a group, ZeRO below 3:
+    # ZeRO-3's are timed unit by unit, costs.fsdp) are timed on the closed form's path only
+    experts = any(expert_reduces(st) and st.zero < 3 for st in plan.stages)
+    if experts and (plan.schedule == "interleaved" or replica_groups(problem, plan)):
+        raise _expert_refusal("interleaved or replica-group plans")
     if plan.schedule == "interleaved" or replica_groups(problem, plan):
         if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):
             raise DistplanError("the analytic iteration models ZeRO-3 on plain 1F1B with alike replicas only; "
@@ -388,6 +390,8 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     period = float((F + B).max(initial=0.0))
     fsdp = any(st.zero >= 3 and st.replicas > 1 for st in plan.stages)
     if K > 1 and not fsdp and boundaries_contend(problem, plan, F + B, c):
+        if experts:
+            raise _expert_refusal("plans whose stage boundaries share links")
         return _estimate_groups(problem, plan)   # the links, not the stages alone, pace the run
     pipeline = float(F.sum() + B.sum() + 2 * c.sum() + (m - 1) * period)
     if any(st.zero >= 3 and st.replicas > 1 for st in plan.stages):   # gathers unbalance the stages
@@ -398,8 +402,12 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     # overlapped stages: (stage, the ranks' replicas timed: rank 0's, or every rank's where
     # their rings share links, hierarchical, buckets)
     timed: list[tuple[int, list[list[int]], bool, list[tuple[int, float]]]] = []
+    grouped: list[int] = []   # stages whose experts reduce over their groups (_expert_reduction_s)
     for k, st in enumerate(plan.stages):
         if st.replicas < 2 or st.zero >= 3:   # ZeRO-3: reduce-scattered unit by unit inside B_k
+            continue
+        if expert_reduces(st):
+            grouped.append(k)
             continue
         ranks = [[st.devices[i * st.tensor_parallel + j] for i in range(st.replicas)]
                  for j in range(st.tensor_parallel)]
@@ -453,8 +461,45 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
                 reduction_transfers(tr, g, [ends[v]] * held, nbytes, hier, st.zero, route)
         finish = max(tr.delivered_s(), default=0.0)
         done_after[k] = max(0.0, finish - B[k])
+    for k in grouped:
+        done_after[k] = _expert_reduction_s(problem, plan, k, qs, FB[k][2], float(B[k]), deadline_s)
+        ar[k] = done_after[k]
     run = float(np.max(last_b + done_after)) if K else 0.0
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
+
+
+def _expert_refusal(what: str) -> DistplanError:
+    return DistplanError("the analytic iteration times expert-data-parallel gradient reductions (expert "
+                         f"parallelism with r / ep >= 2 replicas a group) on plain 1F1B only, not on {what}; "
+                         "simulate the plan instead")
+
+
+def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int], ends: Sequence[float],
+                        backward_s: float, deadline_s: float) -> float:
+    """How long after its last backward stage k's gradient reduction ends when its routed
+    experts reduce over their expert-data-parallel groups: every part of every bucket
+    (``sharding.gradient_reductions``: the dense bytes over all replicas, the experts'
+    over each group) on every rank and replica, transfer by transfer on the links they
+    share, released as the simulator releases them (after the stage's last backward, or
+    with overlap after each op's, ``ends`` from the backward's start) and created in its
+    order (``sim.taskgraph.allreduce``)."""
+    st, tp = plan.stages[k], plan.stages[k].tensor_parallel
+    hier = plan.dp_allreduce == "hierarchical"
+    ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
+    buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
+    tr = Transfers(problem, deadline_s)
+    for bucket in buckets:
+        if time.perf_counter() > deadline_s:
+            raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
+        bpe = [float(problem.bytes_per_elem[qs[v]]) for v in bucket]
+        nbytes = sum(problem.graph.ops[v].param_elems * b for v, b in zip(bucket, bpe)) / tp
+        expert = sum(problem.graph.ops[v].expert_param_elems * b for v, b in zip(bucket, bpe)) / tp
+        release = float(ends[bucket[-1]]) if plan.overlap_grad_reduce else backward_s
+        for members, part in gradient_reductions(st, nbytes, expert):
+            for j in range(tp):
+                devs = [st.devices[i * tp + j] for i in members]
+                reduction_transfers(tr, devs, [release] * len(members), part, hier, st.zero)
+    return max(0.0, max(tr.delivered_s(), default=0.0) - backward_s)
 
 
 def _bucket_senders(problem: Problem, plan: Plan, devs: list[int], hier: bool,
@@ -476,17 +521,29 @@ def _bucket_senders(problem: Problem, plan: Plan, devs: list[int], hier: bool,
 
 def estimate_transfers(problem: Problem, plan: Plan) -> int:
     """How many transfers ``estimate_iteration`` times one by one for ``plan`` (its
-    overlapped gradient buckets; 0 without overlap): what its cost grows with, known
+    overlapped gradient buckets, and the reductions of stages whose experts reduce over
+    their groups; 0 without either): what its cost grows with, known
     before running it (gpt3-175b dp 64 x tp 4 x pp 4 with hierarchical overlapped
     buckets on a100x1024: 1.2 M transfers, ~8 s). Plans of alike replicas; replica
     groups (``_estimate_groups``) are counted as alike."""
-    if not problem.training or not plan.overlap_grad_reduce:
+    if not problem.training:
         return 0
-    sym = replica_copy(problem, plan)
     total = 0
+    for k, st in enumerate(plan.stages):   # expert groups: every part, rank and replica (_expert_reduction_s)
+        if st.replicas >= 2 and st.zero < 3 and expert_reduces(st):
+            hier = plan.dp_allreduce == "hierarchical"
+            buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0) \
+                if plan.overlap_grad_reduce else 1
+            parts = gradient_reductions(st, 2.0, 1.0)
+            total += buckets * st.tensor_parallel * sum(
+                reduction_size(problem.topology, [st.devices[i * st.tensor_parallel] for i in g], hier, st.zero)
+                for g, _ in parts)
+    if not plan.overlap_grad_reduce:
+        return total
+    sym = replica_copy(problem, plan)
     for k, st in enumerate(plan.stages):
         r = st.replicas
-        if r < 2 or st.zero >= 3:
+        if r < 2 or st.zero >= 3 or expert_reduces(st):
             continue
         buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0)
         ranks = [[st.devices[i * st.tensor_parallel + j] for i in range(r)] for j in range(st.tensor_parallel)]
