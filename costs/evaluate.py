@@ -25,6 +25,7 @@ from distplan.costs.exposed import add_exposed_loads, transfers
 from distplan.costs.memory import (StageMemory, activation_factors, follows_1f1b_phases, in_transit_sends,
                                    inflight_microbatches, remat_per_op_bytes, saved_elems, stream_activation_bytes,
                                    training_stage_memory)
+from distplan.costs.offload import optimizer_saved_bytes
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.costs.sharding import gather_memory_bytes
@@ -107,7 +108,8 @@ def plan_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
 def static_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
     """Static bytes per device: each op's parameters (with gradients and optimizer state in
     training) per rank, 1/tp of them less the ZeRO share (costs.sharding), and tied parameters held where
-    their owner's stage is not; each replica at its own precisions. The simulator holds
+    their owner's stage is not; each replica at its own precisions; less the optimizer
+    state a stage offloads (costs.offload). The simulator holds
     exactly these (sim.taskgraph)."""
     mem = np.zeros(problem.n_devices)
     for k, st in enumerate(plan.stages):
@@ -118,7 +120,8 @@ def static_memory_bytes(problem: Problem, plan: Plan) -> np.ndarray:
                 q = problem.q_index(precs[v])
                 o = problem.tied_owner[v]
                 tied = problem.tied_bytes[v, q] if o >= 0 and plan.op_stage[o] != k else 0.0
-                per += (problem.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(problem, plan, v, q)
+                per += ((problem.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(problem, plan, v, q)
+                        - optimizer_saved_bytes(problem, plan, v))
             for d in st.replica_group(i):
                 mem[d] += per
     return mem

@@ -33,6 +33,7 @@ from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
 from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
 from distplan.costs.sharding import dense_elems, expert_reduces, gradient_reductions
+from distplan.costs.offload import host_optimizer_step_s, offloads
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
 from distplan.costs.reduction_bound import overlapped_reduction_lb_s
@@ -64,12 +65,15 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
     gathers before each use instead); routed experts over their expert-data-parallel
     groups (``costs.sharding.gradient_reductions``: 1/(r/ep), gathered there after the
     dense rest's gather); with fp8 linear layers, Transformer Engine's cast of
-    their weights to fp8 (``costs.fp8.weight_cast_s``, once a step)."""
+    their weights to fp8 (``costs.fp8.weight_cast_s``, once a step); a stage that offloads
+    its optimizer steps on the host instead (``costs.offload.host_optimizer_step_s``)."""
     out = np.zeros(problem.n_devices)
     if not problem.training:
         return out
     elems_on = np.zeros(problem.n_devices)
     bytes_on = np.zeros(problem.n_devices)
+    host_elems = np.zeros(problem.n_devices)   # of those, stepped on the host (costs.offload)
+    host_bytes = np.zeros(problem.n_devices)
     gather = np.zeros(problem.n_devices)
     param = np.array([op.param_elems for op in problem.graph.ops], dtype=float)
     expert = np.array([op.expert_param_elems for op in problem.graph.ops], dtype=float)
@@ -102,6 +106,9 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
             else:
                 elems_on[devs_i] += elems / share
                 bytes_on[devs_i] += bytes_i / share
+            if offloads(plan, k, "optimizer"):   # ZeRO 0 (costs.offload): share 1, no expert shards
+                host_elems[devs_i] += elems
+                host_bytes[devs_i] += bytes_i
             if fused:   # Transformer Engine casts its fp8 weights once a step (costs.fp8), unsharded by ZeRO
                 w8 = [v for v in np.flatnonzero(mine) if precs_i[v] == "fp8" and is_fp8_linear(problem.graph.ops[v])]
                 fp8_elems_on[devs_i] += float(param[w8].sum()) / st.tensor_parallel
@@ -121,7 +128,9 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
         if elems_on[d] > 0:
             kind = problem.topology.kind_of(d)
             # Adam's 24 bytes per parameter plus the gradient read and the working copy written
-            out[d] = optimizer_step_s(elems_on[d], 0, kind) + bytes_on[d] * 2 / kind.mem_bw_bytes_per_s \
+            on_device = elems_on[d] - host_elems[d]
+            out[d] = (optimizer_step_s(on_device, 0, kind) + (bytes_on[d] - host_bytes[d]) * 2 / kind.mem_bw_bytes_per_s
+                      if on_device > 0 else 0.0) + host_optimizer_step_s(host_elems[d], host_bytes[d], kind) \
                 + weight_cast_s(fp8_elems_on[d], int(fp8_tensors_on[d]), kind.mem_bw_bytes_per_s,
                                 kind.launch_overhead_s)
     return out + gather

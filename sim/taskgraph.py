@@ -22,6 +22,7 @@ import numpy as np
 from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.tensor_parallel import (TP_ALLREDUCE_KINDS, tp_backward_allreduce, tp_divides,
                                             tp_forward_allreduce, tp_output_share)
+from distplan.costs.offload import optimizer_saved_bytes
 from distplan.costs.problem import Problem
 from distplan.costs.routes import links_s
 from distplan.costs.memory import (MASK_BYTES_PER_ELEM, kept_output_elems, remat_groups, remat_per_op_bytes,
@@ -435,7 +436,8 @@ class _Builder:
                     q = pb.q_index(precs[v])
                     o = pb.tied_owner[v]
                     tied = pb.tied_bytes[v, q] if o >= 0 and plan.op_stage[o] != k else 0.0
-                    per = (pb.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v, q)
+                    per = ((pb.static_bytes[v, q] + tied) / st.tensor_parallel - zero_saved_bytes(pb, self.full, v, q)
+                           - optimizer_saved_bytes(pb, self.full, v))
                     for d in st.replica_group(i):
                         stat[d] += per
         prog.static_bytes = stat

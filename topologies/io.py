@@ -32,7 +32,8 @@ from distplan.core.units import (GIB, GIGA, MIB, MICRO, NANO, ONE, TERA, as_deci
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "name", "description", "routing", "kinds", "switches", "devices", "links")
 KIND_KEYS = ("peak_TFLOPs", "memory_GiB", "memory_MiB", "memory_GB", "memory_GBps",
-             "efficiency", "precision_efficiency", "launch_overhead_us", "concurrency", "source")
+             "efficiency", "precision_efficiency", "launch_overhead_us", "concurrency", "source",
+             "host_link_GBps", "host_memory_GBps")
 DEVICE_KEYS = ("name", "kind", "pos", "node")
 LINK_KEYS = ("src", "dst", "GBps", "latency_us", "latency_ns", "bidirectional")
 MEMORY_UNITS: list[tuple[str, Decimal]] = [("memory_GiB", GIB), ("memory_MiB", MIB),
@@ -44,6 +45,7 @@ LATENCY_UNITS: list[tuple[str, Decimal]] = [("latency_us", MICRO), ("latency_ns"
 #: the dimension of each key with a unit, and that unit in SI (bytes, seconds, FLOP/s)
 KEY_UNITS: dict[str, tuple[str, Decimal]] = {
     "GBps": ("bandwidth", GIGA), "memory_GBps": ("bandwidth", GIGA),
+    "host_link_GBps": ("bandwidth", GIGA), "host_memory_GBps": ("bandwidth", GIGA),
     "memory_GiB": ("memory", GIB), "memory_MiB": ("memory", MIB), "memory_GB": ("memory", GIGA),
     "latency_us": ("time", MICRO), "latency_ns": ("time", NANO), "launch_overhead_us": ("time", MICRO),
     "peak_TFLOPs": ("compute", TERA), "efficiency": ("fraction", ONE),
@@ -405,6 +407,8 @@ def _kind(name: str, x: object, check: _Figures) -> DeviceKind:
         concurrency=_int(d.get("concurrency", 1), f"{where}.concurrency", 1),
         source=_text(d.get("source", ""), f"{where}.source", True),
         precision_efficiency=_precision_efficiency(d.get("precision_efficiency", {}), where, check),
+        host_link_bytes_per_s=check(d.get("host_link_GBps", 0), "host_link_GBps", f"{where}.host_link_GBps"),
+        host_mem_bw_bytes_per_s=check(d.get("host_memory_GBps", 0), "host_memory_GBps", f"{where}.host_memory_GBps"),
     )
 
 
@@ -485,6 +489,10 @@ def _kind_doc(k: DeviceKind) -> dict:
         "launch_overhead_us": _si(k.launch_overhead_s, MICRO),
         "concurrency": k.concurrency,
     }
+    if k.host_link_bytes_per_s:
+        out["host_link_GBps"] = _si(k.host_link_bytes_per_s, GIGA)
+    if k.host_mem_bw_bytes_per_s:
+        out["host_memory_GBps"] = _si(k.host_mem_bw_bytes_per_s, GIGA)
     if k.precision_efficiency:
         out["precision_efficiency"] = Flow({p: _si(v, ONE) for p, v in k.precision_efficiency.items()})
     if k.source:

@@ -20,6 +20,21 @@ GIGA = 1e9
 MIB = 2**20
 
 GPU_EFFICIENCY = 0.7
+
+# --- host: the host<->GPU link per direction and the host memory a GPU's share streams --
+#: ASSUMPTION: pinned-memory copies reach 0.8 of a link's raw rate (PCIe Gen4 x16 copies
+#: measure about 25 of 31.5 GB/s); applied to NVLink-C2C too.
+HOST_LINK_ACHIEVED = 0.8
+PCIE3_X16_BYTES_PER_S = 15.75 * GIGA * HOST_LINK_ACHIEVED   # V100, T4
+PCIE4_X16_BYTES_PER_S = 32 * GIGA * HOST_LINK_ACHIEVED      # A100 (DGX A100)
+PCIE5_X16_BYTES_PER_S = 64 * GIGA * HOST_LINK_ACHIEVED      # H100, H200, B200 (DGX H100/H200/B200)
+NVLINK_C2C_BYTES_PER_S = 450 * GIGA * HOST_LINK_ACHIEVED    # GB200: 900 GB/s both directions
+#: ASSUMPTION: the host CPU streams Adam at 0.6 of its sockets' peak DDR bandwidth
+#: (STREAM-class), split evenly over the node's GPUs. Peaks: DGX-1 2 x 4 ch DDR4-2400
+#: (153.6 GB/s, 8 GPUs), DGX A100 2 x 8 ch DDR4-3200 (409.6, 8), DGX H100/H200 2 x 8 ch
+#: DDR5-4800 (614.4, 8), DGX B200 2 x 8 ch DDR5-5600 (716.8, 8), GB200 one Grace's
+#: LPDDR5X 512 GB/s per 2 GPUs.
+HOST_MEM_ACHIEVED = 0.6
 #: fp8 GEMMs reach a lower fraction of their (twice as high) peak than bf16 ones: the best
 #: fractions `bench/calibrate_gpu.py` measured on an H200 (bench/results/calibration-h200.json,
 #: 8192^3: fp8 0.721, bf16 0.790); the fp8 efficiency is the bf16 one times their ratio,
@@ -50,6 +65,8 @@ V100 = DeviceKind(
     mem_bw_bytes_per_s=900 * GIGA,
     efficiency=GPU_EFFICIENCY,
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=PCIE3_X16_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=153.6 * GIGA / 8 * HOST_MEM_ACHIEVED,
     source="NVIDIA V100 SXM2 32 GB data sheet; fp16/fp32 only (QSync); efficiency ASSUMED",
 )
 
@@ -60,6 +77,8 @@ T4 = DeviceKind(
     mem_bw_bytes_per_s=320 * GIGA,
     efficiency=T4_EFFICIENCY,
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=PCIE3_X16_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=153.6 * GIGA / 8 * HOST_MEM_ACHIEVED,
     source="NVIDIA T4 data sheet; int8/fp16/fp32 (QSync); efficiency ASSUMED (70 W cap)",
 )
 
@@ -71,6 +90,8 @@ A100 = DeviceKind(
     mem_bw_bytes_per_s=2039 * GIGA,
     efficiency=GPU_EFFICIENCY,
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=PCIE4_X16_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=409.6 * GIGA / 8 * HOST_MEM_ACHIEVED,
     source="NVIDIA A100 SXM4 80 GB data sheet (dense); efficiency ASSUMED",
 )
 
@@ -83,6 +104,8 @@ H100 = DeviceKind(
     efficiency=GPU_EFFICIENCY,
     precision_efficiency={"fp8": FP8_EFFICIENCY},
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=PCIE5_X16_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=614.4 * GIGA / 8 * HOST_MEM_ACHIEVED,
     source="NVIDIA H100 SXM5 80 GB data sheet (dense); efficiency ASSUMED",
 )
 
@@ -95,6 +118,8 @@ H200 = DeviceKind(
     efficiency=GPU_EFFICIENCY,
     precision_efficiency={"fp8": FP8_EFFICIENCY},
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=PCIE5_X16_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=614.4 * GIGA / 8 * HOST_MEM_ACHIEVED,
     source="NVIDIA H200 Tensor Core GPU data sheet, H200 SXM: 1,979 TFLOPS bf16/fp16, 3,958 fp8/int8, "
            "989 tf32 with sparsity (halved: dense), 67 fp32; 141 GB HBM3e, 4.8 TB/s; the H100's GH100 "
            "compute; efficiency ASSUMED",
@@ -109,6 +134,8 @@ B200 = DeviceKind(
     efficiency=GPU_EFFICIENCY,
     precision_efficiency={"fp8": FP8_EFFICIENCY},
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=PCIE5_X16_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=716.8 * GIGA / 8 * HOST_MEM_ACHIEVED,
     source="NVIDIA DGX B200 / HGX B200 data sheet, per 8 GPUs: 36 PFLOPS bf16/fp16, 72 fp8, 72 POPS "
            "int8, 18 tf32 with sparsity (halved: dense), 600 TFLOPS fp32; 1,440 GB HBM3e, 64 TB/s; "
            "divided by 8; efficiency ASSUMED",
@@ -123,6 +150,8 @@ GB200 = DeviceKind(
     efficiency=GPU_EFFICIENCY,
     precision_efficiency={"fp8": FP8_EFFICIENCY},
     launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    host_link_bytes_per_s=NVLINK_C2C_BYTES_PER_S,
+    host_mem_bw_bytes_per_s=512 * GIGA / 2 * HOST_MEM_ACHIEVED,
     source="NVIDIA GB200 NVL72 data sheet, per rack of 72 Blackwell GPUs: 360 PFLOPS bf16/fp16, 720 "
            "fp8, 720 POPS int8, 180 tf32 with sparsity (halved: dense), 5,760 TFLOPS fp32; 13.4 TB "
            "HBM3e (186 GB a GPU), 576 TB/s; divided by 72; efficiency ASSUMED",

@@ -43,7 +43,10 @@ class DeviceKind:
     ``precision_efficiency`` overrides it per precision (the presets' fp8 GEMMs reach a
     lower fraction of their peak than bf16 ones: ``efficiency_at``);
     ``launch_overhead_s`` is added to every operator task; ``concurrency`` is how many
-    tasks the device runs at once (1 for every preset).
+    tasks the device runs at once (1 for every preset). Host: ``host_link_bytes_per_s``
+    the host<->device link per direction (PCIe, NVLink-C2C; 0: none, no offloading), and
+    ``host_mem_bw_bytes_per_s`` the host memory bandwidth one device's share of the host
+    CPU streams Adam at (``costs.offload``).
     """
 
     name: str
@@ -55,6 +58,8 @@ class DeviceKind:
     concurrency: int = 1
     source: str = ""
     precision_efficiency: dict[str, float] = field(default_factory=dict)
+    host_link_bytes_per_s: float = 0.0
+    host_mem_bw_bytes_per_s: float = 0.0
 
     def supports(self, prec: str) -> bool:
         return prec in self.peak_flops_per_s

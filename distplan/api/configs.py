@@ -113,7 +113,8 @@ class WhatIf:
             + (f", ZeRO-{st.zero}" + (" (FSDP)" if st.zero == 3 else "") if st.zero else "")
             + (f", ep {self.ep}" if self.ep > 1 else "")
             + (f", etp {self.etp}" if self.etp and self.etp != st.tensor_parallel else "")
-            + (f", capacity factor {self.capacity_factor:g}" if self.capacity_factor != 1 else ""),
+            + (f", capacity factor {self.capacity_factor:g}" if self.capacity_factor != 1 else "")
+            + (f", offload {'+'.join(st.offload)}" if st.offload else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
@@ -198,7 +199,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            sequence_parallel: bool = False, zero: int = 0, dp_allreduce: str = "ring",
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
            vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None,
-           cp_comm: str = "p2p", ep: int = 1, etp: int | None = None, capacity_factor: float = 1.0) -> WhatIf:
+           cp_comm: str = "p2p", ep: int = 1, etp: int | None = None, capacity_factor: float = 1.0,
+           offload: tuple[str, ...] = ()) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
     multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
@@ -213,7 +215,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     exchange, ``p2p`` (a ring overlapped with attention) or ``all_gather`` (Llama 3's).
     ``ep`` > 1: expert parallelism, each of ep data-parallel ranks holding E / ep routed
     experts, ``etp`` of the tp ranks splitting each, experts padded to ``capacity_factor``
-    times their share (``costs.expert_parallel``)."""
+    times their share (``costs.expert_parallel``). ``offload``: what every stage keeps in
+    host memory (``core.plan.OFFLOAD``, ``costs.offload``)."""
     check_degrees(dp, tp, pp, vp)
     check_tp_divides_heads(workload, tp)
     check_whatif_options(microbatch_size, global_batch, precision, mode, recompute, sequence_parallel,
@@ -256,6 +259,9 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         p = make_problem(moved, p.topology, precisions=precs, microbatches=M, schedule=p.schedule)
     if recipe:
         plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
+    if offload:   # the checker names what does not apply (costs.offload)
+        plan = dataclasses.replace(plan, stages=tuple(dataclasses.replace(st, offload=tuple(offload))
+                                                      for st in plan.stages))
     if plan.schedule == "interleaved":
         bad = interleaved_violations(p, plan)
         if bad:

@@ -30,7 +30,7 @@ from distplan.sim.trace import write_chrome_trace
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--fsdp", "--dp-allreduce",
                 "--overlap-grad-reduce", "--order", "--cp", "--attention", "--cp-comm",
-                "--ep", "--etp", "--capacity-factor", "--json")
+                "--ep", "--etp", "--capacity-factor", "--offload", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -114,6 +114,10 @@ def _main(argv: list[str] | None) -> int:
                    help="expert-tensor-parallel ranks: each expert split over etp of the tp ranks (default tp)")
     c.add_argument("--capacity-factor", type=float, default=1.0,
                    help="each expert's rows over its even share of the routed tokens (padding; default 1)")
+    c.add_argument("--offload", default="", metavar="WHAT,...",
+                   help="keep in host memory, comma-separated: activations (each layer's saved activations between "
+                        "its forward and backward, copied over the host link beside the compute), optimizer (fp32 "
+                        "master weights and Adam moments; the step on the host CPU)")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -179,7 +183,8 @@ def _whatif(args) -> int:
                    args.global_batch, args.precision, args.mode, args.seq_len, args.schedule, args.recompute,
                    args.sequence_parallel, zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
                    order=args.order, cp=args.cp, attention=args.attention,
-                   cp_comm=args.cp_comm, ep=args.ep, etp=args.etp, capacity_factor=args.capacity_factor)
+                   cp_comm=args.cp_comm, ep=args.ep, etp=args.etp, capacity_factor=args.capacity_factor,
+                   offload=tuple(x.strip() for x in args.offload.split(",") if x.strip()))
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)

@@ -39,6 +39,10 @@ PHASES = ("F", "B")
 RECOMPUTE = ("none", "selective", "full")
 #: how a stage's data-parallel replicas reduce their gradients
 DP_ALLREDUCE = ("ring", "hierarchical")
+#: what a training stage keeps in host memory instead (``costs.offload``): its layers'
+#: saved activations between their forward and backward; the optimizer (fp32 master
+#: weights and Adam moments, the step on the host CPU)
+OFFLOAD = ("activations", "optimizer")
 
 
 @functools.lru_cache(maxsize=256)
@@ -105,6 +109,8 @@ class Stage:
     (``Operator.expert_param_elems``) in blocks of ep members ``expert_stride`` replicas
     apart (the context-parallel ranks inside); replicas holding the same experts form
     the expert-data-parallel group that reduces, and under ZeRO shards, them.
+    ``offload``: what the stage keeps in host memory (``OFFLOAD``, ``costs.offload``),
+    stored sorted and without repeats.
 
     Replica groups (module docstring): ``shares`` (microbatches per step of each
     replica; ``None``: round-robin) and ``replica_precision`` (per replica, op index ->
@@ -120,8 +126,10 @@ class Stage:
     replica_precision: tuple[Overrides, ...] | None = None
     expert_parallel: int = 1
     expert_stride: int = 1
+    offload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "offload", tuple(sorted(set(self.offload))))
         if self.shares is not None:
             object.__setattr__(self, "shares", tuple(int(s) for s in self.shares))
         if self.replica_precision is not None:
@@ -322,6 +330,8 @@ def _stage_doc(s: Stage, topo, ops=None) -> dict[str, Any]:
         d["zero"] = s.zero
     if s.expert_parallel > 1:
         d["expert_parallel"], d["expert_stride"] = s.expert_parallel, s.expert_stride
+    if s.offload:
+        d["offload"] = list(s.offload)
     if s.shares is not None:
         d["shares"] = list(s.shares)
     if s.replica_precision is not None:
@@ -339,6 +349,9 @@ def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
         if not isinstance(shares, list):
             raise DistplanError(f"{where}: shares must be a list of whole numbers, one per replica")
         shares = tuple(_whole(x, f"{where}: a share") for x in shares)
+    off = s.get("offload", [])
+    if not isinstance(off, list) or not all(isinstance(x, str) for x in off):
+        raise DistplanError(f"{where}: offload must be a list of names ({', '.join(OFFLOAD)})")
     rp = s.get("replica_precision")
     if rp is not None:
         if not isinstance(rp, list) or not all(isinstance(x, dict) for x in rp):
@@ -347,7 +360,7 @@ def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
     st = Stage(tuple(topo.device_index(n) for n in s["devices"]), _whole(s.get("tensor_parallel", 1), where),
                str(s.get("recompute", "none")), bool(s.get("sequence_parallel", False)),
                _whole(s.get("zero", 0), where), shares, rp, _whole(s.get("expert_parallel", 1), where),
-               _whole(s.get("expert_stride", 1), where))
+               _whole(s.get("expert_stride", 1), where), tuple(off))
     ep, stride = st.expert_parallel, st.expert_stride
     # a tensor_parallel below 1 is the checker's to name (costs.check); no replicas to divide then
     if ep < 1 or stride < 1 or (st.tensor_parallel >= 1 and st.replicas % (ep * stride)):
