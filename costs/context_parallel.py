@@ -119,3 +119,10 @@ def with_kv_ring(problem: Problem, plan: Plan, cp: int, kv_elems: float, comm: s
     ops = tuple(dataclasses.replace(op, times=op.times + tuple(rows[v])) if v in rows else op
                 for v, op in enumerate(g.ops))
     return dataclasses.replace(g, ops=ops)
+
+
+def kv_chunk_elems(workload: str, batch_size: int, local_tokens: int) -> float:
+    """K and V elements of one rank's chunk of a microbatch, all heads."""
+    from distplan.workloads.zoo import get_config
+    cfg = get_config(workload)
+    return float(batch_size * local_tokens * (cfg.kv_heads or cfg.heads) * (cfg.qk_head_dim + cfg.v_head_dim))

@@ -21,6 +21,7 @@ at the same position of their block: ``expert_plan`` marks the stages,
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -101,3 +102,11 @@ def with_all_to_alls(problem: Problem, plan: Plan, ep: int, row_elems: float, cp
     ops = tuple(dataclasses.replace(op, times=op.times + tuple(rows[v])) if v in rows else op
                 for v, op in enumerate(g.ops))
     return dataclasses.replace(g, ops=ops)
+
+
+def routed_row_elems(workload: str, graph: Graph, capacity_factor: float) -> float:
+    """Elements a data-parallel rank dispatches a microbatch: its padded routed rows x hidden."""
+    from distplan.workloads.zoo import get_config
+    cfg = get_config(workload)
+    rows = math.ceil(capacity_factor * graph.batch_size * graph.seq_len * cfg.top_k - 1e-9)
+    return float(rows * cfg.hidden)

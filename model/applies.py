@@ -18,27 +18,32 @@ _MILP = "it adds rows to the pipeline space's MILP"
 _LAYERS = "the cluster and fleet spaces split whole layers and are never coarsened"
 _TRAINING = "only the training search of the cluster and fleet spaces reads it"
 _TARGET = "only --objective sensitivity (the fleet space) reads it"
+_CPEP = "only the cluster space's training search reads it (model.cluster_ranks)"
+#: the cluster space's cp / ep degrees, read by no other space
+_RANKS = {"context_parallel": _CPEP, "expert_parallel": _CPEP}
 
 #: space -> option -> why that space does not read it
 NOT_READ: dict[str, dict[str, str]] = {
     "pipeline": {"microbatch_sizes": _TRAINING, "virtual_stages": "only the cluster space's training search "
-                 "reads it", "iteration_target": _TARGET},
+                 "reads it", "iteration_target": _TARGET, **_RANKS},
     "cluster": {"sensitivity_budget": _PRECISION, "sensitivity_weight": _PRECISION, "n_stages": _SEARCH,
                 "path": _SEARCH, "replicas": _SEARCH, "extra_constraints": _MILP, "coarsen_ops": _LAYERS,
                 "iteration_target": _TARGET},
     "stage": {"sensitivity_budget": _PRECISION, "sensitivity_weight": _PRECISION, "n_stages": _SEARCH,
               "path": _SEARCH, "replicas": _SEARCH, "extra_constraints": _MILP, "coarsen_ops": _LAYERS,
               "iteration_target": _TARGET, "virtual_stages": "the stage space plans 1F1B; interleaving is the "
-              "cluster space's"},
+              "cluster space's", **_RANKS},
     "fleet": {"sensitivity_weight": "the fleet space ranks by the iteration (or, with --objective sensitivity, "
               "by the summed sensitivity), never a weighted sum", "n_stages": "the fleet space searches its own "
               "stages", "path": "the fleet space searches its own stages", "replicas": "the fleet space searches "
               "its own replica groups", "extra_constraints": _MILP, "coarsen_ops": _LAYERS,
-              "virtual_stages": "the fleet space runs 1F1B on each kind's stages"},
+              "virtual_stages": "the fleet space runs 1F1B on each kind's stages", **_RANKS},
 }
 #: options the cluster space reads in training only
 TRAINING_ONLY = {"microbatch_sizes": "the cluster space's inference search has one microbatch size",
-                 "virtual_stages": "the interleaved schedule is for training"}
+                 "virtual_stages": "the interleaved schedule is for training",
+                 "context_parallel": "context parallelism is searched for training",
+                 "expert_parallel": "expert parallelism is searched for training"}
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SolveOptions)}
 

@@ -38,12 +38,15 @@ from distplan.costs.memory import held_per_op_bytes, remat_per_op_bytes
 from distplan.costs.compute import optimizer_step_s
 from distplan.costs.iteration import (Exceeds, estimate_iteration, estimate_latency, estimate_transfers,
                                       op_rank_times)
+from distplan.costs.expert_parallel import expert_plan
 from distplan.costs.megatron import fp8_training_precisions, megatron_plan, stage_of_ops
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
-from distplan.costs.sharding import fsdp_units, searched_zero_levels, unit_param_bytes, zero_saved_fraction
+from distplan.costs.sharding import (fsdp_units, searched_zero_levels, unit_expert_bytes, unit_param_bytes,
+                                    zero_saved_fraction)
 from distplan.costs.tensor_parallel import tp_output_share
+from distplan.model.cluster_ranks import bare_problem, cp_degrees, ep_degrees, timed_problem, zoo_origin
 from distplan.workloads.colocate import index_groups
 from distplan.workloads.graph import layer_index
 
@@ -74,6 +77,13 @@ class ClusterPoint:
     precision: str = ""   # inference: the point's one precision; training: "" (the space's) or "fp8" (training_recipes)
     microbatch_size: int = 0   # samples per microbatch (0: the problem's own)
     vp: int = 1   # interleaved 1F1B: virtual stages per pipeline rank (equal layer chunks)
+    cp: int = 1   # context parallelism: each sequence split over cp consecutive replicas (model.cluster_ranks)
+    ep: int = 1   # expert parallelism: routed experts over ep data-parallel replicas (model.cluster_ranks)
+
+    @property
+    def replicas(self) -> int:
+        """The plan's replicas a stage: dp x cp (a context rank counts as a replica)."""
+        return self.dp * self.cp
 
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
@@ -81,7 +91,8 @@ class ClusterPoint:
         extra += [self.precision] if self.precision else []
         extra += [f"microbatch {self.microbatch_size}"] if self.microbatch_size else []
         vp = f" x vp {self.vp}" if self.vp > 1 else ""
-        return f"dp {self.dp} x tp {self.tp} x pp {self.pp}{vp}" + (f" ({', '.join(extra)})" if extra else "")
+        cpep = (f" x cp {self.cp}" if self.cp > 1 else "") + (f" x ep {self.ep}" if self.ep > 1 else "")
+        return f"dp {self.dp}{cpep} x tp {self.tp} x pp {self.pp}{vp}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 @dataclass(frozen=True)
@@ -214,8 +225,13 @@ class _Work:
 
 
 class _Space:
-    def __init__(self, problem: Problem, precision: str, wide: str | None = None):
+    """One problem's bounds and work tables (a rank's graph under cp / ep: model.cluster_ranks).
+    At ``ep`` > 1 the gathers and reductions the bounds charge leave the routed experts
+    out (those run over expert-data-parallel groups, after the dense part: never less)."""
+
+    def __init__(self, problem: Problem, precision: str, wide: str | None = None, ep: int = 1):
         self.pb = problem
+        self.ep = ep
         self.q = problem.q_index(precision)
         self.precision = precision
         if wide is not None:   # a training recipe: fp8 linear layers, ``wide`` elsewhere
@@ -230,6 +246,10 @@ class _Space:
                                    for v in u) for u in self.units])   # bytes of their gradients
         self.total_params = float(self.params.sum())
         self.total_bytes = float(self.grads.sum())
+        self.dense_grads = self.grads - (np.array([sum(problem.graph.ops[v].expert_param_elems
+                                                       * float(problem.bytes_per_elem[self.qs[v]]) for v in u)
+                                                   for u in self.units]) if ep > 1 else 0.0)
+        self.dense_bytes = float(self.dense_grads.sum())   # the gathers over all replicas
         self.cap = float(np.min(problem.device_mem_bytes))
         self._work: dict[tuple[int, bool, str], _Work] = {}
         self._exposure: dict[tuple[int, int, int], float] = {}
@@ -296,7 +316,7 @@ class _Space:
         return float((m * per_rank + before).max())
 
     def microbatches_per_replica(self, pt: ClusterPoint) -> int:
-        return (self.pb.microbatches if self.pb.training else 1) // pt.dp
+        return (self.pb.microbatches if self.pb.training else 1) // pt.replicas
 
     def point_lb_s(self, pt: ClusterPoint) -> float:
         """The point's first bound, over every split (module docstring): the pipeline's
@@ -322,16 +342,16 @@ class _Space:
 
     def fsdp_traffic_s(self, pt: ClusterPoint) -> float:
         """Every ZeRO-3 unit's all-gather, summed (one stage: ``costs.fsdp``'s ``a_i``)."""
-        key = (pt.dp, pt.tp)
+        key = (pt.replicas, pt.tp)
         if key not in self._traffic:
             if self._units_bytes is None:
                 mine = set(range(self.pb.n_ops))
-                self._units_bytes = np.array([unit_param_bytes(self.pb, u, self.qs, 1, mine)
+                self._units_bytes = np.array([self._gathered_bytes(u, 1, mine)
                                               for u in fsdp_units(self.pb, range(self.pb.n_ops))])
-            lat, spb = self._ring_hops(0, pt.dp, pt.tp)   # all_gather_s: dp - 1 steps of the slowest hop
-            x = self._units_bytes / pt.tp / pt.dp
+            lat, spb = self._ring_hops(0, pt.replicas, pt.tp)   # all_gather_s: dp - 1 steps of the slowest hop
+            x = self._units_bytes / pt.tp / pt.replicas
             steps = (lat[None, :] + x[:, None] * spb[None, :]).max(axis=1) if len(x) else np.zeros(0)
-            self._traffic[key] = (pt.dp - 1) * float(steps.sum()) * (1 - BOUND_SLACK)
+            self._traffic[key] = (pt.replicas - 1) * float(steps.sum()) * (1 - BOUND_SLACK)
         return self._traffic[key]
 
     def split_lb_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
@@ -360,9 +380,9 @@ class _Space:
         the flat and hierarchical rings. ZeRO-3 (one stage): per microbatch the first
         unit's gather before the forward, the last unit's before the backward and the
         first unit's reduce-scatter after it, which nothing overlaps (costs.fsdp)."""
-        if pt.dp < 2:
+        if pt.replicas < 2:
             return 0.0
-        key = (pt.dp, pt.tp, pt.zero)   # the same for every pp, recomputation and split
+        key = (pt.replicas, pt.tp, pt.zero)   # the same for every pp, recomputation and split
         if key not in self._exposure:
             self._exposure[key] = self._fsdp_exposure_s(pt) if gathers(pt) else self._exposure_s(pt)
         return self._exposure[key]
@@ -371,17 +391,24 @@ class _Space:
         units, mine = fsdp_units(self.pb, range(self.pb.n_ops)), set(range(self.pb.n_ops))
         if not units:
             return 0.0
-        ring = [i * pt.tp for i in range(pt.dp)]
-        first, last = (all_gather_s(self.pb, ring, unit_param_bytes(self.pb, u, self.qs, pt.tp, mine))
+        ring = [i * pt.tp for i in range(pt.replicas)]
+        first, last = (all_gather_s(self.pb, ring, self._gathered_bytes(u, pt.tp, mine))
                        for u in (units[0], units[-1]))
-        return self.pb.microbatches // pt.dp * (2 * first + last)
+        return self.pb.microbatches // pt.replicas * (2 * first + last)
+
+    def _gathered_bytes(self, unit, tp: int, mine: set[int]) -> float:
+        """A ZeRO-3 unit's bytes gathered over all replicas (at ep > 1 its dense part)."""
+        out = unit_param_bytes(self.pb, unit, self.qs, tp, mine)
+        return out - (unit_expert_bytes(self.pb, unit, self.qs, tp) if self.ep > 1 else 0.0)
 
     def _exposure_s(self, pt: ClusterPoint) -> float:
         first = next((v for u in self.units for v in u if self.pb.graph.ops[v].param_elems > 0), None)
         if first is None:
             return 0.0
-        nbytes = self.pb.graph.ops[first].param_elems * float(self.pb.bytes_per_elem[self.qs[first]]) / pt.tp
-        devs = [i * pt.tp for i in range(pt.dp)]
+        op = self.pb.graph.ops[first]
+        elems = op.param_elems - (op.expert_param_elems if self.ep > 1 else 0)   # reduced over all replicas
+        nbytes = elems * float(self.pb.bytes_per_elem[self.qs[first]]) / pt.tp
+        devs = [i * pt.tp for i in range(pt.replicas)]
         return min(gradient_reduction_parts(self.pb, devs, nbytes, h, pt.zero)[0] for h in (False, True))
 
     def optimizer_lb_s(self, pt: ClusterPoint) -> float:
@@ -393,11 +420,11 @@ class _Space:
         pays at least the mean's; fp8's weight casts are left out."""
         if not self.pb.training or self.total_params <= 0:
             return 0.0
-        share = pt.dp if pt.zero and pt.dp > 1 else 1
+        share = pt.replicas if pt.zero and pt.replicas > 1 else 1
         t = self._step_s(self.total_params / (pt.tp * pt.pp * share), self.total_bytes / (pt.tp * pt.pp * share))
         if gathers_after_step(pt):
-            a, b = self.gather_line(pt.dp, pt.tp, pt.pp)
-            t += a + b * self.total_bytes / (pt.tp * pt.pp * pt.vp)
+            a, b = self.gather_line(pt.replicas, pt.tp, pt.pp)
+            t += a + b * self.dense_bytes / (pt.tp * pt.pp * pt.vp)
         return t * (1 - BOUND_SLACK)
 
     def split_optimizer_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
@@ -406,14 +433,15 @@ class _Space:
         as ``optimizer_step_per_device_s`` charges them (fp8's weight casts left out)."""
         if not self.pb.training or self.total_params <= 0:
             return 0.0
-        share = pt.dp if pt.zero and pt.dp > 1 else 1
-        n = pt.dp * pt.tp
+        share = pt.replicas if pt.zero and pt.replicas > 1 else 1
+        n = pt.replicas * pt.tp
         worst = 0.0
         for k, (a, b) in enumerate(zip(edges, edges[1:])):
             e, nbytes = float(self.params[a:b].sum()), float(self.grads[a:b].sum())
             t = self._step_s(e / (pt.tp * share), nbytes / (pt.tp * share)) if e > 0 else 0.0
-            if gathers_after_step(pt) and nbytes > 0:
-                t += all_gather_s(self.pb, [k * n + i * pt.tp for i in range(pt.dp)], nbytes / pt.tp)
+            dense = float(self.dense_grads[a:b].sum())
+            if gathers_after_step(pt) and dense > 0:
+                t += all_gather_s(self.pb, [k * n + i * pt.tp for i in range(pt.replicas)], dense / pt.tp)
             worst = max(worst, t)
         return worst * (1 - BOUND_SLACK)
 
@@ -457,14 +485,14 @@ class _Space:
 def gathers_after_step(pt: ClusterPoint) -> bool:
     """Does the point all-gather its updated parameters after the optimizer step (ZeRO-1
     and 2 over >= 2 replicas; ``costs.iteration.optimizer_step_per_device_s``)?"""
-    return pt.zero in (1, 2) and pt.dp > 1
+    return pt.zero in (1, 2) and pt.replicas > 1
 
 
 def gathers(pt: ClusterPoint) -> bool:
     """Does the point gather its parameters per unit (ZeRO-3 over >= 2 replicas; the
     space has it at pp 1 only, ``costs.sharding.searched_zero_levels``, where the usual
     bound holds: its gathers only add to the compute)?"""
-    return pt.zero >= 3 and pt.dp > 1
+    return pt.zero >= 3 and pt.replicas > 1
 
 
 def _recomputed_ops(problem: Problem, mode: str) -> np.ndarray:
@@ -542,13 +570,16 @@ def inference_precisions(problem: Problem) -> list[str]:
     return [p for p in problem.precisions if bool(problem.supported[problem.q_index(p)].all())]
 
 
-def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) -> list[ClusterPoint]:
+def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), cp: int = 1,
+                 ep: int = 1) -> list[ClusterPoint]:
     """Every outer point of the declared space (training: module docstring; inference,
     latency: one microbatch, dp 1, tp x pp, sequence parallel, one precision for every op
     among those every device runs); ``microbatch_size``: the training points' field;
     ``virtual_stages``: interleaved points with these vp >= 2 where pp >= 2, pp x vp
-    divides the layer count and pp the microbatches a replica runs (Megatron's rule)."""
-    N, M = problem.n_devices, problem.microbatches
+    divides the layer count and pp the microbatches a replica runs (Megatron's rule);
+    ``cp``, ``ep``: the points of one rank's problem (``model.cluster_ranks``: its
+    microbatches x cp), dp x cp x tp x pp devices, ep dividing dp, no interleaving at ep > 1."""
+    N, M = problem.n_devices, problem.microbatches // cp
     L = len(_units(problem))
     if not problem.training:
         return [ClusterPoint(1, tp, pp, "none", 0, sp, q)
@@ -562,15 +593,17 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=()) 
     for tp in tp_degrees(problem):
         for pp in range(1, min(L, N // tp) + 1):
             for dp in _divisors(M):
-                if dp * tp * pp > N:
+                if dp * cp * tp * pp > N:
                     break
+                if dp % ep:
+                    continue
                 vps = [1] + [vp for vp in sorted(set(virtual_stages)) if vp >= 2 and named and L % (pp * vp) == 0
-                             and pp >= 2 and (M // dp) % pp == 0]
+                             and pp >= 2 and (M // dp) % pp == 0 and ep == 1]
                 for vp in vps:
                     for rc in RECOMPUTE_CHOICES:
-                        for zero in searched_zero_levels(dp, tp, pp, vp, problem):
+                        for zero in searched_zero_levels(dp * cp, tp, pp, vp, problem):
                             for sp in ((False, True) if tp > 1 else (False,)):
-                                out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp))
+                                out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp, cp, ep))
     return out
 
 
@@ -585,6 +618,17 @@ class Skips:
     points: set = field(default_factory=set)
     worst_s: float = 0.0             # the largest forecast among them
     left_s: float = math.inf         # the least time left when one was skipped
+    refused: int = 0                 # ep options the analytic iteration refuses (their bound stands)
+    refused_points: set = field(default_factory=set)
+
+    @property
+    def left_out(self) -> int:
+        """Options left without a time: skipped by the clock or refused."""
+        return self.skipped + self.refused
+
+    def refuse(self, pt: ClusterPoint) -> None:
+        self.refused += 1
+        self.refused_points.add(pt)
 
     def left(self) -> float:
         """Seconds to the deadline (0 once a stop was requested)."""
@@ -678,6 +722,11 @@ def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, 
     except (TimeUp, _Dropped):
         clock.skip(pt, need_s, 0.0)
         return None
+    except DistplanError:
+        if pt.ep == 1 or clock is None:
+            raise
+        clock.refuse(pt)   # an ep plan the analytic iteration does not time: its bound stands
+        return None
 
 
 def _fits(problem: Problem, plan: Plan, memory: dict) -> bool:
@@ -701,9 +750,9 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
     untimed (``above_s``), one forecast ``DEFER_S`` past the cheapest is put off while
     fewer than K plans are known, and the checker's memory is asked only when some option
     can enter."""
-    options = [("ring", False), ("ring", True)] if pt.dp > 1 and not gathers(pt) else [("ring", False)]
-    if pt.dp > 1 and not gathers(pt) and \
-            hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.dp)]) is not None:
+    options = [("ring", False), ("ring", True)] if pt.replicas > 1 and not gathers(pt) else [("ring", False)]
+    if pt.replicas > 1 and not gathers(pt) and \
+            hierarchical_groups(problem.topology, [i * pt.tp for i in range(pt.replicas)]) is not None:
         options += [("hierarchical", False), ("hierarchical", True)]   # replicas share nodes
     plans = [_plan(problem, space, pt, split, allreduce, overlap) if split is not None
              else _interleaved(problem, space, pt, allreduce, overlap) for allreduce, overlap in options]
@@ -722,6 +771,10 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
             except Exceeds as e:
                 if e.bound_s < entry:
                     put_off.append((i, e.bound_s))
+            except DistplanError:
+                if pt.ep == 1 or clock is None:
+                    raise
+                clock.refuse(pt)
             continue
         t = _time_option(problem, pt, plans[i], need[i], clock, clock is not None and i != first, entry)
         if t is not None:
@@ -747,12 +800,12 @@ def _settle(best: _Best, clock: Skips, below_s: float = math.inf, run: bool = Tr
         if lb > kth:
             best.deferred.clear()   # every bound left is larger
             break
-        skipped = clock.skipped
+        skipped = clock.left_out
         if not run:
             clock.skip(d.point, d.need_s, clock.left())
         t = _time_option(d.problem, d.point, d.plan, d.need_s, clock, True, math.nextafter(kth, math.inf)) \
             if run else None
-        if clock.skipped > skipped:
+        if clock.left_out > skipped:
             left = min(left, lb)
         elif t is not None and _fits(d.problem, d.plan, d.memory):
             best.add([(seq, ClusterPlan(d.point, d.plan, t, d.point_bound_s, d.problem))])
@@ -789,14 +842,14 @@ def _dropping(stop):
 def _interleaved(problem: Problem, space: _Space, pt: ClusterPoint, allreduce: str, overlap: bool) -> Plan:
     """Megatron's interleaved plan of ``pt``: pp x vp equal layer chunks, chunk c on the
     devices of rank c mod pp (``costs.megatron.megatron_plan``), at the space's precisions."""
-    plan = megatron_plan(problem, pt.dp, pt.tp, pt.pp, space.op_precision[0], None, pt.recompute,
+    plan = megatron_plan(problem, pt.replicas, pt.tp, pt.pp, space.op_precision[0], None, pt.recompute,
                          pt.sequence_parallel, pt.zero, allreduce, overlap, pt.vp)
-    return dataclasses.replace(plan, op_precision=space.op_precision)
+    return expert_plan(dataclasses.replace(plan, op_precision=space.op_precision), pt.ep, pt.cp)
 
 
 def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], allreduce: str,
           overlap: bool) -> Plan:
-    n = pt.dp * pt.tp
+    n = pt.replicas * pt.tp
     stages = tuple(Stage(tuple(range(k * n, (k + 1) * n)), pt.tp, pt.recompute, pt.sequence_parallel, pt.zero)
                    for k in range(pt.pp))
     op_stage = [0] * problem.n_ops
@@ -805,8 +858,45 @@ def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], a
             op_stage[v] = k
     if not problem.training:   # latency: one microbatch through the stages
         return Plan(tuple(op_stage), space.op_precision, stages, 1, "stream")
-    return Plan(tuple(op_stage), space.op_precision, stages, problem.microbatches, "1f1b",
-                dp_allreduce=allreduce, overlap_grad_reduce=overlap)
+    return expert_plan(Plan(tuple(op_stage), space.op_precision, stages, problem.microbatches, "1f1b",
+                            dp_allreduce=allreduce, overlap_grad_reduce=overlap), pt.ep, pt.cp)
+
+
+class RankSpaces:
+    """The cp / ep degrees of a training search and their spaces (``model.cluster_ranks``):
+    one bare space per (microbatch size, recipe, cp, ep) for the first bounds, one timed
+    space per point's groups (problems shared by the recipes: plans of one problem)."""
+
+    def __init__(self, problem: Problem, precision: str, cps=None, eps=None):
+        self.origin = zoo_origin(problem.graph)
+        self.precision = precision
+        self.cps = cp_degrees(problem, self.origin, cps)
+        self.eps = ep_degrees(problem, self.origin, eps)
+        self.bounded: set[ClusterPoint] = set()   # points re-queued with their timed bound
+        self._problems: dict[tuple, Problem] = {}
+        self._spaces: dict[tuple, _Space] = {}
+
+    def bare(self, pb: Problem, cp: int, ep: int) -> Problem | None:
+        """The rank's problem of ``pb`` (None where the model cannot split so)."""
+        if cp == ep == 1:
+            return pb
+        try:
+            return bare_problem(pb, self.origin, cp, ep)
+        except DistplanError:
+            return None
+
+    def space(self, pb: Problem, recipe: str, ep: int) -> _Space:
+        return _Space(pb, recipe, self.precision, ep=ep) if recipe else _Space(pb, self.precision, ep=ep)
+
+    def timed(self, bare: _Space, pt: ClusterPoint) -> _Space:
+        """The space of ``pt``'s timed problem (``cluster_ranks.timed_problem``)."""
+        sp = pt.sequence_parallel and pt.tp > 1
+        key = (pt.microbatch_size, pt.cp, pt.ep, pt.replicas, pt.tp, pt.pp, sp)
+        if key not in self._problems:
+            self._problems[key] = timed_problem(bare.pb, self.origin, pt.replicas, pt.tp, pt.pp, sp, pt.cp, pt.ep)
+        if key + (pt.precision,) not in self._spaces:
+            self._spaces[key + (pt.precision,)] = self.space(self._problems[key], pt.precision, pt.ep)
+        return self._spaces[key + (pt.precision,)]
 
 
 def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
@@ -831,14 +921,16 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
 
 def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
-                 stop=None, microbatch_sizes=(), virtual_stages=(), clock: Clock | None = None) -> ClusterResult:
+                 stop=None, microbatch_sizes=(), virtual_stages=(), clock: Clock | None = None,
+                 context_parallel=None, expert_parallel=None) -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
     docstring); ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
     (without one: ``deadline``, a perf_counter instant, else ``time_limit_s``, and ``stop``).
     ``microbatch_sizes`` (training): also search these samples per microbatch, at the
     same global batch (an outer dimension of the space, searched exactly like the rest);
     ``virtual_stages`` (training): also Megatron's interleaved 1F1B at these vp
-    (``space_points``)."""
+    (``space_points``); ``context_parallel`` / ``expert_parallel``: the cp / ep degrees
+    (None: ``model.cluster_ranks``' defaults; a zoo transformer's training only)."""
     t0 = time.perf_counter()
     if clock is None:
         clock = Clock.until(deadline if deadline is not None else t0 + time_limit_s, stop)
@@ -853,25 +945,40 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         prec = training_precision(problem)
         variants = batch_variants(problem, microbatch_sizes)
         recipes = training_recipes(problem)
-        spaces = {(b, r): _Space(pb, r, prec) if r else _Space(pb, prec) for b, pb in variants.items()
-                  for r in recipes}
-        pts = [dataclasses.replace(pt, precision=r) if r else pt
-               for b, pb in variants.items() for pt in space_points(pb, b, virtual_stages) for r in recipes]
+        ranks = RankSpaces(problem, prec, context_parallel, expert_parallel)
+        spaces, pts = {}, []
+        for b, pb in variants.items():
+            for cp, ep in itertools.product(ranks.cps, ranks.eps):
+                rb = ranks.bare(pb, cp, ep)
+                if rb is None:
+                    continue
+                for r in recipes:
+                    spaces[(b, r, cp, ep)] = ranks.space(rb, r, ep)
+                pts += [dataclasses.replace(pt, precision=r) if r else pt
+                        for pt in space_points(rb, b, virtual_stages, cp, ep) for r in recipes]
     else:   # latency: one microbatch
         qs = inference_precisions(problem)
         if not qs:
             raise DistplanError(f"no allowed precision ({', '.join(problem.precisions)}) runs on every device")
-        spaces = {(0, q): _Space(problem, q) for q in qs}
+        spaces = {(0, q, 1, 1): _Space(problem, q) for q in qs}
         pts = space_points(problem)
+        ranks = None
     space = next(iter(spaces.values()))
     what = ("dp x tp x pp, recomputation, ZeRO 0-3, sequence parallel" if problem.training
             else "latency of one microbatch: tp x pp, sequence parallel, precision")
-    sizes = sorted({b or problem.graph.batch_size for b, _ in spaces})
+    if ranks is not None and (len(ranks.cps) > 1 or len(ranks.eps) > 1):
+        what += f", cp {'/'.join(map(str, ranks.cps))}, ep {'/'.join(map(str, ranks.eps))}"
+    sizes = sorted({k[0] or problem.graph.batch_size for k in spaces})
     say(f"cluster space: {len(pts):,} points ({what}), {len(space.units)} layers, "
-        f"{', '.join(sorted({q or space.precision for _, q in spaces}))}, microbatch size {', '.join(map(str, sizes))}")
+        f"{', '.join(sorted({k[1] or space.precision for k in spaces}))}, microbatch size {', '.join(map(str, sizes))}")
+
+    def space_of(pt: ClusterPoint) -> _Space:
+        key = (pt.microbatch_size, pt.precision, pt.cp, pt.ep)
+        return spaces[key] if pt.cp == pt.ep == 1 else ranks.timed(spaces[key], pt)
+
     heap = []
     for pt in pts:
-        heap.append((spaces[(pt.microbatch_size, pt.precision)].point_lb_s(pt), pt))
+        heap.append((spaces[(pt.microbatch_size, pt.precision, pt.cp, pt.ep)].point_lb_s(pt), pt))
     heapq.heapify(heap)
     best = _Best(top_k)
     incumbent = math.inf
@@ -891,10 +998,14 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             bound = min(bound, _settle(best, skips, below_s=lb0))
             continue
         heapq.heappop(heap)
-        space = spaces[(pt.microbatch_size, pt.precision)]
+        if (pt.cp > 1 or pt.ep > 1) and pt not in ranks.bounded:   # its own problem's bound, then its turn
+            ranks.bounded.add(pt)
+            heapq.heappush(heap, (space_of(pt).point_lb_s(pt), pt))
+            continue
+        space = space_of(pt)
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
-        static = space.static_per_rank(pt.tp, pt.dp, pt.zero)
-        m = (space.pb.microbatches if space.pb.training else 1) // pt.dp
+        static = space.static_per_rank(pt.tp, pt.replicas, pt.zero)
+        m = (space.pb.microbatches if space.pb.training else 1) // pt.replicas
         cs, ca = np.concatenate(([0.0], np.cumsum(static))), np.concatenate(([0.0], np.cumsum(wk.act)))
 
         def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient, fi=wk.first) -> float:
@@ -906,11 +1017,11 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         tot = float(wk.w.sum())
         solved += 1
         if pt.vp > 1:   # Megatron's equal chunks: one plan, its reduction options
-            skipped = skips.skipped
+            skipped = skips.left_out
             got = _evaluate(space.pb, space, pt, None, lb0, skips, must=not best, best=best)
-            if skips.skipped > skipped:
+            if skips.left_out > skipped:
                 bound = min(bound, lb0)
-            infeasible += not got and skips.skipped == skipped
+            infeasible += not got and skips.left_out == skipped
             best.add(got)
         elif math.comb(len(wk.w) - 1, pt.pp - 1) <= INNER_ENUM_MAX:
             # every split, cheapest slowest stage first, until its bound reaches the K-th plan
@@ -929,9 +1040,9 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                     bound = min(bound, lb_split)
                     partial += 1
                     break
-                skipped = skips.skipped
+                skipped = skips.left_out
                 best.add(_evaluate(space.pb, space, pt, split, lb_split, skips, must=not best, best=best))
-                if skips.skipped > skipped:   # an option of this split not estimated: its bound stands
+                if skips.left_out > skipped:   # an option of this split not estimated: its bound stands
                     bound = min(bound, lb_split)
         else:
             tau, split, exact = _best_split(wk.w, mem_of, space.cap, pt.pp)

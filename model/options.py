@@ -88,6 +88,14 @@ class SolveOptions:
     stages per pipeline rank (each >= 2; where pp x vp divides the layers and pp the
     microbatches a replica runs). Off by default: an interleaved plan's analytic iteration
     replays its order, so a time-limited search visits far fewer points."""
+    context_parallel: tuple[int, ...] | None = None
+    """Cluster space, training on a zoo transformer: context-parallel degrees to search
+    besides 1 (each dividing the sequence); None: 2, 4 and 8 when the sequence has at least
+    8,192 tokens (``model.cluster_ranks``), else none; (): cp 1 only."""
+    expert_parallel: tuple[int, ...] | None = None
+    """Cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees
+    to search besides 1 (each dividing the routed experts, and dp at each point); None:
+    every divisor of the experts; (): ep 1 only."""
 
     def __post_init__(self) -> None:
         """Every field checked by core.validate (one DistplanError naming the field);
@@ -115,6 +123,8 @@ class SolveOptions:
                                                 "a function f(m, problem, spec) adding constraints"),
             "microbatch_sizes": check_ints(name + "microbatch_sizes", self.microbatch_sizes, optional=True),
             "virtual_stages": check_ints(name + "virtual_stages", self.virtual_stages, 2),
+            "context_parallel": check_ints(name + "context_parallel", self.context_parallel, optional=True),
+            "expert_parallel": check_ints(name + "expert_parallel", self.expert_parallel, optional=True),
         }
         for k, v in fix.items():
             object.__setattr__(self, k, v)

@@ -4,7 +4,7 @@ groups (``costs.context_parallel``; the design: docs/guides/whatif-and-simulator
 from __future__ import annotations
 
 from distplan.core.errors import DistplanError
-from distplan.costs.context_parallel import CP_COMMS, with_kv_ring
+from distplan.costs.context_parallel import CP_COMMS, kv_chunk_elems, with_kv_ring
 from distplan.costs.problem import Problem
 from distplan.core.plan import Plan
 from distplan.workloads.graph import Graph
@@ -48,13 +48,6 @@ def check_fits(problem: Problem, dp: int, cp: int, tp: int, pp: int) -> None:
     if need > problem.n_devices:
         raise DistplanError(f"dp {dp} x cp {cp} x tp {tp} x pp {pp} = {need} devices, but "
                             f"{problem.topology.name!r} has {problem.n_devices}; lower --cp or --dp")
-
-
-def kv_chunk_elems(workload: str, batch_size: int, local_tokens: int) -> float:
-    """K and V elements of one rank's chunk of a microbatch, all heads."""
-    from distplan.workloads.zoo import get_config
-    cfg = get_config(workload)
-    return float(batch_size * local_tokens * (cfg.kv_heads or cfg.heads) * (cfg.qk_head_dim + cfg.v_head_dim))
 
 
 def ring_graph(problem: Problem, plan: Plan, workload: str, cp: int, comm: str = "p2p") -> Graph:

@@ -7,7 +7,7 @@ import math
 
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.costs.expert_parallel import all_to_all_times, with_all_to_alls
+from distplan.costs.expert_parallel import all_to_all_times, routed_row_elems, with_all_to_alls
 from distplan.costs.problem import Problem
 from distplan.workloads.graph import Graph
 
@@ -69,14 +69,6 @@ def expert_graph(workload: str, batch_size: int, seq_len: int | None, mode: str,
     cfg = get_config(workload)
     share = ExpertShare(cfg.experts // ep, float(capacity_factor), tp // etp)
     return build_moe(cfg, batch_size, checked.seq_len * cp, mode, attention, cp, share)
-
-
-def routed_row_elems(workload: str, graph: Graph, capacity_factor: float) -> float:
-    """Elements a data-parallel rank dispatches a microbatch: its padded routed rows x hidden."""
-    from distplan.workloads.zoo import get_config
-    cfg = get_config(workload)
-    rows = math.ceil(capacity_factor * graph.batch_size * graph.seq_len * cfg.top_k - 1e-9)
-    return float(rows * cfg.hidden)
 
 
 def all_to_all_graph(problem: Problem, plan: Plan, workload: str, ep: int, capacity_factor: float,

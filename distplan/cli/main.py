@@ -81,6 +81,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training: also search Megatron's interleaved 1F1B with these virtual "
                         "stages per pipeline rank (each >= 2; where pp x vp divides the layers); off by default: "
                         "each interleaved estimate replays its order (~1 s)")
+    s.add_argument("--cp-degrees", default=None, metavar="C1,C2,...",
+                   help="cluster space, training on a zoo transformer: context-parallel degrees to search besides "
+                        "1 (each dividing the sequence); default 2,4,8 when the sequence has >= 8,192 tokens, else "
+                        "none; 'none': cp 1 only")
+    s.add_argument("--ep-degrees", default=None, metavar="E1,E2,...",
+                   help="cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees to "
+                        "search besides 1 (each dividing the experts and dp); default every divisor of the "
+                        "experts; 'none': ep 1 only")
     s.add_argument("--space", choices=("auto", "pipeline", "cluster", "fleet", "stage"), default="auto",
                    help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
                         "(Megatron-style dp x tp x pp for training steps or inference latency), fleet (mixed-fleet "
@@ -133,6 +141,7 @@ FLAG_OF = {"objective": "--objective", "space": "--space", "sensitivity_budget":
            "top_k": "--top-k", "time_limit_s": "--time-limit", "rel_gap": "--gap", "threads": "--threads",
            "seed": "--seed", "n_stages": "--stages", "coarsen_ops": "--coarsen",
            "microbatch_sizes": "--microbatch-sizes", "virtual_stages": "--virtual-stages",
+           "context_parallel": "--cp-degrees", "expert_parallel": "--ep-degrees",
            "batch_size": "--batch-size", "seq_len": "--seq-len", "attention": "--attention", "microbatches": "--microbatches",
            "precisions": "--precisions", "schedule": "--schedule", "low_bit_ops": "--low-bit-ops",
            "mode": "--mode", "profile": "--profile", "candidates": "--candidates", "budget_s": "--budget"}
@@ -180,10 +189,27 @@ def _virtual_stages(text: str | None) -> tuple[int, ...]:
     return vps
 
 
+def _degrees(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """--cp-degrees / --ep-degrees: None (the default rule), () for 'none', else the listed degrees."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise DistplanError(f"{flag} takes whole numbers separated by commas (or 'none'), got {text!r}") from None
+    if not out or any(d < 1 for d in out):
+        raise DistplanError(f"{flag} takes degrees >= 1, got {text!r}")
+    return out
+
+
 def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOptions:
     """The planner's options from the parsed flags."""
     kw = dict(objective=args.objective, space=args.space, microbatch_sizes=_sizes(args.microbatch_sizes),
               virtual_stages=_virtual_stages(args.virtual_stages),
+              context_parallel=_degrees(args.cp_degrees, "--cp-degrees"),
+              expert_parallel=_degrees(args.ep_degrees, "--ep-degrees"),
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
               sensitivity_weight=args.sensitivity_weight, iteration_target=args.iteration_target,
               top_k=args.top_k, time_limit_s=args.time_limit,
@@ -329,7 +355,8 @@ def check_flags(args: argparse.Namespace) -> None:
             raise DistplanError(f"--objective does not apply with --pareto (got {args.objective}): the frontier "
                                 "trades sensitivity for simulated throughput; leave it out")
     if args.mode == "inference":
-        refuse_flags(args, ("--iteration-target", "--microbatch-sizes", "--virtual-stages"),
+        refuse_flags(args, ("--iteration-target", "--microbatch-sizes", "--virtual-stages", "--cp-degrees",
+                            "--ep-degrees"),
                      "in inference: only the training search (--mode training) of the cluster and fleet spaces "
                      "reads it")
     elif args.objective != "sensitivity":
@@ -340,7 +367,8 @@ def check_flags(args: argparse.Namespace) -> None:
                      "were measured at, so only that microbatch size is searched")
     if args.space == "pipeline":
         refuse_flags(args, ("--microbatch-sizes",), "with --space pipeline: the cluster and fleet spaces search them")
-        refuse_flags(args, ("--virtual-stages",), "with --space pipeline: the cluster space searches them")
+        refuse_flags(args, ("--virtual-stages", "--cp-degrees", "--ep-degrees"),
+                     "with --space pipeline: the cluster space searches them")
     if args.compare or args.pareto is not None:
         args.plan_out = None
 

@@ -13,6 +13,10 @@ ring, or hierarchical when the replicas span two or more nodes with the same num
 2 when pp x vp divides the layers and pp the microbatches a replica (chunk c on stage c
 mod pp); every op at the one training precision (its fallback where it may not);
 feasible when ``costs.check.plan_violations`` (memory included) passes.
+Context and expert parallelism (``parallel_plans``): the what-if's graph of one rank
+(``api.context``, ``api.experts``) over microbatches x cp, dp x cp replicas (a context
+rank next to the others of its sequence), the K/V ring and the all-to-alls timed on the
+plan's groups, ep dividing dp and the experts, no interleaving at ep > 1.
 """
 from __future__ import annotations
 
@@ -52,9 +56,9 @@ def _hierarchical(problem: Problem, devs: list[int]) -> bool:
     return len(per_node) >= 2 and len(counts) == 1 and counts != {1}
 
 
-def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_stages=()):
+def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_stages=(), degrees=None):
     """Every plan of the declared space (module docstring) with interleaving at
-    ``virtual_stages``, in no particular order."""
+    ``virtual_stages``, in no particular order; ``degrees``: only (replicas, tp, pp, sp)."""
     N, M = problem.n_devices, problem.microbatches
     groups = layer_groups(problem)
     L = len(groups)
@@ -64,6 +68,8 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_s
     for tp in (t for t in range(1, min(N, max_tp) + 1) if N % t == 0):
         for pp in range(1, min(L, N // tp) + 1):
             for dp in (d for d in range(1, M + 1) if M % d == 0 and d * tp * pp <= N):
+                if degrees is not None and degrees[:3] != (dp, tp, pp):
+                    continue
                 n = dp * tp
                 reductions = [("ring", False)]
                 if dp > 1:
@@ -81,8 +87,9 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_s
                                 op_stage[v] = k
                     fsdp = pp == vp == 1 and (tp == 1 or _apart(problem, dp, tp))
                     zeros = ((0, 1, 2, 3) if fsdp else (0, 1, 2)) if dp > 1 else (0,)
+                    sps = (False, True) if tp > 1 else (False,)
                     for rc, zero, sp in itertools.product(RECOMPUTE, zeros,
-                                                          (False, True) if tp > 1 else (False,)):
+                                                          sps if degrees is None else (degrees[3],)):
                         stages = tuple(Stage(tuple(range((k % pp) * n, (k % pp + 1) * n)), tp, rc, sp, zero)
                                        for k in range(pp * vp))
                         for how, overlap in (reductions[:1] if zero == 3 else reductions):   # ZeRO-3: no end reduction
@@ -105,3 +112,41 @@ def cluster_optimum(problem: Problem, precision: str, top: int = 1, virtual_stag
            for plan in declared_plans(problem, precision, virtual_stages=virtual_stages)
            if not plan_violations(problem, plan)]
     return sorted(out)[:top]
+
+
+def parallel_plans(workload: str, topology, microbatches: int, seq_len: int, precision: str, cps, eps,
+                   attention: str = "flash"):
+    """(problem, plan) of every plan of the declared space with cp in ``cps`` and ep in
+    ``eps`` (module docstring), one microbatch a sample, in no particular order."""
+    from distplan.api.context import rank_graph, ring_graph
+    from distplan.api.experts import all_to_all_graph, expert_graph
+    from distplan.api.problem import problem as make_problem
+    from distplan.costs.expert_parallel import expert_plan
+    from distplan.workloads.zoo import get_config
+    experts = getattr(get_config(workload), "experts", 0) or 0
+    kw = dict(precisions=(precision,), schedule="1f1b")
+    for cp, ep in itertools.product(cps, eps):
+        if seq_len % cp or (ep > 1 and experts % ep):
+            continue
+        graph = expert_graph(workload, 1, seq_len, "training", cp, attention, ep, 1, 1, 1.0) if ep > 1 else \
+            rank_graph(workload, 1, seq_len, "training", cp, attention)
+        bare = make_problem(graph, topology, microbatches=microbatches * cp, **kw)
+        N = bare.n_devices
+        for tp in (t for t in range(1, N + 1) if N % t == 0 and bare.graph.tp_fits(t)):
+            for pp in range(1, min(len(layer_groups(bare)), N // tp) + 1):
+                for dp in (d for d in range(1, microbatches + 1) if microbatches % d == 0 and d % ep == 0
+                           and d * cp * tp * pp <= N):
+                    for sp in ((False, True) if tp > 1 else (False,)):
+                        n = dp * cp * tp   # the groups: stage k on the next n devices
+                        groups = expert_plan(Plan((0,) * bare.n_ops, (precision,) * bare.n_ops, tuple(
+                            Stage(tuple(range(k * n, (k + 1) * n)), tp, sequence_parallel=sp) for k in range(pp)),
+                            bare.microbatches, "1f1b"), ep, cp)
+                        p = bare
+                        if cp > 1:
+                            p = make_problem(ring_graph(p, groups, workload, cp), topology,
+                                             microbatches=microbatches * cp, **kw)
+                        if ep > 1:
+                            p = make_problem(all_to_all_graph(p, groups, workload, ep, 1.0, cp)[0], topology,
+                                             microbatches=microbatches * cp, **kw)
+                        for plan in declared_plans(p, precision, degrees=(dp * cp, tp, pp, sp)):
+                            yield p, expert_plan(plan, ep, cp)
