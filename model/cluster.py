@@ -81,6 +81,12 @@ class ClusterPoint:
     ep: int = 1   # expert parallelism: routed experts over ep data-parallel replicas (model.cluster_ranks)
 
     @property
+    def parallel_ranks(self) -> tuple[int, int]:
+        """(cp, ep): on a tie in time the search prefers the point with fewer (the plain
+        data-parallel plan over one that splits its sequences or experts for nothing)."""
+        return self.cp, self.ep
+
+    @property
     def replicas(self) -> int:
         """The plan's replicas a stage: dp x cp (a context rank counts as a replica)."""
         return self.dp * self.cp
@@ -661,8 +667,9 @@ DEFER_S = 0.1
 
 
 class _Best(list):
-    """The best ``k`` plans so far, as the search keeps them: by iteration, ties by where
-    each option comes in the search's order (``seq``: the evaluation, the option), in
+    """The best ``k`` plans so far, as the search keeps them: by iteration, ties by the
+    fewer cp / ep ranks (``ClusterPoint.parallel_ranks``), then by where each option comes
+    in the search's order (``seq``: the evaluation, the option), in
     whatever order they were timed; and the options put off (``_Deferred``)."""
 
     def __init__(self, k: int):
@@ -677,7 +684,7 @@ class _Best(list):
         for seq, c in items:
             self.seq[id(c)] = seq
             self.append(c)
-        self.sort(key=lambda c: (c.iteration_s, self.seq[id(c)]))
+        self.sort(key=lambda c: (c.iteration_s, c.point.parallel_ranks, self.seq[id(c)]))
         for c in self[self.k:]:
             del self.seq[id(c)]
         del self[self.k:]
@@ -978,7 +985,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
 
     heap = []
     for pt in pts:
-        heap.append((spaces[(pt.microbatch_size, pt.precision, pt.cp, pt.ep)].point_lb_s(pt), pt))
+        heap.append((spaces[(pt.microbatch_size, pt.precision, pt.cp, pt.ep)].point_lb_s(pt), pt.parallel_ranks, pt))
     heapq.heapify(heap)
     best = _Best(top_k)
     incumbent = math.inf
@@ -987,7 +994,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     cut: list[str] = []
     last_say = t0
     while heap:
-        lb0, pt = heap[0]
+        lb0, _, pt = heap[0]
         if lb0 >= best.kth_s():   # no point left can enter the top K (nor beat the best)
             break
         if expired() and best:
@@ -1000,7 +1007,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         heapq.heappop(heap)
         if (pt.cp > 1 or pt.ep > 1) and pt not in ranks.bounded:   # its own problem's bound, then its turn
             ranks.bounded.add(pt)
-            heapq.heappush(heap, (space_of(pt).point_lb_s(pt), pt))
+            heapq.heappush(heap, (space_of(pt).point_lb_s(pt), pt.parallel_ranks, pt))
             continue
         space = space_of(pt)
         wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)

@@ -140,3 +140,42 @@ def test_degrees_follow_the_workload():
     assert cp_degrees(dense, zoo_origin(dense.graph), (2, 3, 4)) == (1, 2, 4)   # 3 does not divide 128
     long = _problem(DENSE, topo, 2, 8192)
     assert cp_degrees(long, zoo_origin(long.graph)) == (1, 2, 4)   # 8 exceeds the 4 devices
+
+
+def test_a_tie_in_time_goes_to_the_plan_without_cp():
+    """Llama 3 8B at 8,192 tokens on 8 H100s: cp 2 and cp 4 hide their K/V ring and time
+    exactly as dp 8; the search keeps the plain data-parallel plan first (it was dp 2 x
+    cp 4 by the points' order, and the documented dp 8 fell out of the top 1)."""
+    p = make_problem("llama3-8b", "h100x8", batch_size=1, seq_len=8192, mode="training",
+                     precisions=("bf16", "fp8"), microbatches=128, attention="flash")
+    one = plan_cluster(p, time_limit_s=600, top_k=1, microbatch_sizes=(1, 2, 4, 8))
+    assert one.plans[0].point.parallel_ranks == (1, 1)
+    six = plan_cluster(p, time_limit_s=600, top_k=6, microbatch_sizes=(1, 2, 4, 8))
+    times = [c.iteration_s for c in six.plans]
+    assert times == [one.plans[0].iteration_s] * 6   # the tie itself
+    assert [c.point.cp for c in six.plans] == sorted(c.point.cp for c in six.plans)
+
+
+def test_a_cp_plans_report_and_replay_count_whole_sequences(tmp_path, capsys):
+    """A plan with cp 8 is one context rank's problem (65,536 / 8 tokens, 16 x 8
+    microbatches): the table's and the replay's samples/s are of whole sequences
+    (global batch 16 / iteration), not of the rank's 8 x as many short ones."""
+    from distplan.cli.main import main as solve_main
+    from distplan.cli.replay import main as sim_main
+    out = tmp_path / "plan.json"
+    rc = solve_main(["--workload", "llama3-8b", "--topology", "h100x8", "--mode", "training", "--microbatches", "16",
+                     "--batch-size", "1", "--seq-len", "65536", "--precisions", "bf16", "--attention", "flash",
+                     "--top-k", "1", "--microbatch-sizes", "1", "--plan-out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "16 microbatches of 1 (global batch 16), 65,536 tokens a sequence, split over cp 8" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("1 "))
+    model_s, sim_s, _, step, steady = row.split()[1:6]
+    assert "cp 8" in row
+    assert float(step) == pytest.approx(16 / float(sim_s), rel=1e-4)
+    assert sim_main([str(out)]) == 0
+    text = capsys.readouterr().out
+    note = text.split("in whole sequences of 65,536 tokens: ")[1]
+    whole_steady, whole_step = float(note.split()[0]), float(note.split(", ")[1].split()[0])
+    assert whole_step == pytest.approx(float(step), rel=1e-4)
+    assert whole_steady == pytest.approx(float(steady), rel=1e-4)

@@ -244,8 +244,16 @@ class SolveReport:
         """The table of a cluster-space solve (model.cluster): configuration, the analytic
         and the simulated iteration, step and steady throughput, peak memory."""
         p, g, s = self.problem, self.problem.graph, self.solver
+        # a cp plan's problem is one context rank's: seq / cp tokens, microbatches x cp
+        cp = int(self.plans[0].plan.predicted.get("context_parallel", 1)) if self.plans else 1
+        shape = (f"{p.microbatches // cp} microbatches of {g.batch_size} (global batch "
+                 f"{p.microbatches * g.batch_size // cp})")
+        if cp > 1:
+            shape += (f", {g.seq_len * cp:,} tokens a sequence, split over cp {cp} (the table's problem is one "
+                      f"context rank's: {g.seq_len:,} tokens, {p.microbatches} microbatches; samples/s count "
+                      "whole sequences)")
         lines = [f"{g.name} ({g.mode}) on {p.topology.name}: {len(g.ops)} ops, {p.topology.n_devices} devices, "
-                 f"{p.microbatches} microbatches of {g.batch_size} (global batch {p.microbatches * g.batch_size})",
+                 + shape,
                  (f"{'rank':>4} {'model iter s':>12} {'sim iter s':>12} {'error':>7} {'per step/s':>11} "
                   if p.training else f"{'rank':>4} {'model lat s':>12} {'sim lat s':>12} {'error':>7} {'per req/s':>11} ")
                  + f"{'samples/s':>11} {'peak MiB':>9}  configuration"]
@@ -263,7 +271,7 @@ class SolveReport:
             elif r.plan.stages[0].replicas > 1:
                 how.append(f"{r.plan.dp_allreduce} reduction" + (", overlapped" if r.plan.overlap_grad_reduce else ""))
             lines.append(f"{r.rank:>4} {model:>12.5g} {_cell(x and x.iteration_s, 12)} {_cell(err, 7, '.2%', '+')} "
-                         f"{_cell(x and x.step_throughput_per_s, 11)} {_cell(x and x.throughput_per_s, 11)} "
+                         f"{_cell(x and x.step_throughput_per_s / cp, 11)} {_cell(x and x.throughput_per_s / cp, 11)} "
                          f"{_cell(x and max(x.peak_memory_bytes) / 2**20, 9, '.1f')}  {'; '.join(how)}")
         gap = "n/a" if s.gap is None else f"{100 * s.gap:.2f} %"
         ex = s.explored[0] if s.explored else {}
@@ -286,7 +294,7 @@ class SolveReport:
             lines.append(f"note: cut short: {what}")
         if not self.best.simulated:
             model = float(self.best.plan.predicted.get("model_iteration_s", float("nan")))
-            unit = (f"{p.microbatches * g.batch_size / model:.5g} samples per step" if p.training
+            unit = (f"{p.microbatches * g.batch_size / cp / model:.5g} samples per step" if p.training
                     else f"{model:.5g} s per request")
             lines.append("note: not simulated: '-' marks the simulated figures the time limit (or an interruption) left out; under the "
                          f"analytic model rank 1 runs {unit} (not checked against the device memory by the "

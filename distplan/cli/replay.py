@@ -128,8 +128,14 @@ def _main(argv: list[str] | None) -> int:
         check_output_file(args.trace, "--trace")
         check_distinct([("the plan file", args.plan), ("--workload", args.workload), ("--topology", args.topology)],
                        [("--trace", args.trace)])
-        res, problem = replay(args)
+        res, problem, cp = replay(args)
         print(res.summary())
+        if cp > 1:
+            g = problem.graph
+            print(f"note: a context-parallel plan (cp {cp}): the file's problem is one context rank's ({g.seq_len:,} "
+                  f"tokens a sequence, {problem.microbatches} microbatches); in whole sequences of "
+                  f"{g.seq_len * cp:,} tokens: {res.throughput_per_s / cp:.6g} samples/s, "
+                  f"{res.step_throughput_per_s / cp:.6g} samples/s per step")
         if args.trace:
             write_chrome_trace(res, problem, args.trace)
             print(f"trace written to {args.trace}")
@@ -143,7 +149,8 @@ def _main(argv: list[str] | None) -> int:
 
 
 def replay(args):
-    """The plan and the problem it identifies; ``--workload``/``--topology`` must match
+    """The plan's simulation, the problem it identifies and its context-parallel degree
+    (``predicted['context_parallel']``, 1 without); ``--workload``/``--topology`` must match
     a self-contained (v2) file, and are required for a v1 file."""
     check_regular_file(args.plan, "plan file")   # a FIFO or device: refused, never waited on
     d = read_plan_json(args.plan)
@@ -159,7 +166,8 @@ def replay(args):
     plan = plan_from_dict(d, problem, source=args.plan)
     check_plan(problem, plan)
     res = simulate(problem, plan, SimOptions(ideal=args.ideal, link_model=args.link_model, trace=bool(args.trace)))
-    return res, problem
+    cp = plan.predicted.get("context_parallel", 1)
+    return res, problem, int(cp) if isinstance(cp, (int, float)) and cp >= 1 else 1
 
 
 def _whatif(args) -> int:
