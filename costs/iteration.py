@@ -31,7 +31,7 @@ from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduct
                                         ring_allreduce_s, ring_lanes, route_s)
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
-from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times
+from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times, rings_contend
 from distplan.costs.sharding import dense_elems, expert_reduces, gradient_reductions
 from distplan.costs.offload import host_optimizer_step_s, offloads
 from distplan.costs.problem import Problem
@@ -380,6 +380,11 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
         raise DistplanError("the analytic iteration is for training; use costs.evaluate for inference")
     if plan.schedule not in ("1f1b", "interleaved"):
         raise DistplanError(f"the analytic iteration models the 1f1b and interleaved schedules, not {plan.schedule!r}")
+    if any(rings_contend(problem, st) for st in plan.stages):
+        raise DistplanError("the analytic iteration times ZeRO-3 with expert parallelism where its rings cannot "
+                            "queue behind one another (costs.fsdp); here the dense ring's hops differ in speed "
+                            "and share links with the expert-data rings (expert groups across nodes); simulate "
+                            "the plan instead")
     # expert-data-parallel reductions (ep with r / ep >= 2 replicas a group, ZeRO below 3:
     # ZeRO-3's are timed unit by unit, costs.fsdp) are timed on the closed form's path only
     experts = any(expert_reduces(st) and st.zero < 3 for st in plan.stages)
