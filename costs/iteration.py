@@ -38,7 +38,7 @@ from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
 from distplan.costs.reduction_bound import overlapped_reduction_lb_s
 from distplan.costs.routes import link_loads_s
-from distplan.costs.symmetry import replica_copy
+from distplan.costs.symmetry import expert_replica_copy, replica_copy
 from distplan.costs.tensor_parallel import tp_backward_allreduce, tp_divides, tp_forward_allreduce
 
 
@@ -502,6 +502,11 @@ def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int],
     ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
     buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
     tr = Transfers(problem, deadline_s)
+    # an exact symmetry: the first ``held`` replicas send, the others' traffic on
+    # representative links (costs.symmetry.expert_replica_copy); else every replica
+    copy = expert_replica_copy(problem, plan)
+    held, route = (st.replicas, None) if copy is None else \
+        (copy[0], lambda a, b, rep=copy[1]: tuple(int(rep[l]) for l in problem.topology.route(a, b)))
     for bucket in buckets:
         if time.perf_counter() > deadline_s:
             raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
@@ -510,9 +515,10 @@ def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int],
         expert = sum(problem.graph.ops[v].expert_param_elems * b for v, b in zip(bucket, bpe)) / tp
         release = float(ends[bucket[-1]]) if plan.overlap_grad_reduce else backward_s
         for members, part in gradient_reductions(st, nbytes, expert):
+            senders = sum(1 for i in members if i < held)   # a group's members ascend
             for j in range(tp):
                 devs = [st.devices[i * tp + j] for i in members]
-                reduction_transfers(tr, devs, [release] * len(members), part, hier, st.zero)
+                reduction_transfers(tr, devs, [release] * senders, part, hier, st.zero, route)
     return max(0.0, max(tr.delivered_s(), default=0.0) - backward_s)
 
 
@@ -549,8 +555,11 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
             buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0) \
                 if plan.overlap_grad_reduce else 1
             parts = gradient_reductions(st, 2.0, 1.0)
+            copy = expert_replica_copy(problem, plan)
+            held = st.replicas if copy is None else copy[0]
             total += buckets * st.tensor_parallel * sum(
-                reduction_size(problem.topology, [st.devices[i * st.tensor_parallel] for i in g], hier, st.zero)
+                reduction_size(problem.topology, [st.devices[i * st.tensor_parallel] for i in g], hier, st.zero,
+                               held=sum(1 for i in g if i < held))
                 for g, _ in parts)
     if not plan.overlap_grad_reduce:
         return total

@@ -105,6 +105,33 @@ def replica_copy(problem: Problem, plan: Plan) -> tuple[int, np.ndarray] | None:
     return None
 
 
+def expert_replica_copy(problem: Problem, plan: Plan) -> tuple[int, np.ndarray] | None:
+    """``replica_copy`` for plans whose routed experts reduce over their groups (ep with
+    r / ep >= 2, flat rings): a shift by a multiple of every such stage's ep x stride maps
+    each expert-data group onto itself in ring order (``sharding.expert_data_groups``),
+    so the smallest such block whose shift is exact on the dense and expert rings' links
+    (and the pipeline's, the tensor-parallel rings'), with no rank merged, or None. The
+    analytic iteration times the expert-data-parallel reductions of that block only
+    (``costs.iteration._expert_reduction_s``)."""
+    deg = _degrees(problem, plan)
+    if deg is None or deg[0] < 2 or plan.dp_allreduce == "hierarchical":
+        return None
+    if not any(expert_reduces(st) for st in plan.stages):
+        return None
+    r, t = deg
+    step = 1
+    for st in plan.stages:
+        if expert_reduces(st):
+            step = math.lcm(step, st.expert_parallel * st.expert_stride)
+    pairs = _pairs(problem, plan, r, t, reduction_groups(problem, plan))
+    for s in range(step, r, step):
+        if r % s == 0:
+            rep = _link_representatives(problem, plan, r, t, s, t, pairs)
+            if rep is not None:
+                return s, rep
+    return None
+
+
 def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Symmetry | None:
     """The largest exact reduction of ``plan`` (module docstring), or None."""
     deg = None if ideal or trace else _degrees(problem, plan)
@@ -198,7 +225,7 @@ def _pairs(problem: Problem, plan: Plan, r: int, t: int,
             members = groups[k][j]
             if members is not None and plan.stages[k].zero >= 3:   # ZeRO-3 gathers on the flat ring
                 out += [(k, i, j, k, (i + 1) % r, j) for i in range(r)]
-            if plan.stages[k].zero >= 3 and expert_reduces(plan.stages[k]):   # and the experts' on their groups
+            if expert_reduces(plan.stages[k]):   # the experts' gathers (ZeRO-3) or reductions on their groups
                 for g in expert_data_groups(plan.stages[k]):
                     out += [(k, g[a], j, k, g[(a + 1) % len(g)], j) for a in range(len(g))]
             if members is None:

@@ -369,3 +369,22 @@ def test_zero3_ep_across_nodes_is_refused_where_its_rings_queue(monkeypatch):
                  attention="flash", breakdown=False)
     assert not rings_contend(one.problem, one.plan.stages[0])
     assert estimate_iteration(one.problem, one.plan).iteration_s == pytest.approx(one.iteration_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("dp,ep,zero,overlap", [(16, 2, 2, True), (16, 4, 1, False), (16, 2, 0, True)])
+def test_expert_reductions_timed_on_a_symmetric_copy_equal_the_full_replay(monkeypatch, dp, ep, zero, overlap):
+    """Where shifting the replicas by a multiple of ep is an exact symmetry of the links
+    (a100x16: two 8-GPU nodes), the analytic iteration times the expert-data-parallel
+    reductions of one block of replicas on representative links: the same seconds as
+    every replica's transfers (and as the simulator), from fewer transfers."""
+    import distplan.costs.iteration as iteration
+    from distplan.costs.symmetry import expert_replica_copy
+    w = whatif(MODEL, "a100x16", dp=dp, tp=1, pp=1, ep=ep, zero=zero, global_batch=2 * dp, seq_len=SEQ,
+               overlap_grad_reduce=overlap, breakdown=False)
+    copy = expert_replica_copy(w.problem, w.plan)
+    assert copy is not None and copy[0] % ep == 0 and copy[0] < dp
+    sym = estimate_iteration(w.problem, w.plan).iteration_s
+    monkeypatch.setattr(iteration, "expert_replica_copy", lambda problem, plan: None)
+    full = estimate_iteration(w.problem, w.plan).iteration_s
+    assert sym == pytest.approx(full, rel=1e-12)
+    assert sym == pytest.approx(w.iteration_s, rel=1e-9)
