@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -507,19 +508,32 @@ def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int],
     copy = expert_replica_copy(problem, plan)
     held, route = (st.replicas, None) if copy is None else \
         (copy[0], lambda a, b, rep=copy[1]: tuple(int(rep[l]) for l in problem.topology.route(a, b)))
+    parts = []   # per bucket: (release, its bytes, its experts' bytes)
     for bucket in buckets:
+        bpe = [float(problem.bytes_per_elem[qs[v]]) for v in bucket]
+        parts.append((float(ends[bucket[-1]]) if plan.overlap_grad_reduce else backward_s,
+                      sum(problem.graph.ops[v].param_elems * b for v, b in zip(bucket, bpe)) / tp,
+                      sum(problem.graph.ops[v].expert_param_elems * b for v, b in zip(bucket, bpe)) / tp))
+    # the same transfers (ZeRO-1 and ZeRO-2 both reduce-scatter) are timed once a problem
+    key = (st.devices, tp, st.replicas, st.expert_parallel, st.expert_stride, st.zero > 0, hier, backward_s,
+           tuple(parts), held, None if copy is None else copy[1].tobytes())
+    memo = _EXPERT_REDUCTIONS.setdefault(problem, {})
+    if key in memo:
+        return memo[key]
+    for release, nbytes, expert in parts:
         if time.perf_counter() > deadline_s:
             raise TimeUp(f"stage {k}'s gradient buckets not timed by the deadline")
-        bpe = [float(problem.bytes_per_elem[qs[v]]) for v in bucket]
-        nbytes = sum(problem.graph.ops[v].param_elems * b for v, b in zip(bucket, bpe)) / tp
-        expert = sum(problem.graph.ops[v].expert_param_elems * b for v, b in zip(bucket, bpe)) / tp
-        release = float(ends[bucket[-1]]) if plan.overlap_grad_reduce else backward_s
         for members, part in gradient_reductions(st, nbytes, expert):
             senders = sum(1 for i in members if i < held)   # a group's members ascend
             for j in range(tp):
                 devs = [st.devices[i * tp + j] for i in members]
                 reduction_transfers(tr, devs, [release] * senders, part, hier, st.zero, route)
-    return max(0.0, max(tr.delivered_s(), default=0.0) - backward_s)
+    memo[key] = max(0.0, max(tr.delivered_s(), default=0.0) - backward_s)
+    return memo[key]
+
+
+#: problem -> the seconds ``_expert_reduction_s`` timed for it, by what they depend on
+_EXPERT_REDUCTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _bucket_senders(problem: Problem, plan: Plan, devs: list[int], hier: bool,
