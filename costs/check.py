@@ -6,7 +6,8 @@ precision when ``Stage.replica_precision`` overrides it); replica groups are wel
 (``Stage.shares``: one per replica, each >= 1, summing to the plan's microbatches;
 ``Stage.replica_precision``: one mapping per replica, naming ops of that stage, at
 precisions the problem allows, the low-bit policy lets the op use and every device of
-the replica runs); offloading on training stages with a host link (costs.offload); no tensor flows to an earlier stage; a colocate group on one
+the replica runs); offloading on training stages with a host link (costs.offload); tensor-
+parallel overlap on stages with tp >= 2 and sequence parallelism (costs.tp_overlap); no tensor flows to an earlier stage; a colocate group on one
 stage; memory per device
 (costs.evaluate.plan_memory_bytes) fits its capacity; under exposed communication,
 only the plans it is modelled for (``exposed_violations``).
@@ -17,6 +18,7 @@ from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.offload import offload_violations
 from distplan.costs.problem import Problem
 from distplan.costs.sharding import ZERO_HELP, ZERO_LEVELS
+from distplan.costs.tp_overlap import tp_overlap_violations
 from distplan.core.errors import DistplanError
 from distplan.core.plan import DP_ALLREDUCE, PHASES, RECOMPUTE, Plan
 from distplan.core.schedules import PLAN_SCHEDULES
@@ -66,6 +68,7 @@ def plan_violations(problem: Problem, plan: Plan, memory_bound: bool = True) -> 
             out.append(f"stage {k}: recompute and zero apply to training only")
         out += _share_violations(plan, k)
     out += offload_violations(problem, plan)   # costs.offload
+    out += tp_overlap_violations(plan)         # costs.tp_overlap
     if plan.dp_allreduce not in DP_ALLREDUCE:
         out.append(f"dp_allreduce {plan.dp_allreduce!r} unknown; use one of {', '.join(DP_ALLREDUCE)}")
     if out:

@@ -41,6 +41,7 @@ from distplan.costs.reduction_bound import overlapped_reduction_lb_s
 from distplan.costs.routes import link_loads_s
 from distplan.costs.symmetry import expert_replica_copy, replica_copy
 from distplan.costs.tensor_parallel import tp_backward_allreduce, tp_divides, tp_forward_allreduce
+from distplan.costs.tp_overlap import overlap_chunks, overlapped_s, overlaps
 
 
 @dataclass(frozen=True)
@@ -138,29 +139,41 @@ def optimizer_step_per_device_s(problem: Problem, plan: Plan) -> np.ndarray:
 
 
 def op_rank_times(problem: Problem, G: list[int], qs: list[int], ops: list[int], sequence_parallel: bool,
-                  again: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  again: np.ndarray, tp_comm_overlap: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of each op of ``ops`` for one microbatch on rank 0 of
     the tensor-parallel group ``G``: its share of the work, the recomputed forward, and
-    the ring all-reduces Megatron's pattern puts after it (module docstring)."""
+    the ring all-reduces Megatron's pattern puts after it (module docstring), pipelined
+    with the op's GEMM under ``tp_comm_overlap`` (``costs.tp_overlap``)."""
     tv = len(G)
     c = int(problem.device_kind[G[0]])
     launch = float(problem.cast_fixed_s[c])
+    chunks = overlap_chunks(tv)
     fwd = np.zeros(len(ops))
     bwd = np.zeros(len(ops))
+
+    def ring(nbytes: float) -> float:
+        return ring_allreduce_s(problem, G, nbytes)
+
     for i, v in enumerate(ops):
         op = problem.graph.ops[v]
         q = qs[v]
         tdiv = tv if tp_divides(op, sequence_parallel) else 1
         f = tp_shard_time_s(float(problem.fwd_time_s[v, q, c]), launch, tdiv)
+        b = tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, tdiv) if problem.training else 0.0
+        pipelined = tp_comm_overlap and tv > 1 and overlaps(op)
         fwd[i] = f
         if problem.training:
-            bwd[i] = tp_shard_time_s(float(problem.bwd_time_s[v, q, c]), launch, tdiv) + (f if again[v] else 0.0)
+            bwd[i] = b + (f if again[v] else 0.0)
         if tv > 1 and tp_forward_allreduce(op):
-            fwd[i] += ring_allreduce_s(problem, G, problem.collective_bytes(v, q))
+            nbytes = problem.collective_bytes(v, q)
+            fwd[i] = overlapped_s(f, nbytes, chunks, ring) if pipelined else f + ring(nbytes)
         if problem.training and tv > 1 and tp_backward_allreduce(op):
             nb_in = sum(float(problem.edge_elems[e] * problem.bytes_per_elem[qs[int(problem.edges[e][0])]])
                         for e in problem.in_edge_ids(v))
-            bwd[i] += ring_allreduce_s(problem, G, nb_in)
+            if pipelined and nb_in > 0:   # the recomputed forward first, then the backward's GEMMs in chunks
+                bwd[i] = (f if again[v] else 0.0) + overlapped_s(b, nb_in, chunks, ring)
+            else:
+                bwd[i] += ring(nb_in)
     return fwd, bwd
 
 
@@ -181,7 +194,8 @@ def _stage_times(problem: Problem, plan: Plan, k: int, replica: int = 0) -> tupl
     qs = [problem.q_index(p) for p in plan.microbatch_precisions(_first_microbatch(st, replica))]
     cast_share = 0.5 if problem.training else 1.0
     ops = plan.ops_in_stage(k)
-    f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan))
+    f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan),
+                               st.tp_comm_overlap)
     fwd = float(f_op.sum())
     ends = np.cumsum(b_op[::-1])[::-1]   # ops run backward last to first
     end = {v: float(ends[i]) for i, v in enumerate(ops)}
@@ -219,7 +233,8 @@ def _fsdp_hidden(problem: Problem, plan: Plan, k: int) -> tuple[float, float]:
     G = list(st.replica_group(0))
     qs = [problem.q_index(p) for p in plan.microbatch_precisions(_first_microbatch(st, 0))]
     ops = plan.ops_in_stage(k)
-    f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan))
+    f_op, b_op = op_rank_times(problem, G, qs, ops, st.sequence_parallel, recomputed(problem, plan),
+                               st.tp_comm_overlap)
     return fsdp_hidden_s(problem, plan, k, ops, f_op, b_op, qs)
 
 
@@ -763,7 +778,7 @@ class _JointNet:
         if key in self.blocks:
             return self.blocks[key]
         launch = float(pb.cast_fixed_s[c])
-        f_op, b_op = op_rank_times(pb, G, qs, ops, st.sequence_parallel, self.again)
+        f_op, b_op = op_rank_times(pb, G, qs, ops, st.sequence_parallel, self.again, st.tp_comm_overlap)
         share = 0.5 if pb.training else 1.0
 
         def cast_s(e: int) -> float:

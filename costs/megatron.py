@@ -77,12 +77,13 @@ def check_degrees(dp: int, tp: int, pp: int, vp: int = 1) -> None:
 def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, schedule: str | None = None,
                   recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
                   dp_allreduce: str = "ring", overlap_grad_reduce: bool = False, vp: int = 1,
-                  order: str = "tp-dp-pp", cp: int = 1) -> Plan:
+                  order: str = "tp-dp-pp", cp: int = 1, tp_comm_overlap: bool = False) -> Plan:
     """The Megatron-style plan of ``problem`` (module docstring), with the training
     options of ``core.plan.Stage`` / ``Plan`` on every stage; ``vp`` > 1: pp x vp
     interleaved chunks (needs pp >= 2 and a training problem; the checker asks for
     microbatches per replica a multiple of pp); ``order``: one of ``ORDERS``; ``cp``: the
-    context-parallel ranks among the ``dp`` replicas (``stage_devices``)."""
+    context-parallel ranks among the ``dp`` replicas (``stage_devices``); ``tp_comm_overlap``:
+    ``Stage.tp_comm_overlap`` on every stage (``costs.tp_overlap``)."""
     check_degrees(dp, tp, pp, vp)
     dp, tp, pp, vp = int(dp), int(tp), int(pp), int(vp)   # numpy ints overflowed pp x vp (vp 10**30)
     if order not in ORDERS:
@@ -111,7 +112,7 @@ def megatron_plan(problem: Problem, dp: int, tp: int, pp: int, precision: str, s
         schedule = "interleaved"
     else:
         op_stage = stage_of_ops(problem, pp)
-    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order, cp), tp, recompute, sequence_parallel, zero)
-                   for c in range(pp * vp))
+    stages = tuple(Stage(stage_devices(dp, tp, pp, c % pp, order, cp), tp, recompute, sequence_parallel, zero,
+                         tp_comm_overlap=tp_comm_overlap) for c in range(pp * vp))
     return Plan(op_stage, (precision,) * problem.n_ops, stages, problem.microbatches,
                 schedule or problem.schedule, dp_allreduce=dp_allreduce, overlap_grad_reduce=overlap_grad_reduce)

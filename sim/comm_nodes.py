@@ -7,7 +7,7 @@ collective nodes after the pipeline, its ``route`` the (representative) links.
 """
 from __future__ import annotations
 
-from distplan.costs.collectives import allreduce_schedule, reduction_schedule
+from distplan.costs.collectives import allreduce_schedule, reduction_schedule, ring_schedule
 
 
 def ring_nodes(b, devs: list[int], own: list[int], nbytes: float, p: int, phase: int, op: int) -> list[int]:
@@ -24,6 +24,19 @@ def ring_nodes(b, devs: list[int], own: list[int], nbytes: float, p: int, phase:
         return b.chain(preds, [devs[i], devs[j]], chunk, p, phase, -1, op)[0]
 
     return allreduce_schedule(n, own, send)
+
+
+def ring_nodes_after(b, devs: list[int], arrived: list[int], own: list[int], nbytes: float, p: int, phase: int,
+                     op: int) -> list[int]:
+    """As ``ring_nodes``, each device's first send also after ``arrived[i]`` (the ring
+    before it on the same group: a pipelined collective's last chunk, ``costs.tp_overlap``)."""
+    n = len(devs)
+    chunk = nbytes / n
+
+    def send(i: int, j: int, preds: list[int]) -> int:
+        return b.chain(preds, [devs[i], devs[j]], chunk, p, phase, -1, op)[0]
+
+    return ring_schedule(n, 2 * (n - 1), list(arrived), send, own=list(own))
 
 
 def reduction_nodes(b, devs: list[int], start: list[int], nbytes: float, k: int, zero: int) -> None:

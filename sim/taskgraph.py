@@ -29,9 +29,10 @@ from distplan.costs.memory import (MASK_BYTES_PER_ELEM, kept_output_elems, remat
                                    saved_elems)
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.costs.sharding import gradient_reductions
+from distplan.costs.tp_overlap import bytes_split, gemm_split_s, overlap_chunks, overlaps
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.sim.comm_nodes import reduction_nodes, ring_nodes
+from distplan.sim.comm_nodes import reduction_nodes, ring_nodes, ring_nodes_after
 from distplan.sim.fsdp_nodes import FsdpPattern
 from distplan.sim.symmetry import Symmetry
 
@@ -172,6 +173,20 @@ class _Builder:
         (rank 0 alone, or one node's under a rank-group reduction)."""
         return list(enumerate(G[:self.rank_group])) if self.one_rank else list(enumerate(G))
 
+    def pipelined(self, k: int, op) -> bool:
+        """Does stage k pipeline ``op``'s tensor-parallel collective with its GEMM
+        (``Stage.tp_comm_overlap``, ``costs.tp_overlap.overlaps``)?"""
+        return self.plan.stages[k].tp_comm_overlap and overlaps(op)
+
+    def pipelined_ring(self, G: list[int], heads: list[int], tails: list[int], nbytes: float, p: int, phase: int,
+                       op: int) -> list[int]:
+        """The collective of a GEMM split into a first chunk (``heads``, per simulated
+        rank) and the rest (``tails``): the first n - 1 chunks' bytes reduced after the
+        heads, beside the tails, then the last chunk's after both (costs.tp_overlap)."""
+        first, last = bytes_split(nbytes, overlap_chunks(len(G)))
+        done = ring_nodes(self, G, heads, first, p, phase, op)
+        return ring_nodes_after(self, G, done, tails, last, p, phase, op)
+
     def chain(self, src: int, path: list[int], nbytes: float, p: int, phase: int, e: int, op: int):
         """Link nodes carrying ``nbytes`` along the devices ``path`` (hop by hop, each hop
         on its route). Returns (last node, first link node or None). Relay buffers are
@@ -281,9 +296,16 @@ class _Builder:
                     fpreds[j].append(cast if cast is not None else src)
             op = pb.graph.ops[v]
             tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
+            pipelined = tv > 1 and tp_forward_allreduce(op) and self.pipelined(k, op)
+            heads: list[int] = []
             for j, d in self.ranks(G):
-                f = prog.add(d, tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv),
-                             K_F, p, v, fpreds[j] + gather.get(d, []), 0)
+                ft = tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
+                preds = fpreds[j] + gather.get(d, [])
+                if pipelined:   # the GEMM's first chunk, after which its collective starts (costs.tp_overlap)
+                    head, ft = gemm_split_s(ft, overlap_chunks(tv))
+                    heads.append(prog.add(d, head, K_F, p, v, preds, 0))
+                    preds = [heads[-1]]
+                f = prog.add(d, ft, K_F, p, v, preds, 0)
                 Fn[v].append(f)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (f,)
@@ -292,7 +314,9 @@ class _Builder:
                 for e, first, last, cast in received[j]:   # the received copy is freed when this ends
                     prog.inputs[(p, e, j)] = (first, last, cast if cast is not None else f)
             fs.after_forward(v, self.ranks(G), Fn[v])
-            if tv > 1 and tp_forward_allreduce(op):
+            if pipelined:
+                out_at[v] = self.pipelined_ring(list(G), heads, list(Fn[v]), pb.collective_bytes(v, qs[v]), p, 0, v)
+            elif tv > 1 and tp_forward_allreduce(op):
                 out_at[v] = ring_nodes(self, list(G), list(Fn[v]), pb.collective_bytes(v, qs[v]), p, 0, v)
             else:
                 out_at[v] = list(Fn[v])
@@ -404,16 +428,27 @@ class _Builder:
                 bpreds[j].append(last)
             op = pb.graph.ops[v]
             tdiv = tv if tp_divides(op, plan.stages[k].sequence_parallel) else 1
+            nb_in = float(sum(elems[e] * bpe[qs[self.edges[e][0]]] for e in self.in_edges[v]))
+            pipelined = tv > 1 and tp_backward_allreduce(op) and nb_in > 0 and self.pipelined(k, op)
+            heads = []
             for j, d in self.ranks(G):
                 bt = tp_shard_time_s(pb.bwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
-                if self.again[v]:   # recomputation: the forward runs again first
-                    bt += tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv)
-                b = prog.add(d, bt, K_B, p, v, bpreds[j] + gather.get(d, []), 1)
+                again = tp_shard_time_s(pb.fwd_time_s[v, qs[v], kinds[d]], pb.cast_fixed_s[kinds[d]], tdiv) \
+                    if self.again[v] else 0.0   # recomputation: the forward runs again first
+                preds = bpreds[j] + gather.get(d, [])
+                if pipelined:   # the recomputed forward and the GEMMs' first chunk (costs.tp_overlap)
+                    head, bt = gemm_split_s(bt, overlap_chunks(tv))
+                    heads.append(prog.add(d, again + head, K_B, p, v, preds, 1))
+                    preds = [heads[-1]]
+                else:
+                    bt += again
+                b = prog.add(d, bt, K_B, p, v, preds, 1)
                 Bn[v].append(b)
                 for bi in patch_buf[j]:
                     prog.buffers[bi].frees = (b,)
-            nb_in = float(sum(elems[e] * bpe[qs[self.edges[e][0]]] for e in self.in_edges[v]))
-            if tv > 1 and tp_backward_allreduce(op) and nb_in > 0:
+            if pipelined:
+                grad_at[v] = self.pipelined_ring(list(G), heads, list(Bn[v]), nb_in, p, 1, v)
+            elif tv > 1 and tp_backward_allreduce(op) and nb_in > 0:
                 grad_at[v] = ring_nodes(self, list(G), list(Bn[v]), nb_in, p, 1, v)
             else:
                 grad_at[v] = list(Bn[v])

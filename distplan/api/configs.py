@@ -114,7 +114,8 @@ class WhatIf:
             + (f", ep {self.ep}" if self.ep > 1 else "")
             + (f", etp {self.etp}" if self.etp and self.etp != st.tensor_parallel else "")
             + (f", capacity factor {self.capacity_factor:g}" if self.capacity_factor != 1 else "")
-            + (f", offload {'+'.join(st.offload)}" if st.offload else ""),
+            + (f", offload {'+'.join(st.offload)}" if st.offload else "")
+            + (", tp comm overlap" if st.tp_comm_overlap else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
             f"steady {self.sim.throughput_per_s:.6g}/s)",
             f"model TFLOP/s    {self.model_tflops_per_device:.4g} per device (hardware, with recomputation: "
@@ -177,7 +178,7 @@ def check_tp_divides_heads(workload: object, tp: int) -> None:
 def check_whatif_options(microbatch_size: object, global_batch: object, precision: object, mode: object,
                          recompute: object, sequence_parallel: object, dp_allreduce: object,
                          overlap_grad_reduce: object, check_memory: object, breakdown: object,
-                         order: object) -> None:
+                         order: object, tp_comm_overlap: object = False) -> None:
     """:func:`whatif`'s options beside the degrees, each of its type (core.validate; named
     by its flag): counts are positive ints, switches are bools ("no" and 1 were taken as
     on), names are among their choices (``global_batch="8"`` was a TypeError)."""
@@ -189,7 +190,7 @@ def check_whatif_options(microbatch_size: object, global_batch: object, precisio
     check_choice("--dp-allreduce", dp_allreduce, DP_ALLREDUCE)
     check_choice("--order", order, ORDERS)
     for name, flag in (("--sequence-parallel", sequence_parallel), ("--overlap-grad-reduce", overlap_grad_reduce),
-                       ("check_memory", check_memory), ("breakdown", breakdown)):
+                       ("check_memory", check_memory), ("breakdown", breakdown), ("--tp-comm-overlap", tp_comm_overlap)):
         check_bool(name, flag)
 
 
@@ -200,7 +201,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
            vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None,
            cp_comm: str = "p2p", ep: int = 1, etp: int | None = None, capacity_factor: float = 1.0,
-           offload: tuple[str, ...] = ()) -> WhatIf:
+           offload: tuple[str, ...] = (), tp_comm_overlap: bool = False) -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
     multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
@@ -216,11 +217,13 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     ``ep`` > 1: expert parallelism, each of ep data-parallel ranks holding E / ep routed
     experts, ``etp`` of the tp ranks splitting each, experts padded to ``capacity_factor``
     times their share (``costs.expert_parallel``). ``offload``: what every stage keeps in
-    host memory (``core.plan.OFFLOAD``, ``costs.offload``)."""
+    host memory (``core.plan.OFFLOAD``, ``costs.offload``). ``tp_comm_overlap``: every linear
+    layer's tensor-parallel collective pipelined with its GEMM (``costs.tp_overlap``; needs
+    tp >= 2 and sequence parallelism, the checker says so by name)."""
     check_degrees(dp, tp, pp, vp)
     check_tp_divides_heads(workload, tp)
     check_whatif_options(microbatch_size, global_batch, precision, mode, recompute, sequence_parallel,
-                         dp_allreduce, overlap_grad_reduce, check_memory, breakdown, order)
+                         dp_allreduce, overlap_grad_reduce, check_memory, breakdown, order, tp_comm_overlap)
     attention = check_cp(workload, cp, attention, cp_comm)
     check_zero(zero, dp * cp)   # ZeRO shards over dp x cp replicas, as Megatron's
     etp = check_ep(workload, ep, etp, dp, tp, capacity_factor, zero)
@@ -247,7 +250,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     p = make_problem(graph, topology, **shape, precisions=precs, microbatches=M, schedule=schedule)
     check_fits(p, dp, cp, tp, pp)
     plan = expert_plan(megatron_plan(p, dp * cp, tp, pp, precision, schedule, recompute, sequence_parallel, zero,
-                                     dp_allreduce, overlap_grad_reduce, vp, order, cp), ep, cp)
+                                     dp_allreduce, overlap_grad_reduce, vp, order, cp, tp_comm_overlap), ep, cp)
     ring, bare = (0.0, 0.0), p
     if cp > 1:
         bare, p = p, make_problem(ring_graph(p, plan, workload, cp, cp_comm), p.topology, precisions=precs,

@@ -30,7 +30,7 @@ from distplan.sim.trace import write_chrome_trace
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--fsdp", "--dp-allreduce",
                 "--overlap-grad-reduce", "--order", "--cp", "--attention", "--cp-comm",
-                "--ep", "--etp", "--capacity-factor", "--offload", "--json")
+                "--ep", "--etp", "--capacity-factor", "--offload", "--tp-comm-overlap", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -118,6 +118,9 @@ def _main(argv: list[str] | None) -> int:
                    help="keep in host memory, comma-separated: activations (each layer's saved activations between "
                         "its forward and backward, copied over the host link beside the compute), optimizer (fp32 "
                         "master weights and Adam moments; the step on the host CPU)")
+    c.add_argument("--tp-comm-overlap", action="store_true",
+                   help="pipeline each linear layer's tensor-parallel collective with its GEMM in tp chunks "
+                        "(Megatron's --tp-comm-overlap; needs --tp >= 2 and --sequence-parallel)")
     c.add_argument("--json", action="store_true", help="print a JSON document")
     args = ap.parse_args(argv)
     if args.plan is None:
@@ -192,7 +195,8 @@ def _whatif(args) -> int:
                    args.sequence_parallel, zero, args.dp_allreduce, args.overlap_grad_reduce, vp=args.vp,
                    order=args.order, cp=args.cp, attention=args.attention,
                    cp_comm=args.cp_comm, ep=args.ep, etp=args.etp, capacity_factor=args.capacity_factor,
-                   offload=tuple(x.strip() for x in args.offload.split(",") if x.strip()))
+                   offload=tuple(x.strip() for x in args.offload.split(",") if x.strip()),
+                   tp_comm_overlap=args.tp_comm_overlap)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)

@@ -110,7 +110,10 @@ class Stage:
     apart (the context-parallel ranks inside); replicas holding the same experts form
     the expert-data-parallel group that reduces, and under ZeRO shards, them.
     ``offload``: what the stage keeps in host memory (``OFFLOAD``, ``costs.offload``),
-    stored sorted and without repeats.
+    stored sorted and without repeats. ``tp_comm_overlap``: each linear layer's
+    tensor-parallel collective split into chunks and pipelined with its own GEMM
+    (Megatron-Core's ``--tp-comm-overlap``; ``costs.tp_overlap``: the rule, the chunks
+    ASSUMED, the checker's refusals).
 
     Replica groups (module docstring): ``shares`` (microbatches per step of each
     replica; ``None``: round-robin) and ``replica_precision`` (per replica, op index ->
@@ -127,6 +130,7 @@ class Stage:
     expert_parallel: int = 1
     expert_stride: int = 1
     offload: tuple[str, ...] = ()
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offload", tuple(sorted(set(self.offload))))
@@ -332,6 +336,8 @@ def _stage_doc(s: Stage, topo, ops=None) -> dict[str, Any]:
         d["expert_parallel"], d["expert_stride"] = s.expert_parallel, s.expert_stride
     if s.offload:
         d["offload"] = list(s.offload)
+    if s.tp_comm_overlap:
+        d["tp_comm_overlap"] = True
     if s.shares is not None:
         d["shares"] = list(s.shares)
     if s.replica_precision is not None:
@@ -360,7 +366,7 @@ def _stage_from_doc(s: Any, topo, where: str, graph=None) -> Stage:
     st = Stage(tuple(topo.device_index(n) for n in s["devices"]), _whole(s.get("tensor_parallel", 1), where),
                str(s.get("recompute", "none")), bool(s.get("sequence_parallel", False)),
                _whole(s.get("zero", 0), where), shares, rp, _whole(s.get("expert_parallel", 1), where),
-               _whole(s.get("expert_stride", 1), where), tuple(off))
+               _whole(s.get("expert_stride", 1), where), tuple(off), _flag(s.get("tp_comm_overlap", False), where))
     ep, stride = st.expert_parallel, st.expert_stride
     # a tensor_parallel below 1 is the checker's to name (costs.check); no replicas to divide then
     if ep < 1 or stride < 1 or (st.tensor_parallel >= 1 and st.replicas % (ep * stride)):
@@ -394,6 +400,13 @@ def plan_to_dict(plan: Plan, problem) -> dict[str, Any]:
         d["device_order"] = {topo.devices[dev].name: [[m, g.ops[v].name, ph] for m, v, ph in seq]
                              for dev, seq in plan.device_order.items()}
     return d
+
+
+def _flag(x: Any, where: str) -> bool:
+    """A stage's switch written in a plan file: true or false, nothing else."""
+    if not isinstance(x, bool):
+        raise DistplanError(f"{where}: tp_comm_overlap must be true or false, got {x!r}"[:200])
+    return x
 
 
 def _whole(x: Any, what: str) -> int:
