@@ -211,7 +211,8 @@ SIM_ARGS = {"ideal": "bool", "link_model": "choice", "trace": "bool", "symmetry"
 WHATIF_ARGS = {"dp": "count", "tp": "count", "pp": "count", "vp": "count", "microbatch_size": "count",
                "global_batch": "count", "seq_len": "count", "sequence_parallel": "bool",
                "overlap_grad_reduce": "bool", "check_memory": "bool", "breakdown": "bool", "recompute": "choice",
-               "dp_allreduce": "choice", "order": "choice", "mode": "choice", "precision": "choice"}
+               "dp_allreduce": "choice", "order": "choice", "mode": "choice", "precision": "choice",
+               "tp_comm_overlap": "bool"}
 
 
 def _named(msg: str, names: list[str]) -> bool:

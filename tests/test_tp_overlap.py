@@ -114,7 +114,8 @@ def test_several_microbatches_and_recomputation_stay_equal_to_the_analytic_itera
 ])
 def test_whatif_plans_simulate_as_the_analytic_iteration_and_keep_their_memory(workload, topology, dp, tp, extra):
     """One stage: the simulator and the analytic iteration to rounding, with and without
-    the option; the peak and the checker's bound unchanged."""
+    the option; the peak and the checker's bound unchanged; the simulator's copy of one
+    replica and rank (sim.symmetry) times what every device's run times."""
     runs = [whatif(workload, topology, dp, tp, 1, 1, 4 * dp, sequence_parallel=True, tp_comm_overlap=ov,
                    breakdown=False, **extra) for ov in (False, True)]
     for r in runs:
@@ -122,6 +123,8 @@ def test_whatif_plans_simulate_as_the_analytic_iteration_and_keep_their_memory(w
     off, on = runs
     assert on.plan.stages[0].tp_comm_overlap and not off.plan.stages[0].tp_comm_overlap
     assert on.iteration_s != off.iteration_s
+    whole = distplan.simulate(on.problem, on.plan, distplan.SimOptions(symmetry=False))
+    assert whole.iteration_s == pytest.approx(on.iteration_s, rel=1e-12)
     assert np.array_equal(on.sim.peak_memory_bytes, off.sim.peak_memory_bytes)
     assert np.array_equal(plan_memory_bytes(on.problem, on.plan), plan_memory_bytes(off.problem, off.plan))
 
