@@ -27,11 +27,12 @@ from distplan.core.plan import Plan, Stage
 from distplan.costs.check import plan_violations
 from distplan.costs.iteration import estimate_iteration
 from distplan.costs.problem import Problem
-from distplan.model.cluster import _Space, batch_variants, plan_cluster, training_precision
+from distplan.model.cluster import _Space, batch_variants, plan_cluster, training_precision, training_recipes
 from distplan.model.options import DEFAULT_MICROBATCH_SIZES
 from distplan.model.progress import Log
 from distplan.model.stage_milp import StageMilp, StageSolution, model_memory_bytes, model_objective_s
-from distplan.model.stage_terms import StageConfig, StageTerms, stage_configs, stage_terms, undominated
+from distplan.model.stage_terms import (StageConfig, StageTerms, mixed_recipes, recipe_spaces, stage_configs,
+                                       stage_terms, undominated)
 
 #: re-solves after the memory checker refuses a MILP solution, per microbatch size (the
 #: memory rows bound the checker from below; on 2 layers, 2 x 2 GPUs at 150 MB four
@@ -89,20 +90,25 @@ def place(configs: list[StageConfig]) -> list[tuple[int, ...]]:
     return out
 
 
-def build_plan(problem: Problem, space: _Space, split, configs: list[StageConfig], allreduce: str = "ring",
+def build_plan(problem: Problem, spaces, split, configs: list[StageConfig], allreduce: str = "ring",
                overlap: bool = False) -> Plan:
-    """The 1F1B plan of a unit -> stage ``split`` with each stage at its config."""
+    """The 1F1B plan of a unit -> stage ``split`` with each stage at its config, its ops
+    at the config's recipe (``spaces``: a ``_Space`` or recipe -> ``_Space``)."""
+    by = recipe_spaces(spaces)
     op_stage = [0] * problem.n_ops
-    for unit, k in zip(space.units, split):
+    op_precision = list(by[""].op_precision)
+    for unit, k in zip(by[""].units, split):
+        mine = by[configs[int(k)].precision].op_precision
         for v in unit:
             op_stage[v] = int(k)
+            op_precision[v] = mine[v]
     stages = tuple(Stage(devs, c.tp, c.recompute, c.sequence_parallel and c.tp > 1, c.zero)
                    for devs, c in zip(place(configs), configs))
-    return Plan(tuple(op_stage), space.op_precision, stages, problem.microbatches, "1f1b",
+    return Plan(tuple(op_stage), tuple(op_precision), stages, problem.microbatches, "1f1b",
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
 
 
-def evaluate(problem: Problem, space: _Space, split, configs: list[StageConfig]) -> list[tuple[Plan, float]]:
+def evaluate(problem: Problem, space, split, configs: list[StageConfig]) -> list[tuple[Plan, float]]:
     """(plan, analytic iteration) under each gradient-reduction option (flat or
     hierarchical ring, overlapped or not), [] when the checker refuses the plan."""
     reps = any(c.dp > 1 for c in configs)
@@ -136,8 +142,8 @@ def uniform_starts(t: StageTerms, index: dict[StageConfig, int], space: _Space, 
     out = []
     for c in plans:
         pt = c.point
-        cfg = StageConfig(pt.tp, pt.dp, pt.recompute, pt.zero, pt.sequence_parallel and pt.tp > 1)
-        if pt.vp == 1 and not pt.precision and pt.pp <= max_stages and index.get(cfg, -1) >= 0:
+        cfg = StageConfig(pt.tp, pt.dp, pt.recompute, pt.zero, pt.sequence_parallel and pt.tp > 1, pt.precision)
+        if pt.vp == 1 and pt.cp == pt.ep == 1 and pt.pp <= max_stages and index.get(cfg, -1) >= 0:
             out.append(([c.plan.op_stage[u[0]] for u in space.units], [index[cfg]] * pt.pp))
     return out
 
@@ -173,7 +179,7 @@ def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, ro
     return best, list(split), list(cfgs)
 
 
-def solve_checked(pb: Problem, space: _Space, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
+def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
                   starts=()) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
     """The MILP's best assignment the memory checker accepts (started from the best of
     ``starts`` and the best one-stage config under the MILP's model; each refused one
@@ -181,7 +187,8 @@ def solve_checked(pb: Problem, space: _Space, t: StageTerms, milp: StageMilp, bu
     reduction option, and how many were refused. ``budget_s()``: the seconds the next
     solve may take."""
     single = _best_single(t)
-    cands = [(single[0], [0] * len(space.units), [single[1]])] if single is not None else []
+    units = len(recipe_spaces(spaces)[""].units)
+    cands = [(single[0], [0] * units, [single[1]])] if single is not None else []
     for split, cfgs in starts:
         if (model_memory_bytes(t, len(cfgs), split, cfgs) <= t.cap_bytes).all():
             cands.append((model_objective_s(t, len(cfgs), split, cfgs), split, cfgs))
@@ -196,7 +203,7 @@ def solve_checked(pb: Problem, space: _Space, t: StageTerms, milp: StageMilp, bu
         sol = milp.solve(budget, rel_gap=rel_gap)
         if sol is None:
             break
-        got = evaluate(pb, space, sol.split, [t.configs[c] for c in sol.configs])
+        got = evaluate(pb, spaces, sol.split, [t.configs[c] for c in sol.configs])
         if got:
             return sol, got, refused
         milp.forbid(sol.split, sol.configs)   # over the checker's memory: cut it off
@@ -223,7 +230,10 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             continue
         t1 = time.perf_counter()
         space = _Space(pb, prec)
-        t, index = undominated(stage_terms(pb, space, stage_configs(pb)))
+        spaces = {r: _Space(pb, r, prec) if r else space for r in training_recipes(pb)}
+        if not mixed_recipes(pb, spaces):   # boundaries would depend on the stage before: bf16 alone
+            spaces = {"": space}
+        t, index = undominated(stage_terms(pb, spaces, stage_configs(pb, recipes=tuple(spaces))))
         K = min(len(space.units), pb.n_devices, max_stages)
         starts = uniform_starts(t, index, space, [c for c in cl.plans if (c.problem or problem).graph.batch_size
                                                   == pb.graph.batch_size], K)
@@ -231,7 +241,7 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         row = {"microbatch_size": pb.graph.batch_size, "max_stages": K, "configs": len(t.configs),
                "binaries": milp.n_binaries, "rows": milp.n_rows}
         end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
-        sol, got, refused = solve_checked(pb, space, t, milp, lambda: min(end - time.perf_counter(),
+        sol, got, refused = solve_checked(pb, spaces, t, milp, lambda: min(end - time.perf_counter(),
                                                                           clock.remaining_s()), rel_gap, starts)
         row["refused"] = refused
         if got:

@@ -1,5 +1,6 @@
 """The numbers the stage-level MILP reads (``model.stage_milp``): per stage configuration
-(``StageConfig``: tp, dp, recomputation, ZeRO, sequence parallelism) and per layer unit
+(``StageConfig``: tp, dp, recomputation, ZeRO, sequence parallelism, precision recipe)
+and per layer unit
 the per-microbatch forward and backward seconds on one rank, the bytes a rank holds,
 the gradient reduction and optimizer step as affine functions of the stage's bytes,
 and the boundary transfer into a stage that starts at a unit. All from ``costs`` and
@@ -14,6 +15,7 @@ import numpy as np
 
 from distplan.costs.collectives import all_gather_s, gradient_reduction_parts
 from distplan.costs.compute import optimizer_step_s
+from distplan.costs.fp8 import CAST_BYTES_PER_ELEM, CAST_KERNELS, is_fp8_linear
 from distplan.costs.iteration import op_rank_times
 from distplan.costs.problem import Problem
 from distplan.costs.routes import route_s
@@ -32,6 +34,7 @@ class StageConfig:
     recompute: str = "none"
     zero: int = 0
     sequence_parallel: bool = False
+    precision: str = ""   # "" every op at the training precision; "fp8" the fp8 recipe (model.cluster.training_recipes)
 
     @property
     def devices(self) -> int:
@@ -40,6 +43,7 @@ class StageConfig:
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] * (self.recompute != "none")
         extra += [f"ZeRO-{self.zero}"] * bool(self.zero) + ["sp"] * self.sequence_parallel
+        extra += [self.precision] * bool(self.precision)
         return f"tp {self.tp} x dp {self.dp}" + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -60,10 +64,11 @@ def tp_chain(problem: Problem) -> list[int]:
     return out
 
 
-def stage_configs(problem: Problem, max_devices: int | None = None) -> list[StageConfig]:
+def stage_configs(problem: Problem, max_devices: int | None = None, recipes=("",)) -> list[StageConfig]:
     """Every configuration a stage may take: tp in ``tp_chain``, dp dividing the
     microbatch count, tp x dp <= ``max_devices``, recomputation none/selective/full,
-    ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1) on or off."""
+    ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1) on or off, each precision recipe
+    of ``recipes`` (``model.cluster.training_recipes``: "" and, where it runs, "fp8")."""
     N = problem.n_devices if max_devices is None else max_devices
     M = problem.microbatches
     out = []
@@ -72,8 +77,13 @@ def stage_configs(problem: Problem, max_devices: int | None = None) -> list[Stag
             for rc in RECOMPUTE_CHOICES:
                 for zero in ((0, 1, 2) if dp > 1 else (0,)):
                     for sp in ((False, True) if tp > 1 else (False,)):
-                        out.append(StageConfig(tp, dp, rc, zero, sp))
+                        out += [StageConfig(tp, dp, rc, zero, sp, r) for r in recipes]
     return out
+
+
+def recipe_spaces(spaces) -> dict[str, _Space]:
+    """Recipe -> the cluster space's per-unit work at it (a single ``_Space``: its own)."""
+    return {"": spaces} if isinstance(spaces, _Space) else dict(spaces)
 
 
 @dataclass(frozen=True)
@@ -119,22 +129,39 @@ def cut_bytes(problem: Problem, space: _Space) -> np.ndarray:
     return out
 
 
-def stage_terms(problem: Problem, space: _Space, configs: list[StageConfig]) -> StageTerms:
-    """The coefficient arrays of ``configs`` (module docstring)."""
+def stage_terms(problem: Problem, spaces, configs: list[StageConfig]) -> StageTerms:
+    """The coefficient arrays of ``configs`` (module docstring), each config's at its
+    recipe's space (``spaces``: a ``_Space``, or recipe -> ``_Space`` over the same
+    units; a boundary's bytes are its producers', which the recipes must agree on:
+    ``mixed_recipes``)."""
+    by = recipe_spaces(spaces)
+    space = by[""]
     U, C = len(space.units), len(configs)
     arr = {k: np.zeros((C, U)) for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s",
                                           "opt_s", "cut_s")}
     red0, opt0 = np.zeros(C), np.zeros(C)
     kind = problem.topology.kind_of(0)
     far = node_size(problem) if problem.n_devices > node_size(problem) else min(1, problem.n_devices - 1)
-    cuts = cut_bytes(problem, space)
-    firsts = np.array([next((problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[space.qs[v]])
-                             for v in u if problem.graph.ops[v].param_elems > 0), 0.0) for u in space.units])
+    cuts = {r: cut_bytes(problem, x) for r, x in by.items()}
+    firsts = {r: np.array([next((problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[x.qs[v]])
+                                 for v in u if problem.graph.ops[v].param_elems > 0), 0.0) for u in x.units])
+              for r, x in by.items()}
     again = {rc: _recomputed_ops(problem, rc) for rc in RECOMPUTE_CHOICES}
-    times: dict[tuple[int, bool, str], tuple[np.ndarray, np.ndarray]] = {}
+    # Transformer Engine's weight cast, once a step (costs.iteration.optimizer_step_per_device_s):
+    # per unit its fp8 linear layers' elements (seconds, before / tp) and kernels (seconds)
+    fused = problem.low_bit_ops == "matmul" and "fp8" in problem.precisions
+    casts, launches = {}, {}
+    for r, x in by.items():
+        w8 = [[v for v in u if fused and problem.precisions[x.qs[v]] == "fp8" and is_fp8_linear(problem.graph.ops[v])]
+              for u in x.units]
+        casts[r] = np.array([sum(problem.graph.ops[v].param_elems for v in w) * CAST_BYTES_PER_ELEM
+                             / kind.mem_bw_bytes_per_s for w in w8])
+        launches[r] = np.array([len(w) * CAST_KERNELS * kind.launch_overhead_s for w in w8])
+    times: dict[tuple[int, bool, str, str], tuple[np.ndarray, np.ndarray]] = {}
     for i, c in enumerate(configs):
+        space = by[c.precision]
         sp = c.sequence_parallel and c.tp > 1
-        key = (c.tp, sp, c.recompute)
+        key = (c.tp, sp, c.recompute, c.precision)
         if key not in times:
             fb = [op_rank_times(problem, list(range(c.tp)), space.qs, u, sp, again[c.recompute])
                   for u in space.units]
@@ -146,20 +173,31 @@ def stage_terms(problem: Problem, space: _Space, configs: list[StageConfig]) -> 
         share = c.dp if c.zero and c.dp > 1 else 1
         elems = space.params / (c.tp * share)
         launch, slope = _affine(lambda x: optimizer_step_s(x, 0, kind), _PROBE_BYTES)   # Adam per parameter
-        arr["opt_s"][i] = elems * slope + space.grads / (c.tp * share) * 2 / kind.mem_bw_bytes_per_s
+        arr["opt_s"][i] = elems * slope + space.grads / (c.tp * share) * 2 / kind.mem_bw_bytes_per_s \
+            + casts[c.precision] / c.tp + launches[c.precision]
         opt0[i] = launch
         ring = [j * c.tp for j in range(c.dp)]
         if c.dp > 1:
             a, s = _affine(lambda x: gradient_reduction_parts(problem, ring, x, False, c.zero)[0], _PROBE_BYTES)
             red0[i], arr["red_s"][i] = a, s * space.grads / c.tp
-            arr["red_first_s"][i] = s * firsts / c.tp
+            arr["red_first_s"][i] = s * firsts[c.precision] / c.tp
             if c.zero:   # ZeRO-1/2: the parameters' all-gather after the step
                 a, s = _affine(lambda x: all_gather_s(problem, ring, x), _PROBE_BYTES)
                 opt0[i] += a
                 arr["opt_s"][i] += s * space.grads / c.tp
-        arr["cut_s"][i] = [route_s(problem, 0, far, x / c.tp) if x > 0 else 0.0 for x in cuts]
+        arr["cut_s"][i] = [route_s(problem, 0, far, x / c.tp) if x > 0 else 0.0 for x in cuts[c.precision]]
     n = np.array([problem.microbatches // c.dp for c in configs], dtype=float)
     return StageTerms(tuple(configs), **arr, red0_s=red0, opt0_s=opt0, n=n, cap_bytes=space.cap)
+
+
+def mixed_recipes(problem: Problem, spaces) -> bool:
+    """Whether stages may take different recipes: every layer boundary carries the same
+    bytes under each (its producers, a layer's last ops, stay at the training
+    precision under the fp8 recipe), so a boundary's time does not depend on the
+    stage before it."""
+    by = recipe_spaces(spaces)
+    cuts = [cut_bytes(problem, x) for x in by.values()]
+    return all(np.array_equal(cuts[0], c) for c in cuts[1:])
 
 
 def undominated(t: StageTerms) -> tuple[StageTerms, dict[StageConfig, int]]:

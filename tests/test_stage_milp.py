@@ -116,3 +116,53 @@ def test_solve_reaches_the_stage_space_by_name_and_refuses_inference():
                      precisions=("bf16",), microbatches=1)
     with pytest.raises(DistplanError, match="stage plan space plans training"):
         distplan.solve(q, SolveOptions(space="stage", objective="latency"))
+
+
+def _fp8_problem(layers: int, nodes: int, per_node: int, M: int, seq: int, mem: float | None):
+    kind = K.H100 if mem is None else dataclasses.replace(K.H100, mem_capacity_bytes=mem)
+    topo = rail_cluster(f"tiny-h{nodes}x{per_node}", nodes, per_node, kind, K.NVLINK3_BW_BYTES_PER_S,
+                        K.NVLINK_LATENCY_S, K.IB_HDR_PORT_BW_BYTES_PER_S, K.IB_LATENCY_S)
+    return make_problem(f"gpt3-256x{layers}x4", topo, batch_size=1, seq_len=seq, mode="training",
+                        precisions=("bf16", "fp8"), microbatches=M)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(1, 3), shape=st.sampled_from([(1, 2), (2, 1), (2, 2)]), M=st.sampled_from([2, 4]),
+       seq=st.sampled_from([32, 256]), mem=st.sampled_from([None, 2e8]))
+def test_per_stage_fp8_optimum_equals_the_brute_force(layers, shape, M, seq, mem):
+    """With fp8 allowed on H100s each stage also chooses its recipe (bf16, or Transformer
+    Engine's fp8 linear layers with their weight cast): up to 2 stages, the MILP reaches
+    the least objective of the oracle's declared space with a recipe per stage."""
+    from distplan.model.cluster import training_recipes
+    from distplan.model.stage_terms import mixed_recipes
+    p = _fp8_problem(layers, *shape, M, seq, mem)
+    recipes = tuple(training_recipes(p))
+    assert recipes == ("", "fp8")
+    want = stage_optimum(p, "bf16", max_stages=2, recipes=recipes)
+    spaces = {"": _Space(p, "bf16"), "fp8": _Space(p, "fp8", "bf16")}
+    assert mixed_recipes(p, spaces)
+    t, _ = undominated(stage_terms(p, spaces, stage_configs(p, recipes=recipes)))
+    milp = StageMilp(t, min(2, len(spaces[""].units)), p.n_devices)
+    sol, got, _ = solve_checked(p, spaces, t, milp, lambda: 60.0, rel_gap=0.0)
+    if want == float("inf"):
+        assert not got
+        return
+    assert got and sol.objective_s == pytest.approx(want, rel=1e-7, abs=2e-9)
+    assert stage_objective_s(p, got[0][0]) == pytest.approx(want, rel=1e-7, abs=2e-9)
+
+
+def test_a_stage_may_run_fp8_while_another_stays_bf16():
+    """The plan of a mixed assignment: its fp8 stage's linear layers at fp8, the other
+    stage's every op at bf16, and the MILP's objective equal to the oracle's of it."""
+    p = _fp8_problem(2, 1, 2, 4, 256, None)
+    spaces = {"": _Space(p, "bf16"), "fp8": _Space(p, "fp8", "bf16")}
+    from distplan.model.stage_terms import StageConfig
+    cfgs = [StageConfig(1, 1, precision="fp8"), StageConfig(1, 1)]
+    t = stage_terms(p, spaces, cfgs)
+    U = len(spaces[""].units)
+    split = [0] * (U // 2) + [1] * (U - U // 2)
+    plan = build_plan(p, spaces, split, cfgs)
+    on0 = {plan.op_precision[v] for v in plan.ops_in_stage(0)}
+    on1 = {plan.op_precision[v] for v in plan.ops_in_stage(1)}
+    assert on0 == {"bf16", "fp8"} and on1 == {"bf16"}
+    assert model_objective_s(t, 2, split, [0, 1]) == pytest.approx(stage_objective_s(p, plan), rel=1e-9)

@@ -6,12 +6,15 @@ memory checker (``costs.check.plan_violations``) the judge of feasibility.
 Declared space: the layers (``cluster_oracle.layer_groups``) split into 1..max_stages
 contiguous non-empty stages; each stage its own tp (a divisor of the node size in the
 chain 1 | t1 | t2 ...), dp (dividing the microbatches, not increasing along the
-pipeline), recomputation, ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1); sum of
-tp x dp <= devices; stages laid out in pipeline order when each block starts at a
-multiple of its tp, else by decreasing tp; every op at the training precision.
+pipeline), recomputation, ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1), a recipe
+(every op at the training precision, or with "fp8" among the recipes Transformer
+Engine's: fp8 linear layers, the rest at the training precision); sum of tp x dp <=
+devices; stages laid out in pipeline order when each block starts at a multiple of its
+tp, else by decreasing tp.
 Objective (F_k, B_k on rank 0, c_k the boundary into k over the route from device 0
 to the first device of node 1, R_k / R1_k the flat ring's reduction of the stage's /
-its first parameter op's gradients, O_k the optimizer step and ZeRO gather): sum_k (F_k
+its first parameter op's gradients, O_k the optimizer step, ZeRO gather and fp8 weight
+cast): sum_k (F_k
 + B_k) + 2 sum_k c_k + max_k (n_k - 1)(F_k + B_k) + max(0, max_k (max(R_k - B_k, R1_k)
 - sum_{j<k} (B_j + c_{j+1}))) + max_k O_k.
 """
@@ -23,6 +26,8 @@ from distplan.core.plan import Plan, Stage
 from distplan.costs.check import plan_violations
 from distplan.costs.collectives import all_gather_s, gradient_reduction_parts
 from distplan.costs.compute import optimizer_step_s
+from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
+from distplan.costs.megatron import fp8_training_precisions
 from distplan.costs.iteration import op_rank_times
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -40,12 +45,12 @@ def _tp_chain(problem: Problem) -> list[int]:
     return out
 
 
-def configs(problem: Problem) -> list[tuple[int, int, str, int, bool]]:
-    """(tp, dp, recompute, zero, sequence parallel) a stage may take."""
+def configs(problem: Problem, recipes=("",)) -> list[tuple[int, int, str, int, bool, str]]:
+    """(tp, dp, recompute, zero, sequence parallel, recipe) a stage may take."""
     M, N = problem.microbatches, problem.n_devices
-    return [(tp, dp, rc, z, sp) for tp in _tp_chain(problem) for dp in range(1, M + 1)
+    return [(tp, dp, rc, z, sp, r) for tp in _tp_chain(problem) for dp in range(1, M + 1)
             if M % dp == 0 and tp * dp <= N for rc in RECOMPUTE for z in ((0, 1, 2) if dp > 1 else (0,))
-            for sp in ((False, True) if tp > 1 else (False,))]
+            for sp in ((False, True) if tp > 1 else (False,)) for r in recipes]
 
 
 def _devices(cfgs) -> list[tuple[int, ...]]:
@@ -72,6 +77,7 @@ def stage_objective_s(problem: Problem, plan: Plan) -> float:
     nodes = [d.node for d in problem.topology.devices]
     far = nodes.index(nodes[0] + 1) if nodes[0] + 1 in nodes else min(1, problem.n_devices - 1)
     again = recomputed(problem, plan)
+    fused = problem.low_bit_ops == "matmul" and "fp8" in problem.precisions
     t, b, c, red, red1, opt = [], [], [], [], [], []
     for k, st in enumerate(plan.stages):
         ops = plan.ops_in_stage(k)
@@ -90,20 +96,25 @@ def stage_objective_s(problem: Problem, plan: Plan) -> float:
                       if problem.graph.ops[v].param_elems > 0), 0.0)
         red.append(gradient_reduction_parts(problem, ring, nbytes / tp, False, st.zero)[0] if r > 1 else 0.0)
         red1.append(gradient_reduction_parts(problem, ring, first / tp, False, st.zero)[0] if r > 1 else 0.0)
+        w8 = [v for v in ops if fused and plan.op_precision[v] == "fp8" and is_fp8_linear(problem.graph.ops[v])]
+        cast = weight_cast_s(sum(problem.graph.ops[v].param_elems for v in w8) / tp, len(w8), kind.mem_bw_bytes_per_s,
+                             kind.launch_overhead_s)
         opt.append(optimizer_step_s(elems / (tp * share), 0, kind) + nbytes / (tp * share) * 2 / kind.mem_bw_bytes_per_s
-                   + (all_gather_s(problem, ring, nbytes / tp) if st.zero and r > 1 else 0.0))
+                   + (all_gather_s(problem, ring, nbytes / tp) if st.zero and r > 1 else 0.0) + cast)
     pipe = sum(t) + 2 * sum(c) + max((M // st.replicas - 1) * t[k] for k, st in enumerate(plan.stages))
     exposed = max(0.0, max(max(red[k] - b[k], red1[k]) - sum(b[j] + c[j + 1] for j in range(k)) for k in range(K)))
     return pipe + exposed + max(opt)
 
 
-def declared_plans(problem: Problem, precision: str, max_stages: int):
+def declared_plans(problem: Problem, precision: str, max_stages: int, recipes=("",)):
     """Every plan of the declared space (module docstring)."""
     groups = layer_groups(problem)
     L, N = len(groups), problem.n_devices
     q = problem.q_index(precision)
-    op_precision = tuple(problem.precisions[problem.fallback_q(v, q)] for v in range(problem.n_ops))
-    cs = configs(problem)
+    at = {"": [problem.precisions[problem.fallback_q(v, q)] for v in range(problem.n_ops)]}
+    if "fp8" in recipes:
+        at["fp8"] = list(fp8_training_precisions(problem, precision))
+    cs = configs(problem, recipes)
     for K in range(1, min(L, max_stages) + 1):
         for cut in itertools.combinations(range(1, L), K - 1):
             edges = (0, *cut, L)
@@ -115,11 +126,13 @@ def declared_plans(problem: Problem, precision: str, max_stages: int):
             for cfgs in itertools.product(cs, repeat=K):
                 if sum(tp * dp for tp, dp, *_ in cfgs) > N or any(x[1] < y[1] for x, y in zip(cfgs, cfgs[1:])):
                     continue
-                stages = tuple(Stage(devs, tp, rc, sp, z) for devs, (tp, dp, rc, z, sp) in zip(_devices(cfgs), cfgs))
+                stages = tuple(Stage(devs, tp, rc, sp, z)
+                               for devs, (tp, dp, rc, z, sp, _) in zip(_devices(cfgs), cfgs))
+                op_precision = tuple(at[cfgs[k][5]][v] for v, k in enumerate(op_stage))
                 yield Plan(tuple(op_stage), op_precision, stages, problem.microbatches, "1f1b")
 
 
-def stage_optimum(problem: Problem, precision: str, max_stages: int) -> float:
+def stage_optimum(problem: Problem, precision: str, max_stages: int, recipes=("",)) -> float:
     """The least objective over the feasible plans of the declared space (inf: none)."""
-    return min((stage_objective_s(problem, p) for p in declared_plans(problem, precision, max_stages)
+    return min((stage_objective_s(problem, p) for p in declared_plans(problem, precision, max_stages, recipes)
                 if not plan_violations(problem, p)), default=float("inf"))
