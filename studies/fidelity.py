@@ -94,6 +94,9 @@ class Row:
     check_memory: bool = True
     #: expert-parallel ranks among the dp replicas (a zoo MoE model's routed experts split over them)
     ep: int = 1
+    #: tensor-parallel communication pipelined with the GEMMs (Transformer Engine userbuffers,
+    #: ``costs.tp_overlap``): set only where the row's recipe configures it
+    tp_comm_overlap: bool = False
 
     @property
     def gpus(self) -> int:
@@ -141,8 +144,10 @@ _MB = "microbatch size not published for Table 1; 1 assumed (as Table 2's PTD-P 
 _NEMO_NOTE = ("Megatron-Bridge performance recipe (scripts/performance/configs/llama): the table gives tp/pp/cp/vp, "
               "mb, gb, FSDP and the precision; no activation recomputation in the H100 preset (none assumed); "
               "sequence parallelism with tp > 1 and the distributed optimizer (ZeRO-1) are the Megatron-Bridge "
-              "recipes' defaults (assumed); fused (flash) attention; the run overlaps tensor-parallel "
-              "communication with GEMMs (userbuffers), which the simulator does not")
+              "recipes' defaults (assumed); fused (flash) attention; tensor-parallel communication overlapped "
+              "with the GEMMs where the recipe sets userbuffers (scripts/performance/configs/llama3/"
+              "llama3_llm_pretrain.py: tp_comm_overlap_cfg for the 70B and 405B H100 presets), simulated with "
+              "--tp-comm-overlap (tp chunks, no SM-sharing slowdown: costs.tp_overlap)")
 
 _MOE_NOTE = ("Megatron-Bridge performance recipe (scripts/performance/configs/qwen3; v0.1.0rc3 for 25.09, v0.2.0 "
              "for 25.11): expert tensor parallel 1, the alltoall dispatcher, grouped GEMM, no recomputation, no CUDA "
@@ -208,17 +213,17 @@ ROWS: tuple[Row, ...] = (
         hidden=8192, layers=80, heads=64, tp=4, pp=8, vp=5, dp=2, zero=1, microbatch=1, global_batch=128,
         recompute="none", sequence_parallel=True, precision="fp8", attention="flash", seq_len=8192,
         vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=1602.0,
-        stored=1503.5944990046619, note=_NEMO_NOTE),
+        stored=1701.8521225846355, tp_comm_overlap=True, note=_NEMO_NOTE),
     Row("H3", source=NEMO_2602, url=NEMO_URL, table="26.02 LLAMA3_70B table, DGX-H100 (FP8, GBS 256)",
         model="llama3-70b", hidden=8192, layers=80, heads=64, tp=4, pp=8, vp=5, dp=2, zero=1, microbatch=1,
         global_batch=256, recompute="none", sequence_parallel=True, precision="fp8", attention="flash",
         seq_len=8192, vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=1621.0,
-        stored=1526.6606119563648, note=_NEMO_NOTE),
+        stored=1728.9793919349706, tp_comm_overlap=True, note=_NEMO_NOTE),
     Row("H4", source=NEMO, url=NEMO_URL, table="25.11 DGX-H100 table, LLAMA3.1_405B (FP8-CS, GBS 512)",
         model="llama3-405b", hidden=16384, layers=126, heads=128, tp=8, pp=8, vp=8, cp=2, dp=8, zero=1,
         microbatch=1, global_batch=512, recompute="none", sequence_parallel=True, precision="fp8",
         attention="flash", seq_len=8192, vocab=128256, kind="h100", metric="tokens_per_gpu_s", published=292.0,
-        stored=290.759367922556, note=_NEMO_NOTE),
+        stored=345.77625901198996, tp_comm_overlap=True, note=_NEMO_NOTE),
     # MoE rows: Qwen3-30B-A3B with expert parallelism 8, the one DGX-H100 MoE configuration of
     # a zoo model with every field given, published twice: dropless with forced-balanced
     # routing (25.11) and with token drop at capacity factor 1, padded (25.09); both are
@@ -273,7 +278,7 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
                    global_batch=row.global_batch, precision=row.precision, seq_len=row.seq_len,
                    recompute=row.recompute, sequence_parallel=row.sequence_parallel,
                    check_memory=row.check_memory, breakdown=False, vp=row.vp if vp is None else vp, cp=row.cp,
-                   zero=row.zero, attention=row.attention, ep=row.ep)
+                   zero=row.zero, attention=row.attention, ep=row.ep, tp_comm_overlap=row.tp_comm_overlap)
     except RowTimeout:
         signal.setitimer(signal.ITIMER_REAL, 0)   # no second alarm while the outcome is built
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,
