@@ -79,6 +79,7 @@ class ClusterPoint:
     vp: int = 1   # interleaved 1F1B: virtual stages per pipeline rank (equal layer chunks)
     cp: int = 1   # context parallelism: each sequence split over cp consecutive replicas (model.cluster_ranks)
     ep: int = 1   # expert parallelism: routed experts over ep data-parallel replicas (model.cluster_ranks)
+    tp_comm_overlap: bool = False   # tp collectives pipelined with their GEMMs (costs.tp_overlap; tp > 1 with sp)
 
     @property
     def parallel_ranks(self) -> tuple[int, int]:
@@ -94,6 +95,7 @@ class ClusterPoint:
     def label(self) -> str:
         extra = [f"recompute {self.recompute}"] if self.recompute != "none" else []
         extra += [f"ZeRO-{self.zero}"] * bool(self.zero) + ["sequence parallel"] * self.sequence_parallel
+        extra += ["tp overlap"] * self.tp_comm_overlap
         extra += [self.precision] if self.precision else []
         extra += [f"microbatch {self.microbatch_size}"] if self.microbatch_size else []
         vp = f" x vp {self.vp}" if self.vp > 1 else ""
@@ -272,8 +274,8 @@ class _Space:
         self._outside = (unit_of[problem.edges[:, 0]] != unit_of[problem.edges[:, 1]]) if len(problem.edges) else \
             np.zeros(0, dtype=bool)   # a tensor from an earlier unit: received when its unit starts a stage
 
-    def work(self, tp: int, sp: bool, recompute: str) -> _Work:
-        key = (tp, sp, recompute)
+    def work(self, tp: int, sp: bool, recompute: str, tp_overlap: bool = False) -> _Work:
+        key = (tp, sp, recompute, tp_overlap)
         if key not in self._work:
             pb = self.pb
             G = list(range(tp))    # Megatron layout: tp consecutive devices
@@ -291,7 +293,7 @@ class _Space:
                                                                    else 1.0) for v in range(pb.n_ops)])
                 remat = recv = None
             for u in self.units:
-                f, b = op_rank_times(pb, G, qs, u, sp and tp > 1, again)
+                f, b = op_rank_times(pb, G, qs, u, sp and tp > 1, again, tp_overlap)
                 w.append(float(f.sum() + b.sum()))
                 if remat is not None:
                     act.append(float(held[u].sum()))
@@ -328,7 +330,7 @@ class _Space:
         """The point's first bound, over every split (module docstring): the pipeline's
         (all the work + (m - 1) x max(work / pp, largest layer); interleaved:
         ``interleaved_lb_s``), ``optimizer_lb_s`` and ``exposure_lb_s``."""
-        wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute, pt.tp_comm_overlap)
         m = self.microbatches_per_replica(pt)
         if pt.vp > 1:
             run = self.interleaved_lb_s(wk, pt.pp, pt.vp, m)
@@ -363,7 +365,7 @@ class _Space:
     def split_lb_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
         """The bound of one 1F1B split (stage k: units edges[k]..edges[k+1]-1): all the
         work + (m - 1) x its slowest stage, its ``split_optimizer_s`` and ``exposure_lb_s``."""
-        wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        wk = self.work(pt.tp, pt.sequence_parallel, pt.recompute, pt.tp_comm_overlap)
         split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
         tau = float(np.bincount(split, weights=wk.w, minlength=pt.pp).max())
         run = float(wk.w.sum()) + (self.microbatches_per_replica(pt) - 1) * tau
@@ -577,14 +579,16 @@ def inference_precisions(problem: Problem) -> list[str]:
 
 
 def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), cp: int = 1,
-                 ep: int = 1) -> list[ClusterPoint]:
+                 ep: int = 1, tp_overlap: bool = False) -> list[ClusterPoint]:
     """Every outer point of the declared space (training: module docstring; inference,
     latency: one microbatch, dp 1, tp x pp, sequence parallel, one precision for every op
     among those every device runs); ``microbatch_size``: the training points' field;
     ``virtual_stages``: interleaved points with these vp >= 2 where pp >= 2, pp x vp
     divides the layer count and pp the microbatches a replica runs (Megatron's rule);
     ``cp``, ``ep``: the points of one rank's problem (``model.cluster_ranks``: its
-    microbatches x cp), dp x cp x tp x pp devices, ep dividing dp, no interleaving at ep > 1."""
+    microbatches x cp), dp x cp x tp x pp devices, ep dividing dp, no interleaving at ep > 1;
+    ``tp_overlap``: each sequence-parallel point also with its tensor-parallel collectives
+    pipelined with their GEMMs (``costs.tp_overlap``)."""
     N, M = problem.n_devices, problem.microbatches // cp
     L = len(_units(problem))
     if not problem.training:
@@ -609,7 +613,9 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), 
                     for rc in RECOMPUTE_CHOICES:
                         for zero in searched_zero_levels(dp * cp, tp, pp, vp, problem):
                             for sp in ((False, True) if tp > 1 else (False,)):
-                                out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp, cp, ep))
+                                for ov in ((False, True) if sp and tp_overlap else (False,)):
+                                    out.append(ClusterPoint(dp, tp, pp, rc, zero, sp, "", microbatch_size, vp, cp,
+                                                            ep, ov))
     return out
 
 
@@ -857,8 +863,8 @@ def _interleaved(problem: Problem, space: _Space, pt: ClusterPoint, allreduce: s
 def _plan(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int], allreduce: str,
           overlap: bool) -> Plan:
     n = pt.replicas * pt.tp
-    stages = tuple(Stage(tuple(range(k * n, (k + 1) * n)), pt.tp, pt.recompute, pt.sequence_parallel, pt.zero)
-                   for k in range(pt.pp))
+    stages = tuple(Stage(tuple(range(k * n, (k + 1) * n)), pt.tp, pt.recompute, pt.sequence_parallel, pt.zero,
+                         tp_comm_overlap=pt.tp_comm_overlap) for k in range(pt.pp))
     op_stage = [0] * problem.n_ops
     for unit, k in zip(space.units, split):
         for v in unit:
@@ -929,7 +935,7 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
 def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
                  stop=None, microbatch_sizes=(), virtual_stages=(), clock: Clock | None = None,
-                 context_parallel=None, expert_parallel=None) -> ClusterResult:
+                 context_parallel=None, expert_parallel=None, tp_comm_overlap: bool = False) -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
     docstring); ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
     (without one: ``deadline``, a perf_counter instant, else ``time_limit_s``, and ``stop``).
@@ -937,7 +943,9 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     same global batch (an outer dimension of the space, searched exactly like the rest);
     ``virtual_stages`` (training): also Megatron's interleaved 1F1B at these vp
     (``space_points``); ``context_parallel`` / ``expert_parallel``: the cp / ep degrees
-    (None: ``model.cluster_ranks``' defaults; a zoo transformer's training only)."""
+    (None: ``model.cluster_ranks``' defaults; a zoo transformer's training only);
+    ``tp_comm_overlap`` (training): also the sequence-parallel points with their
+    tensor-parallel collectives pipelined with the GEMMs (``space_points``)."""
     t0 = time.perf_counter()
     if clock is None:
         clock = Clock.until(deadline if deadline is not None else t0 + time_limit_s, stop)
@@ -962,7 +970,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                 for r in recipes:
                     spaces[(b, r, cp, ep)] = ranks.space(rb, r, ep)
                 pts += [dataclasses.replace(pt, precision=r) if r else pt
-                        for pt in space_points(rb, b, virtual_stages, cp, ep) for r in recipes]
+                        for pt in space_points(rb, b, virtual_stages, cp, ep, tp_comm_overlap) for r in recipes]
     else:   # latency: one microbatch
         qs = inference_precisions(problem)
         if not qs:
@@ -975,6 +983,8 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             else "latency of one microbatch: tp x pp, sequence parallel, precision")
     if ranks is not None and (len(ranks.cps) > 1 or len(ranks.eps) > 1):
         what += f", cp {'/'.join(map(str, ranks.cps))}, ep {'/'.join(map(str, ranks.eps))}"
+    if problem.training and tp_comm_overlap:
+        what += ", tp communication overlap"
     sizes = sorted({k[0] or problem.graph.batch_size for k in spaces})
     say(f"cluster space: {len(pts):,} points ({what}), {len(space.units)} layers, "
         f"{', '.join(sorted({k[1] or space.precision for k in spaces}))}, microbatch size {', '.join(map(str, sizes))}")
@@ -1010,16 +1020,22 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
             heapq.heappush(heap, (space_of(pt).point_lb_s(pt), pt.parallel_ranks, pt))
             continue
         space = space_of(pt)
-        wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute)
+        wk = space.work(pt.tp, pt.sequence_parallel, pt.recompute, pt.tp_comm_overlap)
         static = space.static_per_rank(pt.tp, pt.replicas, pt.zero)
         m = (space.pb.microbatches if space.pb.training else 1) // pt.replicas
         cs, ca = np.concatenate(([0.0], np.cumsum(static))), np.concatenate(([0.0], np.cumsum(wk.act)))
 
         def mem_of(k: int, i: int, j: int, pp=pt.pp, m=m, cs=cs, ca=ca, tr=wk.transient, fi=wk.first) -> float:
             # at most the checker's plan_memory_bytes (which adds the forward, backward and
-            # boundary buffers): a split it prunes, the checker refuses too
+            # boundary buffers): a split it prunes, the checker refuses too. n in flight hold
+            # n - 1 stashes and the one under way, which holds at least its whole stash (at
+            # the end of its forward) and at least what recomputation remakes (in its
+            # backward), not both at once: a stash freed unit by unit makes room for the
+            # remade layer (gpt3-256x1x4 at 1,024 tokens, tp 2, full: 131.5 MB summed
+            # against the checker's 116.6)
             held = ca[j] - ca[i] + (fi[i] if i > 0 and i < j else 0.0)
-            return cs[j] - cs[i] + min(pp - k, m) * held + float(tr[i:j].max(initial=0.0))
+            n = min(pp - k, m)
+            return cs[j] - cs[i] + (n - 1) * held + max(held, float(tr[i:j].max(initial=0.0)))
 
         tot = float(wk.w.sum())
         solved += 1

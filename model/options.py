@@ -96,6 +96,11 @@ class SolveOptions:
     """Cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees
     to search besides 1 (each dividing the routed experts, and dp at each point); None:
     every divisor of the experts; (): ep 1 only."""
+    tp_comm_overlap: bool = False
+    """Cluster space, training: also search every sequence-parallel point with its
+    tensor-parallel collectives pipelined with their GEMMs (``Stage.tp_comm_overlap``,
+    ``costs.tp_overlap``, Megatron's --tp-comm-overlap). Off by default: it doubles those
+    points, and on small layers the split ring's second latency makes it slower."""
 
     def __post_init__(self) -> None:
         """Every field checked by core.validate (one DistplanError naming the field);
@@ -125,6 +130,7 @@ class SolveOptions:
             "virtual_stages": check_ints(name + "virtual_stages", self.virtual_stages, 2),
             "context_parallel": check_ints(name + "context_parallel", self.context_parallel, optional=True),
             "expert_parallel": check_ints(name + "expert_parallel", self.expert_parallel, optional=True),
+            "tp_comm_overlap": check_bool(name + "tp_comm_overlap", self.tp_comm_overlap),
         }
         for k, v in fix.items():
             object.__setattr__(self, k, v)

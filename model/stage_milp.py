@@ -70,7 +70,9 @@ def model_memory_bytes(t: StageTerms, K: int, split, configs) -> np.ndarray:
         i = int(np.argmax(mine))
         n = in_flight(K, k, t.n[c])
         held = t.act[c, mine].sum() + (t.first[c, i] if k > 0 else 0.0)
-        out[k] = t.static[c, mine].sum() + n * held + t.transient[c, mine].max()
+        # n - 1 stashes and the microbatch under way: its stash, or its transient (the
+        # stash freed unit by unit makes room for what recomputation remakes), not both
+        out[k] = t.static[c, mine].sum() + (n - 1) * held + max(held, t.transient[c, mine].max())
     return out
 
 
@@ -210,14 +212,17 @@ class StageMilp:
                   lo=0.0, hi=0.0)
             for u in units:   # transient peak: the largest of the stage's units
                 b.row({rk[k]: 1.0, **{self.z[u, k, c]: -t.transient[c, u] * bs for c in range(C)}}, lo=0.0)
-            mem = {rk[k]: 1.0}
-            for u in units:
-                for c in range(C):
-                    n = in_flight(K, k, t.n[c])
-                    mem[self.z[u, k, c]] = (t.static[c, u] + n * t.act[c, u]) * bs
-                    if (u, k, c) in self.g:
-                        mem[self.g[u, k, c]] = n * t.first[c, u] * bs
-            b.row(mem, hi=t.cap_bytes * bs)
+            # n in flight: n - 1 stashes and the one under way, at least its stash and at
+            # least the transient, not both (model_memory_bytes): two rows
+            for extra in (0, 1):
+                mem = {rk[k]: 1.0} if extra else {}
+                for u in units:
+                    for c in range(C):
+                        n = in_flight(K, k, t.n[c]) - extra
+                        mem[self.z[u, k, c]] = (t.static[c, u] + n * t.act[c, u]) * bs
+                        if (u, k, c) in self.g:
+                            mem[self.g[u, k, c]] = n * t.first[c, u] * bs
+                b.row(mem, hi=t.cap_bytes * bs)
         for k in range(K):
             units = span[k]
             # P >= sum_j t_j + 2 sum_j c_j + (n_k - 1) t_k

@@ -89,6 +89,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees to "
                         "search besides 1 (each dividing the experts and dp); default every divisor of the "
                         "experts; 'none': ep 1 only")
+    s.add_argument("--tp-comm-overlap", action="store_true",
+                   help="cluster space, training: also search each sequence-parallel point with its tensor-parallel "
+                        "collectives pipelined with their GEMMs (Megatron's --tp-comm-overlap); off by default")
     s.add_argument("--space", choices=("auto", "pipeline", "cluster", "fleet", "stage"), default="auto",
                    help="plan space: pipeline (the MILP: stages along device paths, per-op precision), cluster "
                         "(Megatron-style dp x tp x pp for training steps or inference latency), fleet (mixed-fleet "
@@ -141,7 +144,7 @@ FLAG_OF = {"objective": "--objective", "space": "--space", "sensitivity_budget":
            "top_k": "--top-k", "time_limit_s": "--time-limit", "rel_gap": "--gap", "threads": "--threads",
            "seed": "--seed", "n_stages": "--stages", "coarsen_ops": "--coarsen",
            "microbatch_sizes": "--microbatch-sizes", "virtual_stages": "--virtual-stages",
-           "context_parallel": "--cp-degrees", "expert_parallel": "--ep-degrees",
+           "context_parallel": "--cp-degrees", "expert_parallel": "--ep-degrees", "tp_comm_overlap": "--tp-comm-overlap",
            "batch_size": "--batch-size", "seq_len": "--seq-len", "attention": "--attention", "microbatches": "--microbatches",
            "precisions": "--precisions", "schedule": "--schedule", "low_bit_ops": "--low-bit-ops",
            "mode": "--mode", "profile": "--profile", "candidates": "--candidates", "budget_s": "--budget"}
@@ -209,7 +212,7 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
     kw = dict(objective=args.objective, space=args.space, microbatch_sizes=_sizes(args.microbatch_sizes),
               virtual_stages=_virtual_stages(args.virtual_stages),
               context_parallel=_degrees(args.cp_degrees, "--cp-degrees"),
-              expert_parallel=_degrees(args.ep_degrees, "--ep-degrees"),
+              expert_parallel=_degrees(args.ep_degrees, "--ep-degrees"), tp_comm_overlap=args.tp_comm_overlap,
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
               sensitivity_weight=args.sensitivity_weight, iteration_target=args.iteration_target,
               top_k=args.top_k, time_limit_s=args.time_limit,

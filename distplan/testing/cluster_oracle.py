@@ -56,9 +56,12 @@ def _hierarchical(problem: Problem, devs: list[int]) -> bool:
     return len(per_node) >= 2 and len(counts) == 1 and counts != {1}
 
 
-def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_stages=(), degrees=None):
+def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_stages=(), degrees=None,
+                   tp_overlap: bool = False):
     """Every plan of the declared space (module docstring) with interleaving at
-    ``virtual_stages``, in no particular order; ``degrees``: only (replicas, tp, pp, sp)."""
+    ``virtual_stages``, in no particular order; ``degrees``: only (replicas, tp, pp, sp);
+    ``tp_overlap``: each sequence-parallel plan also with every stage's tensor-parallel
+    collectives pipelined with their GEMMs (``Stage.tp_comm_overlap``)."""
     N, M = problem.n_devices, problem.microbatches
     groups = layer_groups(problem)
     L = len(groups)
@@ -90,11 +93,13 @@ def declared_plans(problem: Problem, precision: str, max_tp: int = 64, virtual_s
                     sps = (False, True) if tp > 1 else (False,)
                     for rc, zero, sp in itertools.product(RECOMPUTE, zeros,
                                                           sps if degrees is None else (degrees[3],)):
-                        stages = tuple(Stage(tuple(range((k % pp) * n, (k % pp + 1) * n)), tp, rc, sp, zero)
-                                       for k in range(pp * vp))
-                        for how, overlap in (reductions[:1] if zero == 3 else reductions):   # ZeRO-3: no end reduction
-                            yield Plan(tuple(op_stage), op_precision, stages, M, "interleaved" if vp > 1 else "1f1b",
-                                       dp_allreduce=how, overlap_grad_reduce=overlap)
+                        for ov in ((False, True) if sp and tp_overlap else (False,)):
+                            stages = tuple(Stage(tuple(range((k % pp) * n, (k % pp + 1) * n)), tp, rc, sp, zero,
+                                                 tp_comm_overlap=ov) for k in range(pp * vp))
+                            for how, overlap in (reductions[:1] if zero == 3 else reductions):   # ZeRO-3: no end reduction
+                                yield Plan(tuple(op_stage), op_precision, stages, M,
+                                           "interleaved" if vp > 1 else "1f1b", dp_allreduce=how,
+                                           overlap_grad_reduce=overlap)
 
 
 def _apart(problem: Problem, dp: int, tp: int) -> bool:
@@ -106,10 +111,11 @@ def _apart(problem: Problem, dp: int, tp: int) -> bool:
     return len(hops) == len(set(hops)) and not tp_links.intersection(hops)
 
 
-def cluster_optimum(problem: Problem, precision: str, top: int = 1, virtual_stages=()) -> list[float]:
+def cluster_optimum(problem: Problem, precision: str, top: int = 1, virtual_stages=(),
+                    tp_overlap: bool = False) -> list[float]:
     """The ``top`` least analytic iterations over every feasible plan of the space."""
     out = [estimate_iteration(problem, plan).iteration_s
-           for plan in declared_plans(problem, precision, virtual_stages=virtual_stages)
+           for plan in declared_plans(problem, precision, virtual_stages=virtual_stages, tp_overlap=tp_overlap)
            if not plan_violations(problem, plan)]
     return sorted(out)[:top]
 
