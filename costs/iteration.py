@@ -491,8 +491,9 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
                 reduction_transfers(tr, g, [ends[v]] * held, nbytes, hier, st.zero, route)
         finish = max(tr.delivered_s(), default=0.0)
         done_after[k] = max(0.0, finish - B[k])
+    copy = expert_replica_copy(problem, plan) if grouped else None   # one symmetry for every stage
     for k in grouped:
-        done_after[k] = _expert_reduction_s(problem, plan, k, qs, FB[k][2], float(B[k]), deadline_s)
+        done_after[k] = _expert_reduction_s(problem, plan, k, qs, FB[k][2], float(B[k]), deadline_s, copy)
         ar[k] = done_after[k]
     run = float(np.max(last_b + done_after)) if K else 0.0
     return IterationEstimate(run + opt, pipeline, period, F, B, c, ar, run - pipeline, opt)
@@ -505,7 +506,8 @@ def _expert_refusal(what: str) -> DistplanError:
 
 
 def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int], ends: Sequence[float],
-                        backward_s: float, deadline_s: float) -> float:
+                        backward_s: float, deadline_s: float,
+                        copy: tuple[int, np.ndarray] | None = None) -> float:
     """How long after its last backward stage k's gradient reduction ends when its routed
     experts reduce over their expert-data-parallel groups: every part of every bucket
     (``sharding.gradient_reductions``: the dense bytes over all replicas, the experts'
@@ -518,9 +520,8 @@ def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int],
     ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
     buckets = [[v] for v in ops] if plan.overlap_grad_reduce else [ops]
     tr = Transfers(problem, deadline_s)
-    # an exact symmetry: the first ``held`` replicas send, the others' traffic on
-    # representative links (costs.symmetry.expert_replica_copy); else every replica
-    copy = expert_replica_copy(problem, plan)
+    # ``copy``, an exact symmetry (costs.symmetry.expert_replica_copy): the first ``held``
+    # replicas send, the others' traffic on representative links; None: every replica
     held, route = (st.replicas, None) if copy is None else \
         (copy[0], lambda a, b, rep=copy[1]: tuple(int(rep[l]) for l in problem.topology.route(a, b)))
     parts = []   # per bucket: (release, its bytes, its experts' bytes)
@@ -578,13 +579,14 @@ def estimate_transfers(problem: Problem, plan: Plan) -> int:
     if not problem.training:
         return 0
     total = 0
+    grouped = any(st.replicas >= 2 and st.zero < 3 and expert_reduces(st) for st in plan.stages)
+    copy = expert_replica_copy(problem, plan) if grouped else None   # the block _expert_reduction_s times
     for k, st in enumerate(plan.stages):   # expert groups: every part, rank and replica (_expert_reduction_s)
         if st.replicas >= 2 and st.zero < 3 and expert_reduces(st):
             hier = plan.dp_allreduce == "hierarchical"
             buckets = sum(1 for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0) \
                 if plan.overlap_grad_reduce else 1
             parts = gradient_reductions(st, 2.0, 1.0)
-            copy = expert_replica_copy(problem, plan)
             held = st.replicas if copy is None else copy[0]
             total += buckets * st.tensor_parallel * sum(
                 reduction_size(problem.topology, [st.devices[i * st.tensor_parallel] for i in g], hier, st.zero,

@@ -96,7 +96,13 @@ def replica_copy(problem: Problem, plan: Plan) -> tuple[int, np.ndarray] | None:
     step = _node_block(groups)
     if step is None or any(expert_reduces(st) for st in plan.stages):
         return None
-    pairs = _pairs(problem, plan, r, t, groups)
+    return _smallest_block(problem, plan, r, t, step, _pairs(problem, plan, r, t, groups))
+
+
+def _smallest_block(problem: Problem, plan: Plan, r: int, t: int, step: int,
+                    pairs) -> tuple[int, np.ndarray] | None:
+    """The smallest multiple of ``step`` dividing r (below r) whose replica shift is exact
+    on ``pairs`` with no rank merged: (it, link -> representative), or None."""
     for s in range(step, r, step):
         if r % s == 0:
             rep = _link_representatives(problem, plan, r, t, s, t, pairs)
@@ -123,13 +129,7 @@ def expert_replica_copy(problem: Problem, plan: Plan) -> tuple[int, np.ndarray] 
     for st in plan.stages:
         if expert_reduces(st):
             step = math.lcm(step, st.expert_parallel * st.expert_stride)
-    pairs = _pairs(problem, plan, r, t, reduction_groups(problem, plan))
-    for s in range(step, r, step):
-        if r % s == 0:
-            rep = _link_representatives(problem, plan, r, t, s, t, pairs)
-            if rep is not None:
-                return s, rep
-    return None
+    return _smallest_block(problem, plan, r, t, step, _pairs(problem, plan, r, t, reduction_groups(problem, plan)))
 
 
 def find_symmetry(problem: Problem, plan: Plan, ideal: bool, trace: bool) -> Symmetry | None:

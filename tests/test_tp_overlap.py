@@ -20,6 +20,7 @@ from distplan.costs.iteration import estimate_iteration
 from distplan.costs.tp_overlap import overlapped_s
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
+from test_sim_tp_megatron import _layer  # its one-layer graph (inp, col, act, row, add)
 
 # 1 TFLOP/s fp16 at full efficiency, no launch cost, memory traffic free: time = flops / 1e12
 KIND = DeviceKind("k", {"fp16": 1e12}, mem_capacity_bytes=1e12, mem_bw_bytes_per_s=1e18, efficiency=1.0)
@@ -31,18 +32,6 @@ def _ring(n: int, bw: float = 1e6) -> Topology:
     devs = tuple(Device(f"d{i}", "k") for i in range(n))
     pairs = [(i, (i + 1) % n) for i in range(n)] if n > 2 else [(0, 1), (1, 0)]
     return Topology(f"ring{n}", {"k": KIND}, devs, tuple(Link(f"d{a}", f"d{b}", bw) for a, b in pairs))
-
-
-def _layer(mode: str) -> Graph:
-    """inp (replicated) -> col (column) -> act (sharded) -> row (row) -> add (replicated),
-    1,000-element tensors (2,000 bytes at fp16): test_sim_tp_megatron's layer."""
-    ops = (Operator("inp", "add", 1e6, 1e6, 0, 1000, 0, tp_role="replicated"),
-           Operator("col", "matmul", 4e9, 8e9, 10, 1000, 0, tp_role="column"),
-           Operator("act", "activation", 1e9, 2e9, 0, 1000, 0, tp_role="sharded"),
-           Operator("row", "matmul", 2e9, 4e9, 10, 1000, 0, tp_role="row"),
-           Operator("add", "add", 1e6, 1e6, 0, 1000, 0, tp_role="replicated"))
-    names = [o.name for o in ops]
-    return Graph("layer", ops, tuple(Tensor(a, b, 1000) for a, b in zip(names, names[1:])), mode=mode)
 
 
 def _case(n: int, overlap: bool, mode: str = "training", schedule: str = "1f1b", sp: bool = True, M: int = 1):
