@@ -42,7 +42,10 @@ class BaselineResult:
     each time the best improved. ``stopped_by``: what ended the search: "candidates"
     (the deterministic budget: a seeded search then reproduces exactly), "time" (the
     wall clock: not reproducible run to run), "interrupted" (Ctrl-C) or "exhausted" (no
-    new plan to try).
+    new plan to try). ``problem``: the best plan's problem where it is not the one
+    searched (a grid point's rank problem under context or expert parallelism,
+    ``baselines.grid_ranks``), else None; ``space``: what the search covered, one line
+    ('' where the method states none).
 
     A view of ``core.space.SearchResult`` (``search``) for the baselines' public API.
     """
@@ -57,13 +60,15 @@ class BaselineResult:
     history: tuple[tuple[float, float], ...] = field(default=(), compare=False)
     stopped_by: str = field(default="", compare=False)
     search: SearchResult | None = field(default=None, compare=False, repr=False)
+    problem: Problem | None = field(default=None, compare=False, repr=False)
+    space: str = field(default="", compare=False)
 
     @classmethod
     def of(cls, r: SearchResult) -> BaselineResult:
         """The view of a baseline's search."""
         d = r.details
         return cls(d["method"], r.best, d["throughput_per_s"], r.seconds, d["candidates"], d["rejected"],
-                   d["implausible"], d["history"], d["stopped_by"], r)
+                   d["implausible"], d["history"], d["stopped_by"], r, r.problem, d.get("space", ""))
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -85,6 +90,11 @@ class Tracker:
     Ctrl-C that asked to stop (distplan.core.interrupt). ``clock`` (core.clock): the
     search's clock (default: one of ``budget_s`` started now); the search ends at the
     earlier of its deadline and ``budget_s`` from now.
+
+    A candidate may be a plan of another problem than the one searched (``evaluate``'s
+    ``problem``: a grid point's rank problem, whose ``cp`` context ranks each run a
+    ``1/cp`` share of every sequence): it is gated and scored on that problem, its score
+    divided by ``cp`` (whole sequences), its ceiling that problem's.
     """
 
     def __init__(self, problem: Problem, method: str, budget_s: float, scorer: Scorer | None = None,
@@ -106,18 +116,32 @@ class Tracker:
         self.candidates = 0
         self.rejected = 0
         self.best_plan: Plan | None = None
+        self.best_problem: Problem = problem
         self.best = 0.0
+        self.space = ""   # what the search covers (``note``)
         self.history: list[tuple[float, float]] = []
         self._cache: dict[tuple, float | None] = {}
         self.implausible = 0
-        lb = problem.period_lower_bound_s()
-        self.ceiling_per_s = problem.graph.batch_size / lb if lb > 0 else float("inf")
+        self.ceiling_per_s = self.ceiling_of(problem)
+        self._ceilings: dict[int, tuple[Problem, float]] = {}
         self._stale = 0  # consecutive proposals already seen (a small space is exhausted)
         self._eval_s = 0.0  # seconds spent in the scorer, over self.candidates evaluations
         self._cut = ""      # why expired() ended the search before the deadline ("time", "interrupted")
 
     #: consecutive already-seen proposals after which a search stops early
     STALE_LIMIT = 2000
+
+    @staticmethod
+    def ceiling_of(problem: Problem, cp: int = 1) -> float:
+        """The physical ceiling of a score on ``problem`` in whole sequences:
+        ``batch_size / (cp x period_lower_bound_s)`` (every op at its fastest, all devices
+        busy all the time)."""
+        lb = problem.period_lower_bound_s()
+        return problem.graph.batch_size / (cp * lb) if lb > 0 else float("inf")
+
+    def note(self, space: str) -> None:
+        """Record what the search covers (``BaselineResult.space``)."""
+        self.space = space
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
@@ -154,12 +178,13 @@ class Tracker:
             return True
         return now >= self.deadline
 
-    def violations(self, plan: Plan) -> list[str]:
+    def violations(self, plan: Plan, problem: Problem | None = None) -> list[str]:
         from distplan.costs.check import plan_violations
 
-        bad = plan_violations(self.problem, plan)
+        problem = problem if problem is not None else self.problem
+        bad = plan_violations(problem, plan)
         if not bad and self.sensitivity_budget is not None:
-            s = plan_sensitivity(self.problem, plan)
+            s = plan_sensitivity(problem, plan)
             if s > self.sensitivity_budget * (1 + 1e-9) + 1e-12:
                 bad = [f"sensitivity {s:.6g} over the budget {self.sensitivity_budget:.6g}"]
         return bad
@@ -168,31 +193,42 @@ class Tracker:
         """Record a proposal that produced no new candidate (counts towards stopping early)."""
         self._stale += 1
 
-    def evaluate(self, plan: Plan) -> float | None:
-        """Score ``plan`` (samples/s) if it is feasible, else None; updates the best."""
-        key = plan_key(plan)
+    def _ceiling(self, problem: Problem, cp: int) -> float:
+        if problem is self.problem and cp == 1:
+            return self.ceiling_per_s
+        got = self._ceilings.get(id(problem))
+        if got is None or got[0] is not problem:
+            got = self._ceilings[id(problem)] = (problem, self.ceiling_of(problem, cp))
+        return got[1]
+
+    def evaluate(self, plan: Plan, problem: Problem | None = None, cp: int = 1) -> float | None:
+        """Score ``plan`` (samples/s) if it is feasible, else None; updates the best.
+        ``problem``: the plan's problem when not the searched one, ``cp``: its context
+        ranks a sequence (class docstring)."""
+        pb = problem if problem is not None else self.problem
+        key = plan_key(plan) if pb is self.problem else (plan_key(plan), id(pb))
         if key in self._cache:
             self._stale += 1
             return self._cache[key]
         self._stale = 0
-        if self.violations(plan):
+        if self.violations(plan, pb):
             self.rejected += 1
             self._cache[key] = None
             return None
         t0 = time.perf_counter()
         try:
-            score = float(self.scorer(self.problem, plan))
+            score = float(self.scorer(pb, plan)) / cp
         except DistplanError:
             self.rejected += 1  # the scorer cannot model this plan (e.g. analytic cost with tp > 1)
             self._cache[key] = None
             return None
         self.candidates += 1
         self._eval_s += time.perf_counter() - t0
-        if score > self.ceiling_per_s * (1 + 1e-9):
+        if score > self._ceiling(pb, cp) * (1 + 1e-9):
             self.implausible += 1
             score = None
         elif score > self.best:
-            self.best, self.best_plan = score, plan
+            self.best, self.best_plan, self.best_problem = score, plan, pb
             self.history.append((self.elapsed_s(), score))
             self.clock.stop.arm()   # a plan exists: a first Ctrl-C/SIGTERM now keeps it
         self._cache[key] = score
@@ -211,9 +247,11 @@ class Tracker:
                ) if stopped in ("interrupted", "time") else ()
         details = {"method": self.method, "throughput_per_s": rate, "candidates": self.candidates,
                    "rejected": self.rejected, "implausible": self.implausible, "history": tuple(self.history),
-                   "stopped_by": stopped}
+                   "stopped_by": stopped, "space": self.space}
+        other = self.best_problem if found and self.best_problem is not self.problem else None
         return SearchResult(self.method, status if found else Status.NOT_FOUND, plans, objective, -math.inf,
-                            BoundKind.NONE, cut_short=cut, seconds=self.elapsed_s(), details=details)
+                            BoundKind.NONE, cut_short=cut, seconds=self.elapsed_s(), problem=other,
+                            details=details)
 
     def result(self) -> BaselineResult:
         return BaselineResult.of(self.search_result())

@@ -8,6 +8,7 @@ tensor_parallel = 1).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 from distplan.costs.evaluate import plan_cost
@@ -41,17 +42,31 @@ class MemoScorer:
     """``simulated_throughput`` for a search's many candidates: one ``sim.memo.RunMemo``
     per problem, so plans whose event runs are equal share one run, and in training no
     longer run for the steady-state period, which a step's score does not read. Every
-    score equals ``simulated_throughput``'s (tests/test_baseline_memo.py)."""
+    score equals ``simulated_throughput``'s (tests/test_baseline_memo.py). A search over
+    several problems (the grid's rank problems, ``baselines.grid_ranks``) keeps the memos
+    of the ``MEMO_PROBLEMS`` it scored last, the node budget (``sim.memo.MEMO_NODE_BUDGET``)
+    shared equally among them (one problem: all of it); ``memo`` is the one used last."""
+
+    #: problems whose memos are kept at once
+    MEMO_PROBLEMS = 4
 
     def __init__(self) -> None:
         self.memo = None
+        self._memos: OrderedDict[int, object] = OrderedDict()
 
     def __call__(self, problem: Problem, plan: Plan) -> float:
-        from distplan.sim.memo import RunMemo
+        from distplan.sim.memo import MEMO_NODE_BUDGET, RunMemo
 
-        if self.memo is None or self.memo.problem is not problem:
-            self.memo = RunMemo(problem)
-        return fitting_rate(problem, self.memo.simulate(plan, settle=not problem.training))
+        memo = self._memos.get(id(problem))
+        if memo is None or memo.problem is not problem:
+            memo = self._memos[id(problem)] = RunMemo(problem)
+            while len(self._memos) > self.MEMO_PROBLEMS:
+                self._memos.popitem(last=False)
+            for m in self._memos.values():   # each evicts its oldest runs past its share at its next run
+                m.node_budget = MEMO_NODE_BUDGET // len(self._memos)
+        self._memos.move_to_end(id(problem))
+        self.memo = memo
+        return fitting_rate(problem, memo.simulate(plan, settle=not problem.training))
 
 
 def sim_rate(problem: Problem, sim) -> float:

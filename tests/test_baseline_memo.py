@@ -28,11 +28,11 @@ def grid_plans(problem, per_layout: int = 2):
     layout (``per_layout`` 1: the first alone), at each precision."""
     paths = grid.device_paths(problem)
     out, seen = [], set()
-    for dp, tp, pp, m, pol, pi, opt in grid.grid_points(problem):
-        opts = grid.training_options(problem, dp, tp)
-        if opt not in (opts[0], opts[-1])[:per_layout]:
+    for pt in grid.grid_points(problem):
+        opts = grid.training_options(problem, pt.dp, pt.tp)
+        if pt.options not in (opts[0], opts[-1])[:per_layout]:
             continue
-        plan = grid.grid_plan(problem, dp, tp, pp, m, pol, paths[pi][1], opt)
+        plan = grid.grid_plan(problem, pt.dp, pt.tp, pt.pp, pt.microbatches, pt.policy, paths[pt.path][1], pt.options)
         if plan is not None and plan not in seen:
             seen.add(plan)
             out.append(plan)

@@ -56,6 +56,7 @@ class MethodRow:
     implausible: int = 0
     plan: Plan | None = None
     extra: dict = dataclasses.field(default_factory=dict)
+    problem: Problem | None = None   # the plan's problem where not the compared one (a rank problem)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
     t0 = time.perf_counter()
     rep = solve(problem, options)
     solved, best = rep.solver, rep.best
-    rate = sim_rate(problem, best.sim) if best.simulated else math.nan   # as the scorer; nan: not simulated
+    cp = int(best.plan.predicted.get("context_parallel", 1))   # a cp plan's problem is one context rank's
+    rate = sim_rate(problem, best.sim) / cp if best.simulated else math.nan   # as the scorer; nan: not simulated
     return MethodRow("milp", float(rate), time.perf_counter() - t0, len(rep.plans),
                      solved.status if best.simulated else f"{solved.status}, not simulated",
                      float(solved.objective_s), float(solved.bound_s), float(solved.gap),
@@ -116,23 +118,29 @@ def run_milp(problem: Problem, options: SolveOptions) -> MethodRow:
                             "sim_period_s": best.sim.period_s if best.simulated else math.nan,
                             "coarse_ops": rep.coarse_ops,
                             # a bound on the iteration covers a step's samples, not one microbatch's
-                            "bound_samples": (rep.problem.microbatches * rep.problem.graph.batch_size
+                            "bound_samples": (rep.problem.microbatches * rep.problem.graph.batch_size // cp
                                               if problem.training and solved.analytic
-                                              else problem.graph.batch_size)})
+                                              else problem.graph.batch_size)},
+                     problem=rep.problem if rep.problem is not problem else None)
 
 
 def run_method(problem: Problem, method: str, budget_s: float, seed: int = 0,
-               sensitivity_budget: float | None = None, scorer=None, candidates: int | None = None) -> MethodRow:
+               sensitivity_budget: float | None = None, scorer=None, candidates: int | None = None,
+               solve_options: SolveOptions | None = None) -> MethodRow:
     """One baseline as a table row: its plan space (``baselines.spaces.BaselineSpace``)
-    searched on a clock of ``budget_s``."""
+    searched on a clock of ``budget_s``; ``solve_options``: the planner's, whose cluster
+    space options (virtual stages, cp / ep degrees) the grid searches too. The row's
+    ``problem`` is its plan's where that is a rank problem (the grid's cp / ep points)."""
     space = BaselineSpace(method, scorer=scorer, max_candidates=candidates)
-    options = SolveOptions(seed=seed, sensitivity_budget=sensitivity_budget)
+    base = solve_options or SolveOptions()
+    options = dataclasses.replace(base, seed=seed, sensitivity_budget=sensitivity_budget, progress=None)
     r = BaselineResult.of(space.search(problem, options, Clock(budget_s, stop=current_stop() or Stop())))
     found = r.plan is not None
     period = problem.graph.batch_size / r.throughput_per_s if found and r.throughput_per_s > 0 else math.nan
     return MethodRow(method, r.throughput_per_s, r.seconds, r.candidates, "found" if found else "none",
                      objective_s=period, rejected=r.rejected, implausible=r.implausible, plan=r.plan,
-                     extra={"stopped_by": r.stopped_by})
+                     extra={"stopped_by": r.stopped_by, **({"space": r.space} if r.space else {})},
+                     problem=r.problem)
 
 
 def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "dp", "grid"), budget_s: float = 60.0,
@@ -167,19 +175,27 @@ def compare(problem: Problem, methods: Sequence[str] | str = ("random", "sa", "d
     say(f"compare: milp {rows[0].throughput_per_s:.6g} samples/s ({rows[0].status}, {rows[0].seconds:.1f} s)")
     for m in methods:
         say(f"compare: {m} with a {budget_s:g} s budget ...")
-        rows.append(run_method(problem, m, budget_s, seed, opts.sensitivity_budget, candidates=candidates))
+        rows.append(run_method(problem, m, budget_s, seed, opts.sensitivity_budget, candidates=candidates,
+                               solve_options=opts))
         r = rows[-1]
-        say(f"compare: {m} {r.throughput_per_s:.6g} samples/s after {r.candidates} candidates ({r.seconds:.1f} s)")
+        say(f"compare: {m} {r.throughput_per_s:.6g} samples/s after {r.candidates} candidates ({r.seconds:.1f} s)"
+            + (f"; searched {r.extra['space']}" if r.extra.get("space") else "")
+            + (f"; best {plan_shape(r.plan)}" if r.plan is not None and r.extra.get("space") else ""))
     return Comparison(problem, budget_s, tuple(rows), candidates)
 
 
 def plan_shape(plan: Plan | None) -> str:
-    """'4 stages' / '4 stages x2 replicas tp2' (largest replica and tp degrees)."""
+    """'4 stages' / '4 stages x2 replicas tp2' (largest replica and tp degrees; cp, ep
+    and vp where above 1: 'x4 replicas cp2' counts the context ranks among the replicas)."""
     if plan is None:
         return ""
     r = max(s.replicas for s in plan.stages)
     tp = max(s.tensor_parallel for s in plan.stages)
-    return f"{len(plan.used_stages())} stages" + (f" x{r} replicas" if r > 1 else "") + (f" tp{tp}" if tp > 1 else "")
+    cp = int(plan.predicted.get("context_parallel", 1))
+    ep = max(s.expert_parallel for s in plan.stages)
+    vp = plan.virtual_stages
+    return (f"{len(plan.used_stages()) // vp} stages" + (f" x{r} replicas" if r > 1 else "") + (f" tp{tp}" if tp > 1 else "")
+            + (f" cp{cp}" if cp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + (f" vp{vp}" if vp > 1 else ""))
 
 
 def outside_milp_space(plan: Plan | None) -> bool:
@@ -243,7 +259,7 @@ def comparison_document(c: Comparison) -> dict[str, Any]:
             "implausible": r.implausible, "status": r.status, "plan_shape": plan_shape(r.plan),
             "outside_milp_space": outside_milp_space(r.plan),
             "objective_s": r.objective_s, "bound_s": r.bound_s, "gap": r.gap, **r.extra,
-            "plan": plan_to_dict(r.plan, p) if r.plan is not None else None,
+            "plan": plan_to_dict(r.plan, r.problem or p) if r.plan is not None else None,
         })
     present = [m for m in SEARCH_BASELINES if any(r.method == m for r in c.rows)]
     return _json_safe({"workload": g.name, "mode": g.mode, "topology": p.topology.name,
