@@ -33,7 +33,7 @@ from distplan.costs.collectives import (Transfers, all_gather_s, gradient_reduct
 from distplan.costs.compute import optimizer_step_s, tp_shard_time_s
 from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
 from distplan.costs.fsdp import fsdp_hidden_s, fsdp_stage_times, rings_contend
-from distplan.costs.sharding import dense_elems, expert_reduces, gradient_reductions
+from distplan.costs.sharding import dense_elems, expert_data_groups, expert_reduces, gradient_reductions
 from distplan.costs.offload import host_optimizer_step_s, offloads
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
@@ -461,12 +461,14 @@ def estimate_iteration(problem: Problem, plan: Plan, deadline_s: float = math.in
     # stage k's last backward ends sum_{j<k} (B_j + c_j) before stage 0's
     last_b = pipeline - np.concatenate(([0.0], np.cumsum(B[:-1] + np.append(c, 0.0)[:K - 1])))
     opt = float(optimizer_step_per_device_s(problem, plan).max(initial=0.0))
-    if timed and math.isfinite(above_s):
+    if (timed or grouped) and math.isfinite(above_s):
         after = done_after.copy()
         for k, ranks, hier, buckets in timed:
             fin = overlapped_reduction_lb_s(problem, ranks, hier, plan.stages[k].zero,
                                             [FB[k][2][v] for v, _ in buckets], [nb for _, nb in buckets])
             after[k] = max(0.0, fin - B[k])
+        for k in grouped:
+            after[k] = _expert_reduction_lb_s(problem, plan, k, qs, FB[k][2], float(B[k]))
         bound = (float(np.max(last_b + after)) + opt) * (1 - 1e-12)
         if bound >= above_s:
             raise Exceeds(bound)
@@ -546,6 +548,30 @@ def _expert_reduction_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int],
                 reduction_transfers(tr, devs, [release] * senders, part, hier, st.zero, route)
     memo[key] = max(0.0, max(tr.delivered_s(), default=0.0) - backward_s)
     return memo[key]
+
+
+def _expert_reduction_lb_s(problem: Problem, plan: Plan, k: int, qs: Sequence[int], ends: Sequence[float],
+                           backward_s: float) -> float:
+    """A lower bound on ``_expert_reduction_s``, untimed: each part's buckets (the dense
+    bytes over all replicas, the experts' over each group) on rank 0's ring alone, as if
+    no other part shared its links (``costs.reduction_bound.overlapped_reduction_lb_s``),
+    the latest of them."""
+    st, tp = plan.stages[k], plan.stages[k].tensor_parallel
+    hier = plan.dp_allreduce == "hierarchical"
+    ops = [v for v in plan.ops_in_stage(k) if problem.graph.ops[v].param_elems > 0]
+    ready = [float(ends[v]) if plan.overlap_grad_reduce else backward_s for v in ops]
+    bpe = [float(problem.bytes_per_elem[qs[v]]) for v in ops]
+    dense = [dense_elems(st, problem.graph.ops[v]) * b / tp for v, b in zip(ops, bpe)]
+    expert = [problem.graph.ops[v].expert_param_elems * b / tp for v, b in zip(ops, bpe)]
+    parts = [(tuple(range(st.replicas)), dense)] + [(g, expert) for g in expert_data_groups(st)]
+    fin = 0.0
+    for members, nbytes in parts:
+        keep = [i for i, nb in enumerate(nbytes) if nb > 0]
+        if len(members) >= 2 and keep:
+            ring = [st.devices[i * tp] for i in members]
+            fin = max(fin, overlapped_reduction_lb_s(problem, [ring], hier, st.zero, [ready[i] for i in keep],
+                                                     [nbytes[i] for i in keep]))
+    return max(0.0, fin - backward_s)
 
 
 #: problem -> the seconds ``_expert_reduction_s`` timed for it, by what they depend on

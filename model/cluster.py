@@ -107,9 +107,10 @@ class ClusterPoint:
 class ClusterPlan:
     point: ClusterPoint
     plan: Plan
-    iteration_s: float      # the analytic iteration (costs.iteration)
+    iteration_s: float      # the analytic iteration (costs.iteration), or the simulated one where that refuses
     bound_s: float          # the point's lower bound
     problem: Problem | None = None   # the plan's problem (its microbatch size), when not the caller's
+    simulated: bool = False  # iteration_s is the simulator's (an ep plan the analytic iteration refuses)
 
 
 @dataclass(frozen=True)
@@ -234,8 +235,10 @@ class _Work:
 
 class _Space:
     """One problem's bounds and work tables (a rank's graph under cp / ep: model.cluster_ranks).
-    At ``ep`` > 1 the gathers and reductions the bounds charge leave the routed experts
-    out (those run over expert-data-parallel groups, after the dense part: never less)."""
+    At ``ep`` > 1 the gradient reductions the bounds charge leave the routed experts out
+    (those run over expert-data-parallel groups, after the dense part: never less); the
+    ZeRO-3 gathers count them, each device's own group's ring after the dense one, as
+    ``costs.fsdp`` runs them on the device's one stream (``expert_gathers_s``)."""
 
     def __init__(self, problem: Problem, precision: str, wide: str | None = None, ep: int = 1):
         self.pb = problem
@@ -260,9 +263,10 @@ class _Space:
         self.dense_bytes = float(self.dense_grads.sum())   # the gathers over all replicas
         self.cap = float(np.min(problem.device_mem_bytes))
         self._work: dict[tuple[int, bool, str], _Work] = {}
-        self._exposure: dict[tuple[int, int, int], float] = {}
+        self._exposure: dict[tuple[int, int, int, int], float] = {}
         self._gather: dict[tuple[int, int, int], tuple[float, float]] = {}   # (dp, tp, pp): gather_line
-        self._traffic: dict[tuple[int, int], float] = {}   # (dp, tp): fsdp_traffic_s
+        self._traffic: dict[tuple[int, int, int], float] = {}   # (dp, tp, cp): fsdp_traffic_s
+        self._expert_gathers: dict[tuple[int, int, int], np.ndarray] = {}   # (dp, tp, cp): expert_gathers_s
         self._units_bytes: np.ndarray | None = None   # each ZeRO-3 unit's parameter bytes (tp 1)
         self._rings: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}   # _ring_hops
         self._hops: dict[tuple[int, int], tuple[float, float]] = {}   # (a, b): its route's latency, s/byte
@@ -349,8 +353,11 @@ class _Space:
         return out
 
     def fsdp_traffic_s(self, pt: ClusterPoint) -> float:
-        """Every ZeRO-3 unit's all-gather, summed (one stage: ``costs.fsdp``'s ``a_i``)."""
-        key = (pt.replicas, pt.tp)
+        """Every ZeRO-3 unit's all-gather, summed (one stage: ``costs.fsdp``'s ``a_i``):
+        the dense part over all replicas, then at ep > 1 the routed experts' over the
+        device's expert-data-parallel group (the most over the groups of their sums:
+        every device runs its own group's rings on its one stream)."""
+        key = (pt.replicas, pt.tp, pt.cp)
         if key not in self._traffic:
             if self._units_bytes is None:
                 mine = set(range(self.pb.n_ops))
@@ -359,8 +366,29 @@ class _Space:
             lat, spb = self._ring_hops(0, pt.replicas, pt.tp)   # all_gather_s: dp - 1 steps of the slowest hop
             x = self._units_bytes / pt.tp / pt.replicas
             steps = (lat[None, :] + x[:, None] * spb[None, :]).max(axis=1) if len(x) else np.zeros(0)
-            self._traffic[key] = (pt.replicas - 1) * float(steps.sum()) * (1 - BOUND_SLACK)
+            experts = self.expert_gathers_s(pt.replicas, pt.tp, pt.cp)
+            total = (pt.replicas - 1) * float(steps.sum()) + float(experts.sum(axis=1).max(initial=0.0))
+            self._traffic[key] = total * (1 - BOUND_SLACK)
         return self._traffic[key]
+
+    def expert_gathers_s(self, replicas: int, tp: int, stride: int) -> np.ndarray:
+        """(groups, units): each ZeRO-3 unit's routed-expert all-gather on each
+        expert-data-parallel group's ring (``costs.sharding.expert_data_groups``: replicas
+        i with (i // stride) % ep alike; replica i's rank 0 on device i x tp, the cluster
+        space's layout; ``costs.fsdp.unit_gather_s``); (0, units) at ep 1 or groups of 1."""
+        key = (replicas, tp, stride)
+        if key not in self._expert_gathers:
+            units = fsdp_units(self.pb, range(self.pb.n_ops))
+            ep = self.ep
+            if ep <= 1 or replicas // ep < 2:
+                out = np.zeros((0, len(units)))
+            else:
+                groups = [[i for i in range(replicas) if (i // stride) % ep == e] for e in range(ep)]
+                nbytes = [unit_expert_bytes(self.pb, u, self.qs, tp) for u in units]
+                out = np.array([[all_gather_s(self.pb, [i * tp for i in g], b) if b > 0 else 0.0 for b in nbytes]
+                                for g in groups])
+            self._expert_gathers[key] = out
+        return self._expert_gathers[key]
 
     def split_lb_s(self, pt: ClusterPoint, edges: tuple[int, ...]) -> float:
         """The bound of one 1F1B split (stage k: units edges[k]..edges[k+1]-1): all the
@@ -390,7 +418,7 @@ class _Space:
         first unit's reduce-scatter after it, which nothing overlaps (costs.fsdp)."""
         if pt.replicas < 2:
             return 0.0
-        key = (pt.replicas, pt.tp, pt.zero)   # the same for every pp, recomputation and split
+        key = (pt.replicas, pt.tp, pt.zero, pt.cp)   # the same for every pp, recomputation and split
         if key not in self._exposure:
             self._exposure[key] = self._fsdp_exposure_s(pt) if gathers(pt) else self._exposure_s(pt)
         return self._exposure[key]
@@ -402,7 +430,9 @@ class _Space:
         ring = [i * pt.tp for i in range(pt.replicas)]
         first, last = (all_gather_s(self.pb, ring, self._gathered_bytes(u, pt.tp, mine))
                        for u in (units[0], units[-1]))
-        return self.pb.microbatches // pt.replicas * (2 * first + last)
+        experts = self.expert_gathers_s(pt.replicas, pt.tp, pt.cp)   # then each device's group's
+        mine_first, mine_last = (experts[:, 0], experts[:, -1]) if len(experts) else (0.0, 0.0)
+        return self.pb.microbatches // pt.replicas * float(np.max(2 * (first + mine_first) + last + mine_last))
 
     def _gathered_bytes(self, unit, tp: int, mine: set[int]) -> float:
         """A ZeRO-3 unit's bytes gathered over all replicas (at ep > 1 its dense part)."""
@@ -632,6 +662,7 @@ class Skips:
     left_s: float = math.inf         # the least time left when one was skipped
     refused: int = 0                 # ep options the analytic iteration refuses (their bound stands)
     refused_points: set = field(default_factory=set)
+    simulated: int = 0               # ep options the analytic iteration refuses, simulated instead
 
     @property
     def left_out(self) -> int:
@@ -641,6 +672,11 @@ class Skips:
     def refuse(self, pt: ClusterPoint) -> None:
         self.refused += 1
         self.refused_points.add(pt)
+
+    def unrefuse(self, pt: ClusterPoint, n: int) -> None:
+        """Take back ``n`` refusals of ``pt``'s split, which the checker's memory refuses
+        anyway (a split that does not fit leaves no plan to time)."""
+        self.refused -= n
 
     def left(self) -> float:
         """Seconds to the deadline (0 once a stop was requested)."""
@@ -652,13 +688,19 @@ class Skips:
         self.worst_s, self.left_s = max(self.worst_s, need_s), min(self.left_s, max(left_s, 0.0))
 
     def line(self) -> str | None:
-        """The cut-short line, or None when nothing was skipped."""
-        if not self.skipped:
-            return None
-        n, k = self.skipped, len(self.points)
-        return (f"{n:,} gradient-reduction option{'s' if n > 1 else ''} of {k:,} visited cluster "
-                f"point{'s' if k > 1 else ''} not estimated (forecast up to {self.worst_s:.1f} s > "
-                f"{self.left_s:.1f} s left)")
+        """The cut-short line, or None when nothing was skipped (nor refused)."""
+        out = []
+        if self.skipped:
+            n, k = self.skipped, len(self.points)
+            out.append(f"{n:,} gradient-reduction option{'s' if n > 1 else ''} of {k:,} visited cluster "
+                       f"point{'s' if k > 1 else ''} not estimated (forecast up to {self.worst_s:.1f} s > "
+                       f"{self.left_s:.1f} s left)")
+        if self.refused:
+            n, k = self.refused, len(self.refused_points)
+            out.append(f"{n:,} expert-parallel option{'s' if n > 1 else ''} of {k:,} cluster point"
+                       f"{'s' if k > 1 else ''} that the analytic iteration cannot time (ZeRO-3 with expert "
+                       "groups across nodes) not simulated within the time left; their bound stands")
+        return "; ".join(out) or None
 
 
 def estimate_s(problem: Problem, plan: Plan) -> float:
@@ -719,9 +761,11 @@ class _Deferred:
 
 
 def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, clock: Skips | None,
-                 timed: bool, above_s: float) -> float | None:
+                 timed: bool, above_s: float, fits: Callable[[], bool] | None = None) -> float | None:
     """One option's analytic iteration, or None: over the time left or stopped (counted
-    in ``clock``), or proved at least ``above_s`` (``Exceeds``)."""
+    in ``clock``), or proved at least ``above_s`` (``Exceeds``). An ep plan the analytic
+    iteration refuses is simulated where ``fits`` (the checker's memory verdict) holds
+    (``_simulated_s``)."""
     if timed and need_s > clock.left():
         clock.skip(pt, need_s, clock.left())
         return None
@@ -738,8 +782,32 @@ def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, 
     except DistplanError:
         if pt.ep == 1 or clock is None:
             raise
+        if fits is not None and fits():
+            return _simulated_s(problem, pt, plan, clock)
         clock.refuse(pt)   # an ep plan the analytic iteration does not time: its bound stands
         return None
+
+
+def _simulated_s(problem: Problem, pt: ClusterPoint, plan: Plan, clock: Skips) -> float | None:
+    """The simulated iteration of an ep plan the analytic one refuses (ZeRO-3 whose
+    expert-data rings cross the nodes: ``costs.fsdp.rings_contend``), or None, counted as
+    refused, where its forecast (``sim.forecast``) exceeds the time left or the
+    simulation runs into the deadline (its bound then stands)."""
+    from distplan.sim import simulate
+    from distplan.sim.execute import stop_at
+    from distplan.sim.forecast import expected_sim_s
+
+    if expected_sim_s(problem, plan) > clock.left():
+        clock.refuse(pt)
+        return None
+    try:
+        with stop_at(clock.clock.deadline), _dropping(clock.clock.stop):
+            t = simulate(problem, plan).iteration_s
+    except (TimeUp, _Dropped):
+        clock.refuse(pt)
+        return None
+    clock.simulated += 1
+    return t
 
 
 def _fits(problem: Problem, plan: Plan, memory: dict) -> bool:
@@ -776,29 +844,39 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
         best.calls += 1
     got: dict[int, float] = {}
     put_off: list[tuple[int, float]] = []
+    refused = clock.refused if clock is not None else 0
+    simulated = clock.simulated if clock is not None else 0
+    by_sim: set[int] = set()   # options timed by the simulator (the analytic iteration refuses them)
+    memory: dict = {}
     for i in sorted(range(len(plans)), key=need.__getitem__):
         entry = best.entry_s(got.values()) if best is not None else math.inf
         if problem.training and best is not None and need[i] > min(need) + DEFER_S:
             try:   # its bound, untimed (an option without overlapped buckets is timed at once)
                 got[i] = estimate_iteration(problem, plans[i], above_s=0.0).iteration_s
+                continue
             except Exceeds as e:
                 if e.bound_s < entry:
                     put_off.append((i, e.bound_s))
+                continue
             except DistplanError:
                 if pt.ep == 1 or clock is None:
-                    raise
-                clock.refuse(pt)
-            continue
-        t = _time_option(problem, pt, plans[i], need[i], clock, clock is not None and i != first, entry)
+                    raise   # else refused by the analytic iteration: simulated below where it fits
+        t = _time_option(problem, pt, plans[i], need[i], clock, clock is not None and i != first, entry,
+                         fits=lambda: _fits(problem, plans[0], memory))
         if t is not None:
             got[i] = t
-    memory: dict = {}
+            if clock is not None and clock.simulated > simulated:
+                by_sim.add(i)
+                simulated = clock.simulated
     kth = best.kth_s() if best is not None else math.inf
+    if clock is not None and clock.refused > refused and not _fits(problem, plans[0], memory):
+        clock.unrefuse(pt, clock.refused - refused)   # over the checker's memory: no plan, not a hole in the bound
+        return []
     if any(t < kth for t in got.values()) and not _fits(problem, plans[0], memory):
         return []   # over the checker's memory (the split's own bound used its lower bound)
     for i, lb in put_off:
         heapq.heappush(best.deferred, (lb, (call, i), _Deferred(pt, plans[i], problem, bound_s, need[i], memory)))
-    return [((call, i), ClusterPlan(pt, plans[i], got[i], bound_s, problem)) for i in sorted(got)]
+    return [((call, i), ClusterPlan(pt, plans[i], got[i], bound_s, problem, i in by_sim)) for i in sorted(got)]
 
 
 def _settle(best: _Best, clock: Skips, below_s: float = math.inf, run: bool = True) -> float:

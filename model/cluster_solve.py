@@ -89,6 +89,7 @@ def search_cluster(problem: Problem, options: SolveOptions, clock: Clock) -> Sea
     same = [c for c in res.plans if (c.problem if c.problem is not None else problem) is chosen]
     plans = [c.plan.with_predicted(milp_objective=c.iteration_s, model_iteration_s=c.iteration_s,
                                    model_bound_s=c.bound_s, cluster_point=c.point.label(),
+                                   **({"model_simulated": True} if c.simulated else {}),
                                    **({"context_parallel": c.point.cp} if c.point.cp > 1 else {}))
              for c in same]
     if res.cut_short:

@@ -92,12 +92,15 @@ def test_the_search_chooses_ep_and_cp_where_they_are_the_only_way():
 
 
 def test_every_points_bounds_are_below_the_plans_it_covers():
-    """The bare (first) bound <= the point's timed bound <= every plan of the point."""
+    """The bare (first) bound <= the point's timed bound <= every plan of the point, in
+    the analytic iteration, or simulated where that refuses the plan (ZeRO-3 with expert
+    groups across the nodes: ``costs.fsdp.rings_contend``), whose bound counts the
+    experts' gathers on their groups' rings."""
     topo = _topology(2, 2)
     M, seq = 4, 64
     p = _problem(MOE, topo, M, seq)
     ranks = RankSpaces(p, "bf16", (1, 2), (1, 2))
-    n = 0
+    n = refused = 0
     for q, plan in parallel_plans(MOE, topo, M, seq, "bf16", (1, 2), (1, 2)):
         st = plan.stages[0]
         cp = q.microbatches // M
@@ -109,10 +112,11 @@ def test_every_points_bounds_are_below_the_plans_it_covers():
         try:
             t = estimate_iteration(q, plan).iteration_s
         except DistplanError:
-            continue
+            t = simulate(q, plan).iteration_s
+            refused += 1
         assert bare.point_lb_s(pt) <= timed.point_lb_s(pt) * (1 + 1e-12) <= t * (1 + 1e-9), pt.label()
         n += 1
-    assert n > 50
+    assert n > 50 and refused >= 4
 
 
 @pytest.mark.parametrize("workload,seq,mem,cps,eps", [(MOE, 64, 80e9, (1,), (2, 4)),
@@ -179,3 +183,27 @@ def test_a_cp_plans_report_and_replay_count_whole_sequences(tmp_path, capsys):
     whole_steady, whole_step = float(note.split()[0]), float(note.split(", ")[1].split()[0])
     assert whole_step == pytest.approx(float(step), rel=1e-4)
     assert whole_steady == pytest.approx(float(steady), rel=1e-4)
+
+
+def test_the_untimed_bound_of_expert_reductions_is_below_their_timing():
+    """Every plan of the tiny MoE on 2 x 2 GPUs whose experts reduce over their groups
+    (ep 2 of 4 replicas, ZeRO 0-2, buckets overlapped or not): ``estimate_iteration``
+    with ``above_s`` 0 raises ``Exceeds`` with a bound at most the iteration it times
+    (the dense and the expert-data rings each alone, ``_expert_reduction_lb_s``), and
+    with ``above_s`` past it times the plan as before."""
+    from distplan.costs.iteration import Exceeds
+    from distplan.costs.sharding import expert_reduces
+    topo = _topology(2, 2)
+    n = 0
+    for q, plan in parallel_plans(MOE, topo, 4, 64, "bf16", (1,), (2,)):
+        st = plan.stages[0]
+        if not (expert_reduces(st) and st.zero < 3 and plan.n_stages == 1):
+            continue
+        t = estimate_iteration(q, plan).iteration_s
+        with pytest.raises(Exceeds) as got:
+            estimate_iteration(q, plan, above_s=0.0)
+        assert 0 < got.value.bound_s <= t, (st.zero, plan.dp_allreduce, plan.overlap_grad_reduce)
+        assert got.value.bound_s >= 0.5 * t
+        assert estimate_iteration(q, plan, above_s=t * 1.5).iteration_s == t
+        n += 1
+    assert n >= 6
