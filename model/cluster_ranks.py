@@ -62,6 +62,11 @@ def cp_degrees(problem: Problem, origin: ZooOrigin | None, asked=None) -> tuple[
     sequence has at least ``DEFAULT_CP_MIN_SEQ`` tokens) where cp divides the sequence
     and fits the devices; (1,) without a zoo transformer or in inference."""
     if origin is None or not problem.training:
+        if origin is None and problem.training and asked is not None and any(c > 1 for c in asked):
+            raise DistplanError(f"context-parallel degrees {', '.join(map(str, asked))} asked, but "
+                                f"{problem.graph.name!r} is not a zoo transformer: the cluster space builds a "
+                                "context rank's graph (seq_len / cp tokens) only for the zoo's models "
+                                "(python solve.py --list); an imported or measured graph plans without cp")
         return (1,)
     seq = problem.graph.seq_len
     want = asked if asked is not None else (DEFAULT_CP if seq >= DEFAULT_CP_MIN_SEQ else ())
@@ -72,6 +77,12 @@ def ep_degrees(problem: Problem, origin: ZooOrigin | None, asked=None) -> tuple[
     """The ep degrees of the space: 1, and ``asked`` (None: every divisor of the routed
     experts) that divide the experts and fit the devices; (1,) for a dense model."""
     if origin is None or not origin.experts or not problem.training:
+        if problem.training and asked is not None and any(e > 1 for e in asked):
+            raise DistplanError(f"expert-parallel degrees {', '.join(map(str, asked))} asked, but "
+                                f"{problem.graph.name!r} has no routed experts the cluster space can split: "
+                                "expert parallelism is searched on the zoo's mixture-of-experts models "
+                                "(mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, deepseek-<h>x<l>x<a>x<e>); "
+                                "an imported MoE graph plans as dense")
         return (1,)
     want = asked if asked is not None else range(2, origin.experts + 1)
     return tuple(sorted({1, *(e for e in want if origin.experts % e == 0 and e <= problem.n_devices)}))

@@ -144,6 +144,12 @@ def test_degrees_follow_the_workload():
     assert cp_degrees(dense, zoo_origin(dense.graph), (2, 3, 4)) == (1, 2, 4)   # 3 does not divide 128
     long = _problem(DENSE, topo, 2, 8192)
     assert cp_degrees(long, zoo_origin(long.graph)) == (1, 2, 4)   # 8 exceeds the 4 devices
+    # degrees asked of a model that cannot take them: said, not dropped silently
+    with pytest.raises(DistplanError, match="expert-parallel degrees 2 asked, but 'llama-256x2x4' has no routed"):
+        ep_degrees(dense, zoo_origin(dense.graph), (2,))
+    assert ep_degrees(dense, zoo_origin(dense.graph), (1,)) == (1,)
+    with pytest.raises(DistplanError, match="not a zoo transformer"):
+        cp_degrees(dense, None, (2, 4))
 
 
 def test_a_tie_in_time_goes_to_the_plan_without_cp():
