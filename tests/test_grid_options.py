@@ -22,15 +22,9 @@ from distplan.sim import simulate
 from distplan.topologies import kinds as K
 from distplan.topologies.builders import rail_cluster
 
-MOE = "tiny-moe-grid"    # 4 routed experts a layer (registered by the fixture below)
+from test_cluster_cp_ep import MOE, tiny_moe  # noqa: F401  (the tiny MoE, registered for every test)
+
 DENSE = "llama-256x2x4"
-
-
-@pytest.fixture(autouse=True)
-def tiny_moe(monkeypatch):
-    from distplan.workloads.zoo import catalog
-    cfg = dataclasses.replace(catalog.mixtral(MOE, 256, 2, 4, 4, 2, 2048, "a tiny MoE", kv_heads=4), vocab=512)
-    monkeypatch.setitem(catalog.NAMED, MOE, cfg)
 
 
 def _topology(per_node: int, kind=K.A100, mem_bytes: float | None = None):
