@@ -656,6 +656,7 @@ class Skips:
     into the deadline."""
 
     clock: Clock
+    timer: Callable | None = None    # SolveOptions.fallback_timer: times the ep options the analytic one refuses
     skipped: int = 0                 # options not estimated
     points: set = field(default_factory=set)
     worst_s: float = 0.0             # the largest forecast among them
@@ -699,7 +700,7 @@ class Skips:
             n, k = self.refused, len(self.refused_points)
             out.append(f"{n:,} expert-parallel option{'s' if n > 1 else ''} of {k:,} cluster point"
                        f"{'s' if k > 1 else ''} that the analytic iteration cannot time (ZeRO-3 with expert "
-                       "groups across nodes) not simulated within the time left; their bound stands")
+                       "groups across nodes) not timed (no fallback timer, or none by the deadline); their bound stands")
         return "; ".join(out) or None
 
 
@@ -789,25 +790,24 @@ def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, 
 
 
 def _simulated_s(problem: Problem, pt: ClusterPoint, plan: Plan, clock: Skips) -> float | None:
-    """The simulated iteration of an ep plan the analytic one refuses (ZeRO-3 whose
-    expert-data rings cross the nodes: ``costs.fsdp.rings_contend``), or None, counted as
-    refused, where its forecast (``sim.forecast``) exceeds the time left or the
-    simulation runs into the deadline (its bound then stands)."""
-    from distplan.sim import simulate
-    from distplan.sim.execute import stop_at
-    from distplan.sim.forecast import expected_sim_s
-
-    if expected_sim_s(problem, plan) > clock.left():
+    """The iteration of an ep plan the analytic one refuses (ZeRO-3 whose expert-data
+    rings cross the nodes: ``costs.fsdp.rings_contend``) by the search's fallback timer
+    (``SolveOptions.fallback_timer``: ``distplan.solve`` gives it the simulator), or None,
+    counted as refused, without one or where it cannot time the plan by the deadline
+    (its bound then stands)."""
+    if clock.timer is None:
         clock.refuse(pt)
         return None
     try:
-        with stop_at(clock.clock.deadline), _dropping(clock.clock.stop):
-            t = simulate(problem, plan).iteration_s
+        with _dropping(clock.clock.stop):
+            t = clock.timer(problem, plan, clock.clock.deadline)
     except (TimeUp, _Dropped):
+        t = None
+    if t is None:
         clock.refuse(pt)
         return None
     clock.simulated += 1
-    return t
+    return float(t)
 
 
 def _fits(problem: Problem, plan: Plan, memory: dict) -> bool:
@@ -1013,7 +1013,8 @@ def batch_variants(problem: Problem, sizes) -> dict[int, Problem]:
 def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
                  stop=None, microbatch_sizes=(), virtual_stages=(), clock: Clock | None = None,
-                 context_parallel=None, expert_parallel=None, tp_comm_overlap: bool = False) -> ClusterResult:
+                 context_parallel=None, expert_parallel=None, tp_comm_overlap: bool = False,
+                 fallback_timer: Callable | None = None) -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
     docstring); ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
     (without one: ``deadline``, a perf_counter instant, else ``time_limit_s``, and ``stop``).
@@ -1023,12 +1024,14 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     (``space_points``); ``context_parallel`` / ``expert_parallel``: the cp / ep degrees
     (None: ``model.cluster_ranks``' defaults; a zoo transformer's training only);
     ``tp_comm_overlap`` (training): also the sequence-parallel points with their
-    tensor-parallel collectives pipelined with the GEMMs (``space_points``)."""
+    tensor-parallel collectives pipelined with the GEMMs (``space_points``);
+    ``fallback_timer`` (``SolveOptions.fallback_timer``): times the expert-parallel
+    options the analytic iteration refuses (without one their bound stands)."""
     t0 = time.perf_counter()
     if clock is None:
         clock = Clock.until(deadline if deadline is not None else t0 + time_limit_s, stop)
     stop = clock.stop
-    skips = Skips(clock)
+    skips = Skips(clock, fallback_timer)
 
     def expired() -> bool:
         return clock.remaining_s() <= 0

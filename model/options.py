@@ -66,6 +66,12 @@ class SolveOptions:
     """Show HiGHS's own log."""
     progress: Callable[[str], None] | None = field(default=None, compare=False)
     """Called with one human-readable line per event of a long solve."""
+    fallback_timer: Callable[..., float | None] | None = field(default=None, compare=False)
+    """``f(problem, plan, deadline_s)``: a training plan's iteration in seconds where the
+    analytic iteration refuses it, or None where it cannot be had by the deadline (a
+    perf_counter instant); the cluster space times its refused expert-parallel options so.
+    ``distplan.solve`` sets the simulator's (``api.pipeline.simulated_iteration_s``) when
+    None; ``model.solve`` alone leaves those options untimed (their bound stands)."""
     coarsen_ops: int | None = None
     """Read by ``distplan.solve``, not by ``model.solve``: solve on the graph coarsened to
     this many operators and expand the plans back; None: 150 when the graph has more than
@@ -123,6 +129,8 @@ class SolveOptions:
             "replicas": check_int(name + "replicas", self.replicas, optional=True),
             "verbose": check_bool(name + "verbose", self.verbose),
             "progress": check_callable(name + "progress", self.progress, "a function of one line of text"),
+            "fallback_timer": check_callable(name + "fallback_timer", self.fallback_timer,
+                                             "a function f(problem, plan, deadline_s) -> seconds or None"),
             "coarsen_ops": check_int(name + "coarsen_ops", self.coarsen_ops, 0, optional=True),
             "extra_constraints": check_callable(name + "extra_constraints", self.extra_constraints,
                                                 "a function f(m, problem, spec) adding constraints"),

@@ -401,6 +401,19 @@ def _ranked(rows: list, sort: bool, analytic: bool = False) -> tuple[RankedPlan,
                  for i, (p, real, ideal) in enumerate(rows))
 
 
+def simulated_iteration_s(problem: Problem, plan: Plan, deadline_s: float) -> float | None:
+    """The simulated iteration of a training ``plan`` (``SolveOptions.fallback_timer``):
+    None where its forecast (``sim.forecast``) does not fit before ``deadline_s`` (a
+    perf_counter instant) or the run reaches it."""
+    if time.perf_counter() + forecast_sim_s(problem, plan) > deadline_s:
+        return None
+    try:
+        with stop_at(deadline_s):
+            return sim_run(problem, plan).iteration_s
+    except TimeUp:
+        return None
+
+
 def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool = False) -> SolveReport:
     """Plan ``problem``: the MILP's top-K plans, each checked and simulated, ranked by
     simulated throughput, with the solver's status, proven bound and gap. A plan whose
@@ -417,6 +430,8 @@ def solve(problem: Problem, options: SolveOptions | None = None, *, trace: bool 
         check_instance("options", options, SolveOptions, "use distplan.SolveOptions(...)")
     check_bool("trace", trace)
     options = options or SolveOptions()
+    if options.fallback_timer is None:   # the plans the analytic iteration refuses: simulated
+        options = dataclasses.replace(options, fallback_timer=simulated_iteration_s)
     t0 = time.perf_counter()
     with stop_on_interrupt() as stop:
         clock = Clock(options.time_limit_s, t0, stop)
