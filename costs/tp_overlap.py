@@ -25,10 +25,18 @@ collective of the first ``n - 1`` chunks' bytes, then the last chunk's collectiv
 ``c_x`` the ring all-reduce of ``x`` of the bytes (``costs.collectives.ring_allreduce_s``,
 latency included, so the split pays its latency twice). Without latency this is
 ``max(g, c) + min(g, c) / n``: the collective is exposed only by ``max(0, c - g)`` plus
-one chunk's share. No SM-sharing slowdown of the GEMM is applied: Transformer Engine
-gives its pipelined collectives 16 SMs by default (``num_sm``), but no measured GEMM
-slowdown from it is cited here. Nor are the chunks' extra kernel launches charged, or
-the userbuffers' memory counted.
+one chunk's share.
+
+The collective's kernels take SMs from the GEMM beside it: Transformer Engine gives its
+pipelined userbuffers collectives ``num_sm`` = 16 SMs by default
+(``transformer_engine.pytorch.module.base.initialize_ub``); ASSUMED here: of an H100's
+132, for every device kind, ``COLLECTIVE_SM_SHARE`` = 16 / 132, and the GEMM's rest runs
+at ``1 - share`` of its speed while the first ``n - 1`` chunks' collective runs
+(``slowed_gemm_s``: ``g (n-1)/n + share x min(c_{(n-1)/n}, g (n-1)/n / (1 - share))``,
+the collective's time in closed form, in the simulator too, whose transfers may take
+longer). First order: the GEMM's throughput taken as proportional to its SMs, which a
+GEMM of many waves roughly follows; no measured slowdown is cited. Not charged: the
+chunks' extra kernel launches, the userbuffers' memory.
 
 Refused (``tp_overlap_violations``): tensor parallelism 1 (no collective to overlap) and
 no sequence parallelism (Megatron-LM asserts it: "Tensor parallel communication/GEMM
@@ -66,12 +74,27 @@ def bytes_split(nbytes: float, chunks: int) -> tuple[float, float]:
     return nbytes - last, last
 
 
+#: ASSUMED share of a device's SMs the pipelined collective takes from the GEMM beside it
+#: (Transformer Engine's default num_sm = 16 of an H100's 132; module docstring)
+COLLECTIVE_SM_SHARE = 16 / 132
+
+
+def slowed_gemm_s(rest_s: float, beside_s: float, share: float = COLLECTIVE_SM_SHARE) -> float:
+    """Seconds of a GEMM's rest of ``rest_s`` alone while a collective of ``beside_s``
+    runs beside it on ``share`` of the SMs: at ``1 - share`` of its speed until the
+    collective ends, then at full speed (module docstring)."""
+    if rest_s <= 0 or share <= 0:
+        return rest_s
+    return rest_s + share * min(beside_s, rest_s / (1.0 - share))
+
+
 def overlapped_s(gemm_s: float, nbytes: float, chunks: int, collective_s: Callable[[float], float]) -> float:
     """Seconds from the GEMM's start until its collective is done, pipelined (module
     docstring); ``collective_s(bytes)``: the collective's seconds on ``bytes``."""
     head, rest = gemm_split_s(gemm_s, chunks)
     first, last = bytes_split(nbytes, chunks)
-    return head + max(rest, collective_s(first)) + collective_s(last)
+    beside = collective_s(first)
+    return head + max(slowed_gemm_s(rest, beside), beside) + collective_s(last)
 
 
 def tp_overlap_violations(plan: Plan) -> list[str]:

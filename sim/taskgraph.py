@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distplan.costs.collectives import ring_allreduce_s
 from distplan.costs.compute import tp_shard_time_s
 from distplan.costs.tensor_parallel import (TP_ALLREDUCE_KINDS, tp_backward_allreduce, tp_divides,
                                             tp_forward_allreduce, tp_output_share)
@@ -29,7 +30,7 @@ from distplan.costs.memory import (MASK_BYTES_PER_ELEM, kept_output_elems, remat
                                    saved_elems)
 from distplan.costs.recompute import recomputed, zero_saved_bytes
 from distplan.costs.sharding import gradient_reductions
-from distplan.costs.tp_overlap import bytes_split, gemm_split_s, overlap_chunks, overlaps
+from distplan.costs.tp_overlap import bytes_split, gemm_split_s, overlap_chunks, overlaps, slowed_gemm_s
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.sim.comm_nodes import reduction_nodes, ring_nodes, ring_nodes_after
@@ -178,6 +179,13 @@ class _Builder:
         (``Stage.tp_comm_overlap``, ``costs.tp_overlap.overlaps``)?"""
         return self.plan.stages[k].tp_comm_overlap and overlaps(op)
 
+    def slowed(self, G, rest_s: float, nbytes: float) -> float:
+        """A pipelined GEMM's rest beside its collective's first chunks, on the SMs that
+        collective leaves it (``costs.tp_overlap.slowed_gemm_s``: the collective's
+        closed-form time, as the analytic iteration charges it)."""
+        first, _ = bytes_split(nbytes, overlap_chunks(len(G)))
+        return slowed_gemm_s(rest_s, ring_allreduce_s(self.pb, list(G), first))
+
     def pipelined_ring(self, G: list[int], heads: list[int], tails: list[int], nbytes: float, p: int, phase: int,
                        op: int) -> list[int]:
         """The collective of a GEMM split into a first chunk (``heads``, per simulated
@@ -303,6 +311,7 @@ class _Builder:
                 preds = fpreds[j] + gather.get(d, [])
                 if pipelined:   # the GEMM's first chunk, after which its collective starts (costs.tp_overlap)
                     head, ft = gemm_split_s(ft, overlap_chunks(tv))
+                    ft = self.slowed(G, ft, pb.collective_bytes(v, qs[v]))
                     heads.append(prog.add(d, head, K_F, p, v, preds, 0))
                     preds = [heads[-1]]
                 f = prog.add(d, ft, K_F, p, v, preds, 0)
@@ -438,6 +447,7 @@ class _Builder:
                 preds = bpreds[j] + gather.get(d, [])
                 if pipelined:   # the recomputed forward and the GEMMs' first chunk (costs.tp_overlap)
                     head, bt = gemm_split_s(bt, overlap_chunks(tv))
+                    bt = self.slowed(G, bt, nb_in)
                     heads.append(prog.add(d, again + head, K_B, p, v, preds, 1))
                     preds = [heads[-1]]
                 else:

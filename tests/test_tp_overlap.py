@@ -17,7 +17,7 @@ from distplan.costs.check import plan_violations
 from distplan.costs.collectives import ring_allreduce_s
 from distplan.costs.evaluate import plan_memory_bytes
 from distplan.costs.iteration import estimate_iteration
-from distplan.costs.tp_overlap import overlapped_s
+from distplan.costs.tp_overlap import COLLECTIVE_SM_SHARE, overlapped_s, slowed_gemm_s
 from distplan.topologies.topology import Device, DeviceKind, Link, Topology
 from distplan.workloads.graph import Graph, Operator, Tensor
 from test_sim_tp_megatron import _layer  # its one-layer graph (inp, col, act, row, add)
@@ -47,8 +47,12 @@ def _ring_ms(n: int, nbytes: float) -> float:
 
 #: per tp degree n: (row's forward GEMM, col's backward GEMM, one 2,000-byte all-reduce) in
 #: ms, and the exposed part of each collective pipelined in n chunks,
-#: max(0, c - g) + min(c, g) / n (no latency), worked out by hand
-HAND = {2: ((1.0, 4.0, 2.0), 1.0 + 0.5, 0.0 + 1.0),
+#: max(0, c - g) + min(c, g) / n (no latency), worked out by hand, plus where the GEMM's
+#: rest g (n-1)/n outlasts the first n-1 chunks' collective c (n-1)/n the SMs that
+#: collective takes (share s = 16/132): s c (n-1)/n. Only n = 2's backward has it (rest
+#: 2 ms beside 1 ms); elsewhere the slowed rest, g (n-1)/n / (1 - s), stays under c (n-1)/n
+SHARE = 16 / 132
+HAND = {2: ((1.0, 4.0, 2.0), 1.0 + 0.5, 0.0 + 1.0 + SHARE * 1.0),
         4: ((0.5, 2.0, 3.0), 2.5 + 0.125, 1.0 + 0.5),
         8: ((0.25, 1.0, 3.5), 3.25 + 0.03125, 2.5 + 0.125)}
 
@@ -85,6 +89,11 @@ def test_the_rule_is_the_fill_of_a_two_stage_pipeline():
         c = ring(nbytes)
         assert overlapped_s(g, nbytes, 4, ring) == pytest.approx(max(g, c) + min(g, c) / 4, rel=1e-12)
         assert overlapped_s(g, nbytes, 4, ring) <= g + c * (1 + 1e-12)   # never slower without latency
+    # a GEMM longer than its collective runs slower by the SMs the first 3 chunks' ring takes
+    g, c = 4e-3, ring(2000.0)
+    assert c == pytest.approx(3e-3, rel=1e-12)
+    assert overlapped_s(g, 2000.0, 4, ring) == pytest.approx(g + SHARE * 0.75 * c + c / 4, rel=1e-12)
+    assert COLLECTIVE_SM_SHARE == SHARE and slowed_gemm_s(1.0, 10.0) == pytest.approx(1 / (1 - SHARE), rel=1e-12)
 
 
 def test_several_microbatches_and_recomputation_stay_equal_to_the_analytic_iteration():
@@ -108,7 +117,11 @@ def test_whatif_plans_simulate_as_the_analytic_iteration_and_keep_their_memory(w
     runs = [whatif(workload, topology, dp, tp, 1, 1, 4 * dp, sequence_parallel=True, tp_comm_overlap=ov,
                    breakdown=False, **extra) for ov in (False, True)]
     for r in runs:
-        assert estimate_iteration(r.problem, r.plan).iteration_s == pytest.approx(r.iteration_s, rel=1e-9)
+        # overlapped buckets beside pipelined collectives: their link contention is not
+        # modelled (docs/concepts/simulator.md), 0.02 % here (dgx-a100 dp 2 x tp 4)
+        both = r.plan.overlap_grad_reduce and r.plan.stages[0].tp_comm_overlap
+        assert estimate_iteration(r.problem, r.plan).iteration_s == pytest.approx(r.iteration_s,
+                                                                                  rel=1e-3 if both else 1e-9)
     off, on = runs
     assert on.plan.stages[0].tp_comm_overlap and not off.plan.stages[0].tp_comm_overlap
     assert on.iteration_s != off.iteration_s
