@@ -127,6 +127,9 @@ class ClusterResult:
     seconds: float
     cut_short: list[str] = field(default_factory=list)
     precision: str = ""
+    #: training: (microbatch size, 0 the problem's own; recipe) -> its space (cp = ep = 1),
+    #: the work tables the search filled (the stage space reads them again)
+    spaces: dict = field(default_factory=dict)
 
 
 def training_precision(problem: Problem) -> str:
@@ -1188,4 +1191,5 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
            if unvisited else "") + "; "
         f"best {incumbent:.6g} s ({best[0].point.label()}), bound {bound:.6g} s, gap {gap_:.2%}")
     return ClusterResult(best, bound, gap_, len(pts), solved, pruned, infeasible, time.perf_counter() - t0, cut,
-                         best[0].point.precision or best[0].plan.op_precision[0])
+                         best[0].point.precision or best[0].plan.op_precision[0],
+                         {k[:2]: v for k, v in spaces.items() if k[2:] == (1, 1)} if problem.training else {})

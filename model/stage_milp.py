@@ -119,17 +119,40 @@ class _Builder:
         return h
 
 
+#: the coefficient arrays of ``StageTerms`` per (config, unit), in the order ``unit_runs`` compares
+UNIT_TERMS = ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s", "opt_s", "cut_s")
+
+
+def unit_runs(t: StageTerms) -> list[range]:
+    """Maximal runs of consecutive units whose every coefficient under every config is
+    equal (a model's identical layers), unit 0 alone: the MILP's config-dependent
+    variables are per run, not per unit (their sums over a run's units)."""
+    U = t.fwd.shape[1]
+    cols = np.vstack([getattr(t, k) for k in UNIT_TERMS])
+    out, at = [], 0
+    for u in range(1, U + 1):
+        if u == U or u == 1 or not np.array_equal(cols[:, u], cols[:, u - 1]):
+            out.append(range(at, u))
+            at = u
+    return out
+
+
 class StageMilp:
     """The MILP of at most ``K`` stages over ``terms`` (module docstring) with
     ``n_devices``: stages 0..K-1 along the pipeline, the leading ones may be empty
     (so one model covers every depth <= K; a stage's in-flight count min(K - k, n)
-    depends only on its distance from the last stage, which is never empty)."""
+    depends only on its distance from the last stage, which is never empty). The
+    config-dependent variables are per run of identical units (``unit_runs``): ``z[r,k,c]``
+    how many of run r's units stage k holds at c, ``g[r,k,c]`` stage k starts in run r
+    at c, ``v[r,k,c]`` stage k holds some of run r at c (its transient peak)."""
 
-    def __init__(self, t: StageTerms, K: int, n_devices: int, tight: bool = True):
+    def __init__(self, t: StageTerms, K: int, n_devices: int):
         self.t, self.K = t, K
         self.presolve = "off"
+        self.status, self.bound_s = "", -math.inf   # the last solve's
         C, U = t.fwd.shape
         self.U, self.C = U, C
+        self.runs = runs = unit_runs(t)
         b = _Builder()
         ts, bs = TIME_SCALE, BYTE_SCALE
         w = (t.fwd + t.bwd) * ts
@@ -145,16 +168,17 @@ class StageMilp:
 
         self.s = {(k, c): b.col(0, 1, integer=True) for k in range(K) for c in range(C)}
         self.P, self.E, self.O = b.col(cost=1.0), b.col(cost=1.0), b.col(cost=1.0)
-        self.z, self.g = {}, {}
         span = {k: range(0, U - (K - 1 - k)) for k in range(K)}   # the units stage k may hold
-        for k in range(K):
-            for u in span[k]:
-                for c in range(C):
-                    self.z[u, k, c] = b.col(0, 1)
-        for k in range(1, K):
-            for u in span[k][1:]:
-                for c in range(C):
-                    self.g[u, k, c] = b.col(0, 1)
+        # per stage, the runs it may hold (with how many of their units) and start in
+        held = {k: [(r, len(range(max(run.start, 0), min(run.stop, span[k].stop)))) for r, run in enumerate(runs)
+                    if run.start < span[k].stop] for k in range(K)}
+        begins = {k: [r for r, run in enumerate(runs) if k > 0 and run.stop > 1 and run.start < span[k].stop]
+                  for k in range(K)}
+        self.z = {(r, k, c): b.col(0, n) for k in range(K) for r, n in held[k] for c in range(C)}
+        self.v = {(r, k, c): b.col(0, 1) for k in range(K) for r, _ in held[k] for c in range(C)}
+        self.g = {(r, k, c): b.col(0, 1) for k in range(1, K) for r in begins[k] for c in range(C)}
+        pres = {(r, k): b.col(0, 1) for k in range(K) for r, _ in held[k]}
+        col = [run.start for run in runs]   # a run's coefficients: its first unit's
         tk = [b.col() for _ in range(K)]     # stage seconds per microbatch (model units)
         bk = [b.col() for _ in range(K)]     # its backward
         ck = [b.col() for _ in range(K)]     # the boundary into it (0 for the first stage)
@@ -179,57 +203,56 @@ class StageMilp:
                 y_terms(u, k + 1, -1.0, terms, rhs)
             empty(k, 1.0, terms, rhs)
             b.row(terms, lo=rhs[0])
-            units = span[k]
-            for u in range(U):   # sum_c z[u,k,c] = y[u,k] - y[u,k+1]
-                terms, rhs = {}, [0.0]
+            for r, n in held[k]:
+                # sum_c z[r,k,c] = sum_{u in r} (y[u,k] - y[u,k+1]), z[r,k,c] <= |r| s[k,c]
+                terms, rhs = {self.z[r, k, c]: 1.0 for c in range(C)}, [0.0]
+                for u in runs[r]:
+                    y_terms(u, k, -1.0, terms, rhs)
+                    y_terms(u, k + 1, 1.0, terms, rhs)
+                b.row(terms, lo=rhs[0], hi=rhs[0])
                 for c in range(C):
-                    if (u, k, c) in self.z:
-                        terms[self.z[u, k, c]] = 1.0
-                y_terms(u, k, -1.0, terms, rhs)
-                y_terms(u, k + 1, 1.0, terms, rhs)
-                if terms:
-                    b.row(terms, lo=rhs[0], hi=rhs[0])
-            if tight:
-                for u in units:
-                    for c in range(C):
-                        b.row({self.z[u, k, c]: 1.0, self.s[k, c]: -1.0}, hi=0.0)
-            else:   # aggregated: U x C times fewer rows, a weaker LP, the same integer points
+                    b.row({self.z[r, k, c]: 1.0, self.s[k, c]: -float(n)}, hi=0.0)
+                # present: pres[r,k] >= y[u,k] - y[u,k+1] for u in r, spread over the configs as v
+                for u in runs[r]:
+                    if u < span[k].stop:
+                        terms, rhs = {pres[r, k]: 1.0}, [0.0]
+                        y_terms(u, k, -1.0, terms, rhs)
+                        y_terms(u, k + 1, 1.0, terms, rhs)
+                        b.row(terms, lo=rhs[0])
+                b.row({**{self.v[r, k, c]: 1.0 for c in range(C)}, pres[r, k]: -1.0}, lo=0.0, hi=0.0)
                 for c in range(C):
-                    b.row({**{self.z[u, k, c]: 1.0 for u in units}, self.s[k, c]: -float(len(units))}, hi=0.0)
-            b.row({tk[k]: 1.0, **{self.z[u, k, c]: -w[c, u] for u in units for c in range(C)}}, lo=0.0, hi=0.0)
-            b.row({bk[k]: 1.0, **{self.z[u, k, c]: -t.bwd[c, u] * ts for u in units for c in range(C)}},
-                  lo=0.0, hi=0.0)
-            starts = units[1:] if k > 0 else range(0)
-            for u in starts:   # sum_c g[u,k,c] = y[u,k] - y[u-1,k]: unit u >= 1 starts stage k
-                terms, rhs = {self.g[u, k, c]: 1.0 for c in range(C)}, [0.0]
-                y_terms(u, k, -1.0, terms, rhs)
-                y_terms(u - 1, k, 1.0, terms, rhs)
+                    b.row({self.v[r, k, c]: 1.0, self.s[k, c]: -1.0}, hi=0.0)
+                # transient peak: the largest of the stage's runs
+                b.row({rk[k]: 1.0, **{self.v[r, k, c]: -t.transient[c, col[r]] * bs for c in range(C)}}, lo=0.0)
+            zs = [(r, c) for r, _ in held[k] for c in range(C)]
+            b.row({tk[k]: 1.0, **{self.z[r, k, c]: -w[c, col[r]] for r, c in zs}}, lo=0.0, hi=0.0)
+            b.row({bk[k]: 1.0, **{self.z[r, k, c]: -t.bwd[c, col[r]] * ts for r, c in zs}}, lo=0.0, hi=0.0)
+            for r in begins[k]:   # sum_c g[r,k,c] = sum_{u in r, u >= 1} (y[u,k] - y[u-1,k]), telescoped
+                terms, rhs = {self.g[r, k, c]: 1.0 for c in range(C)}, [0.0]
+                y_terms(runs[r].stop - 1, k, -1.0, terms, rhs)
+                y_terms(max(runs[r].start, 1) - 1, k, 1.0, terms, rhs)
                 b.row(terms, lo=rhs[0], hi=rhs[0])
             if k > 0:
                 for c in range(C):   # at most one start a stage: the start takes the stage's config
-                    b.row({**{self.g[u, k, c]: 1.0 for u in starts}, self.s[k, c]: -1.0}, hi=0.0)
-            b.row({ck[k]: 1.0, **{self.g[u, k, c]: -t.cut_s[c, u] * ts for u in starts for c in range(C)}},
+                    b.row({**{self.g[r, k, c]: 1.0 for r in begins[k]}, self.s[k, c]: -1.0}, hi=0.0)
+            b.row({ck[k]: 1.0, **{self.g[r, k, c]: -t.cut_s[c, col[r]] * ts for r in begins[k] for c in range(C)}},
                   lo=0.0, hi=0.0)
-            for u in units:   # transient peak: the largest of the stage's units
-                b.row({rk[k]: 1.0, **{self.z[u, k, c]: -t.transient[c, u] * bs for c in range(C)}}, lo=0.0)
             # n in flight: n - 1 stashes and the one under way, at least its stash and at
             # least the transient, not both (model_memory_bytes): two rows
             for extra in (0, 1):
                 mem = {rk[k]: 1.0} if extra else {}
-                for u in units:
-                    for c in range(C):
-                        n = in_flight(K, k, t.n[c]) - extra
-                        mem[self.z[u, k, c]] = (t.static[c, u] + n * t.act[c, u]) * bs
-                        if (u, k, c) in self.g:
-                            mem[self.g[u, k, c]] = n * t.first[c, u] * bs
+                for r, c in zs:
+                    n = in_flight(K, k, t.n[c]) - extra
+                    mem[self.z[r, k, c]] = (t.static[c, col[r]] + n * t.act[c, col[r]]) * bs
+                    if (r, k, c) in self.g:
+                        mem[self.g[r, k, c]] = n * t.first[c, col[r]] * bs
                 b.row(mem, hi=t.cap_bytes * bs)
         for k in range(K):
-            units = span[k]
+            zs = [(r, c) for r, _ in held[k] for c in range(C)]
             # P >= sum_j t_j + 2 sum_j c_j + (n_k - 1) t_k
             row = {self.P: 1.0, **{tk[j]: -1.0 for j in range(K)}, **{ck[j]: -2.0 for j in range(K)}}
-            for u in units:
-                for c in range(C):
-                    row[self.z[u, k, c]] = -(t.n[c] - 1) * w[c, u]
+            for r, c in zs:
+                row[self.z[r, k, c]] = -(t.n[c] - 1) * w[c, col[r]]
             b.row(row, lo=0.0)
             # overlapped buckets: E >= red_k - B_k - before_k, and E >= the reduction of the
             # stage's first op with parameters (ready at its end) - before_k, where
@@ -239,29 +262,26 @@ class StageMilp:
                 before[bk[j]] = before.get(bk[j], 0.0) + 1.0
                 before[ck[j + 1]] = before.get(ck[j + 1], 0.0) + 1.0
             row = {self.E: 1.0, bk[k]: 1.0, **before, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
-            for u in units:
-                for c in range(C):
-                    row[self.z[u, k, c]] = -t.red_s[c, u] * ts
+            for r, c in zs:
+                row[self.z[r, k, c]] = -t.red_s[c, col[r]] * ts
             b.row(row, lo=0.0)
             row = {self.E: 1.0, **before, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
             for c in range(C):
-                row[self.z[0, k, c]] = -t.red_first_s[c, 0] * ts   # unit 0 starts the first used stage
-                for u in units[1:]:
-                    if (u, k, c) in self.g:
-                        row[self.g[u, k, c]] = -t.red_first_s[c, u] * ts
+                row[self.z[0, k, c]] = -t.red_first_s[c, 0] * ts   # unit 0 (run 0) starts the first used stage
+                for r in begins[k]:
+                    row[self.g[r, k, c]] = -t.red_first_s[c, col[r]] * ts
             b.row(row, lo=0.0)
             row = {self.O: 1.0, **{self.s[k, c]: -t.opt0_s[c] * ts for c in range(C)}}
-            for u in units:
-                for c in range(C):
-                    row[self.z[u, k, c]] = -t.opt_s[c, u] * ts
+            for r, c in zs:
+                row[self.z[r, k, c]] = -t.opt_s[c, col[r]] * ts
             b.row(row, lo=0.0)
         devices = np.array([cfg.devices for cfg in t.configs], dtype=float)
         # valid for every integer point (the slowest stage's (n_k - 1) t_k is at least the
         # device-weighted mean, sum_k d_k <= N) and much tighter in the LP, which spreads
         # fractional configs over the stages
         row = {self.P: 1.0, **{tk[j]: -1.0 for j in range(K)}, **{ck[j]: -2.0 for j in range(K)}}
-        for (u, k, c), i in self.z.items():
-            row[i] = -(t.n[c] - 1) * w[c, u] * devices[c] / n_devices
+        for (r, k, c), i in self.z.items():
+            row[i] = -(t.n[c] - 1) * w[c, col[r]] * devices[c] / n_devices
         b.row(row, lo=0.0)
         dp = np.array([cfg.dp for cfg in t.configs], dtype=float)
         b.row({self.s[k, c]: devices[c] for k in range(K) for c in range(C)}, hi=float(n_devices))
@@ -303,18 +323,22 @@ class StageMilp:
     def solve(self, time_limit_s: float, rel_gap: float = 1e-4, cutoff_s: float = math.inf,
               threads: int = 1) -> StageSolution | None:
         """The best assignment within the limit (None: none found, or none below
-        ``cutoff_s``, the model's objective an incumbent already reaches)."""
+        ``cutoff_s``, the model's objective an incumbent already reaches: HiGHS prunes every
+        node whose bound reaches it). ``status`` and ``bound_s`` keep the run's model status
+        and its bound (``cutoff_s`` when it proved nothing lies below it)."""
         h = self.h
         h.setOptionValue("time_limit", float(max(time_limit_s, 0.05)))
         h.setOptionValue("mip_rel_gap", float(rel_gap))
         h.setOptionValue("threads", int(threads))
         h.setOptionValue("random_seed", 0)
         h.setOptionValue("presolve", self.presolve)
-        if math.isfinite(cutoff_s):
-            h.setOptionValue("objective_bound", float(cutoff_s * TIME_SCALE))
+        h.setOptionValue("objective_bound", float(cutoff_s * TIME_SCALE) if math.isfinite(cutoff_s)
+                         else highspy.kHighsInf)
         h.run()
         info, sol = h.getInfo(), h.getSolution()
-        status = h.getModelStatus().name
+        self.status = status = h.getModelStatus().name
+        bound = float(info.mip_dual_bound) / TIME_SCALE
+        self.bound_s = cutoff_s if status == "kInfeasible" and math.isfinite(cutoff_s) else bound
         if not (sol.value_valid and info.primal_solution_status >= 2):
             return None
         x = np.array(sol.col_value)
@@ -331,5 +355,4 @@ class StageMilp:
             configs += got
         split = [used.index(k) for k in split]   # compact: the used stages only
         obj = float(info.objective_function_value) / TIME_SCALE
-        bound = float(info.mip_dual_bound) / TIME_SCALE
         return StageSolution(tuple(split), tuple(configs), obj, bound if math.isfinite(bound) else obj, status)

@@ -15,6 +15,7 @@ Algebra and declared space: docs/concepts/stage-milp.md.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -40,11 +41,6 @@ from distplan.model.stage_terms import (StageConfig, StageTerms, mixed_recipes, 
 CHECK_RETRIES = 100
 #: the most seconds one MILP may run
 MILP_LIMIT_S = 20.0
-#: the most (unit, stage, config) triples for which z <= s is stated triple by triple
-#: (above: one aggregated row per stage and config; llama3-8b on h100x64, 32 x 8 x 201:
-#: 48,405 rows whose root LP did not finish in 30 s, against 4,185 rows and a bound of
-#: 1.153 s on an incumbent of 1.510 s)
-TIGHT_MAX = 20_000
 #: the deepest pipeline the MILP plans (deeper ones: the cluster space's uniform plans)
 MAX_STAGES = 8
 
@@ -179,28 +175,36 @@ def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, ro
     return best, list(split), list(cfgs)
 
 
-def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
-                  starts=()) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
-    """The MILP's best assignment the memory checker accepts (started from the best of
-    ``starts`` and the best one-stage config under the MILP's model; each refused one
-    cut off and solved again, ``CHECK_RETRIES`` times at most), its plans under every
-    reduction option, and how many were refused. ``budget_s()``: the seconds the next
-    solve may take."""
+def best_start(pb: Problem, spaces, t: StageTerms, starts=()) -> tuple[float, list[int], list[int]] | None:
+    """The best of ``starts`` (that fit the memory rows) and the best one-stage config,
+    each hill-climbed under the MILP's objective: (objective, split, configs), None when
+    none fits."""
     single = _best_single(t)
     units = len(recipe_spaces(spaces)[""].units)
     cands = [(single[0], [0] * units, [single[1]])] if single is not None else []
     for split, cfgs in starts:
         if (model_memory_bytes(t, len(cfgs), split, cfgs) <= t.cap_bytes).all():
             cands.append((model_objective_s(t, len(cfgs), split, cfgs), split, cfgs))
-    if cands:
-        _, split, cfgs = min((improve(t, list(sp), list(cs), pb.n_devices) for _, sp, cs in cands),
-                             key=lambda x: x[0])
-        milp.start(split, cfgs)
+    return min((improve(t, list(sp), list(cs), pb.n_devices) for _, sp, cs in cands), key=lambda x: x[0],
+               default=None)
+
+
+def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
+                  starts=(), cutoff_s: float = math.inf) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
+    """The MILP's best assignment the memory checker accepts (started from
+    ``best_start``; each refused one cut off and solved again, ``CHECK_RETRIES`` times at
+    most), its plans under every reduction option, and how many were refused.
+    ``budget_s()``: the seconds the next solve may take. ``cutoff_s``: the objective of a
+    plan the checker accepts: only assignments below it are sought (none found:
+    ``milp.status`` "kInfeasible" when HiGHS proved none lies below it)."""
+    start = best_start(pb, spaces, t, starts)
+    if start is not None:
+        milp.start(start[1], start[2])
     for refused in range(CHECK_RETRIES + 1):
         budget = budget_s()
         if budget <= 0:
             break
-        sol = milp.solve(budget, rel_gap=rel_gap)
+        sol = milp.solve(budget, rel_gap=rel_gap, cutoff_s=cutoff_s)
         if sol is None:
             break
         got = evaluate(pb, spaces, sol.split, [t.configs[c] for c in sol.configs])
@@ -210,51 +214,119 @@ def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s,
     return None, [], refused
 
 
+@dataclass
+class _Point:
+    """One outer point (a microbatch size) made ready: its problem, recipe spaces, terms,
+    MILP, depth, the cluster space's plans in its declared space, the best start."""
+
+    pb: Problem
+    spaces: dict
+    t: StageTerms
+    K: int
+    milp: StageMilp
+    starts: list
+    start: tuple[float, list[int], list[int]] | None
+    seconds: float
+
+
+def _prepare(pb: Problem, prec: str, plans, max_stages: int, made: dict | None = None) -> _Point:
+    """The outer point of ``pb`` (``made``: recipe -> the cluster search's spaces of it,
+    their work tables reused)."""
+    t1 = time.perf_counter()
+    made = made or {}
+    space = made.get("") or _Space(pb, prec)
+    spaces = {r: made.get(r) or (_Space(pb, r, prec) if r else space) for r in training_recipes(pb)}
+    if not mixed_recipes(pb, spaces):   # boundaries would depend on the stage before: bf16 alone
+        spaces = {"": space}
+    t, index = undominated(stage_terms(pb, spaces, stage_configs(pb, recipes=tuple(spaces))))
+    K = min(len(space.units), pb.n_devices, max_stages)
+    starts = uniform_starts(t, index, space, plans, K)
+    milp = StageMilp(t, K, pb.n_devices)
+    return _Point(pb, spaces, t, K, milp, starts, best_start(pb, spaces, t, starts), time.perf_counter() - t1)
+
+
+def _label(t: StageTerms, split, configs) -> str:
+    cfgs = [t.configs[c] for c in configs]
+    return " | ".join(f"{c.label()} x {list(split).count(k)} layers" for k, c in enumerate(cfgs))
+
+
 def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes=(),
                 progress=None, max_stages: int = MAX_STAGES, rel_gap: float = 1e-3) -> StageResult:
     """The stage space's best plans (module docstring): the cluster search, then per
-    microbatch size one MILP over every depth up to ``max_stages``, started from the
-    best one-stage config, within an equal share of the time left."""
+    microbatch size one MILP over every depth up to ``max_stages``. Every size's best
+    start (``best_start``) is found first; the least objective among those the checker
+    accepts is the incumbent, and the sizes are solved in increasing start objective, each
+    with the incumbent as HiGHS's cutoff (a size with nothing below it is proven so and
+    left), each within an equal share of the time left, the incumbent lowered by every
+    better plan found."""
     t0 = time.perf_counter()
     say = progress or (lambda _: None)
     prec = training_precision(problem)
     cl = plan_cluster(problem, top_k=top_k, progress=progress, clock=clock, microbatch_sizes=microbatch_sizes)
     cands = [StagePlan(c.plan, c.iteration_s, None, f"uniform {c.point.label()}",
                        c.problem if c.problem is not None else problem) for c in cl.plans]
-    cut, rows = list(cl.cut_short), []
-    variants = list(batch_variants(problem, microbatch_sizes).values())
-    for left, pb in zip(range(len(variants), 0, -1), variants):
+    cut, rows, points = list(cl.cut_short), [], []
+
+    def why() -> str:
+        return "interrupted" if clock.stop is not None and clock.stop.requested else "time"
+
+    variants = {b: cl.spaces[b, ""].pb for b, r in cl.spaces if r == ""} or batch_variants(problem, microbatch_sizes)
+    for b, pb in variants.items():
         if clock.remaining_s() <= 0:
-            cut.append(f"stage space: microbatch size {pb.graph.batch_size} not solved "
-                       f"({'interrupted' if clock.stop is not None and clock.stop.requested else 'time'})")
+            cut.append(f"stage space: microbatch size {pb.graph.batch_size} not solved ({why()})")
+            continue
+        points.append(_prepare(pb, prec, [c for c in cl.plans if (c.problem or problem).graph.batch_size
+                                          == pb.graph.batch_size], max_stages,
+                               {r: x for (a, r), x in cl.spaces.items() if a == b}))
+    points.sort(key=lambda q: q.start[0] if q.start is not None else math.inf)
+    incumbent, held = math.inf, None   # the least objective of a checked plan, and its point
+    for q in points:   # the best start the checker accepts: the first cutoff
+        if q.start is not None and q.start[0] < incumbent:
+            got = evaluate(q.pb, q.spaces, q.start[1], [q.t.configs[c] for c in q.start[2]])
+            if got:
+                incumbent, held = q.start[0], (q, got)
+                break
+    for left, q in zip(range(len(points), 0, -1), points):
+        b = q.pb.graph.batch_size
+        if clock.remaining_s() <= 0:
+            cut.append(f"stage space: microbatch size {b} not solved ({why()})")
             continue
         t1 = time.perf_counter()
-        space = _Space(pb, prec)
-        spaces = {r: _Space(pb, r, prec) if r else space for r in training_recipes(pb)}
-        if not mixed_recipes(pb, spaces):   # boundaries would depend on the stage before: bf16 alone
-            spaces = {"": space}
-        t, index = undominated(stage_terms(pb, spaces, stage_configs(pb, recipes=tuple(spaces))))
-        K = min(len(space.units), pb.n_devices, max_stages)
-        starts = uniform_starts(t, index, space, [c for c in cl.plans if (c.problem or problem).graph.batch_size
-                                                  == pb.graph.batch_size], K)
-        milp = StageMilp(t, K, pb.n_devices, tight=len(space.units) * K * len(t.configs) <= TIGHT_MAX)
-        row = {"microbatch_size": pb.graph.batch_size, "max_stages": K, "configs": len(t.configs),
-               "binaries": milp.n_binaries, "rows": milp.n_rows}
+        t, milp = q.t, q.milp
+        row = {"microbatch_size": b, "max_stages": q.K, "configs": len(t.configs), "runs": len(milp.runs),
+               "binaries": milp.n_binaries, "rows": milp.n_rows, "cutoff_s": incumbent,
+               "start_s": q.start[0] if q.start is not None else None}
         end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
-        sol, got, refused = solve_checked(pb, spaces, t, milp, lambda: min(end - time.perf_counter(),
-                                                                          clock.remaining_s()), rel_gap, starts)
+        sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
+                                                                               clock.remaining_s()),
+                                          rel_gap, [q.start[1:]] if q.start is not None else (), incumbent)
+        if not got and held is not None and held[0] is q:
+            # nothing found below this size's own start, the incumbent (kInfeasible: proven)
+            sol = StageSolution(tuple(q.start[1]), tuple(q.start[2]), q.start[0], milp.bound_s,
+                                f"{milp.status} below the start")
+            got = held[1]
         row["refused"] = refused
+        row["status"], row["bound_s"] = (sol.status, sol.bound_s) if got else (milp.status, milp.bound_s)
         if got:
-            cfgs = [t.configs[c] for c in sol.configs]
-            label = " | ".join(f"{c.label()} x {sol.split.count(k)} layers" for k, c in enumerate(cfgs))
-            cands += [StagePlan(p, it, sol.objective_s, f"stages: {label}", pb) for p, it in got]
-            row.update(objective_s=sol.objective_s, bound_s=sol.bound_s, status=sol.status, pp=len(cfgs),
-                       iteration_s=min(it for _, it in got), plan=label)
-        row["seconds"] = time.perf_counter() - t1
+            label = _label(t, sol.split, sol.configs)
+            cands += [StagePlan(p, it, sol.objective_s, f"stages: {label}", q.pb) for p, it in got]
+            row.update(objective_s=sol.objective_s, pp=len(sol.configs), iteration_s=min(it for _, it in got),
+                       plan=label)
+            incumbent = min(incumbent, sol.objective_s)
+        row["seconds"] = time.perf_counter() - t1 + q.seconds
         rows.append(row)
-        say(f"stage space: microbatch size {pb.graph.batch_size}, up to {K} stages: "
-            + (f"{row['objective_s']:.6g} s, bound {row['bound_s']:.6g} s ({row['plan']})" if "plan" in row
-               else "no plan") + f" in {row['seconds']:.2f} s")
+        if milp.status == "kTimeLimit":
+            above = row.get("objective_s", row["cutoff_s"])
+            cut.append(f"stage space: microbatch size {b}: the MILP stopped at its time limit, bound "
+                       f"{row['bound_s']:.6g} s against {above:.6g} s")
+        if "plan" in row:
+            what = f"{row['objective_s']:.6g} s, bound {row['bound_s']:.6g} s ({row['plan']})"
+        elif milp.status == "kInfeasible" and math.isfinite(row["cutoff_s"]):
+            what = f"none below the incumbent {row['cutoff_s']:.6g} s (proven)"
+        else:
+            what = f"no plan ({milp.status})"
+        say(f"stage space: microbatch size {b}, up to {q.K} stages: {what} in {row['seconds']:.2f} s")
+    rows.sort(key=lambda r: r["microbatch_size"])
     cands.sort(key=lambda c: c.iteration_s)
     counts = {"points": cl.points, "visited": cl.solved, "pruned": cl.pruned, "infeasible": cl.infeasible,
               "precision": cl.precision}   # the cluster search's, as the report reads them
