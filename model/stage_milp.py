@@ -338,7 +338,12 @@ class StageMilp:
         info, sol = h.getInfo(), h.getSolution()
         self.status = status = h.getModelStatus().name
         bound = float(info.mip_dual_bound) / TIME_SCALE
-        self.bound_s = cutoff_s if status == "kInfeasible" and math.isfinite(cutoff_s) else bound
+        if math.isfinite(cutoff_s):
+            # the nodes at or above the cutoff were pruned unexplored, so what is proven is the
+            # least of the two; HiGHS may still return a solution above the cutoff (its own
+            # heuristics' incumbent), with a dual bound of that solution's objective
+            bound = cutoff_s if status == "kInfeasible" else min(bound, cutoff_s)
+        self.bound_s = bound
         if not (sol.value_valid and info.primal_solution_status >= 2):
             return None
         x = np.array(sol.col_value)

@@ -300,8 +300,9 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
                                                                                clock.remaining_s()),
                                           rel_gap, [q.start[1:]] if q.start is not None else (), incumbent)
-        if not got and held is not None and held[0] is q:
-            # nothing found below this size's own start, the incumbent (kInfeasible: proven)
+        if held is not None and held[0] is q and (not got or sol.objective_s > q.start[0]):
+            # nothing found below this size's own start, the incumbent (kInfeasible, or a
+            # worse solution of HiGHS's heuristics: proven within the bound)
             sol = StageSolution(tuple(q.start[1]), tuple(q.start[2]), q.start[0], milp.bound_s,
                                 f"{milp.status} below the start")
             got = held[1]

@@ -164,3 +164,54 @@ def test_a_stage_may_run_fp8_while_another_stays_bf16():
     on1 = {plan.op_precision[v] for v in plan.ops_in_stage(1)}
     assert on0 == {"bf16", "fp8"} and on1 == {"bf16"}
     assert model_objective_s(t, 2, split, [0, 1]) == pytest.approx(stage_objective_s(p, plan), rel=1e-9)
+
+
+def test_identical_layers_form_one_run_and_the_optimum_stays_the_brute_force():
+    """6 layers: unit 0 (embedding + layer 0) alone, layers 1-4 one run, the last layer
+    with the head alone; the MILP over those runs reaches the oracle's optimum (2 x 2
+    GPUs, 4 microbatches, at 150 MB the memory rows and the checker bind)."""
+    from distplan.model.stage_milp import unit_runs
+    for mem in (None, 1.5e8):
+        p = _problem(6, 2, 2, 4, 32, mem)
+        t, _ = undominated(stage_terms(p, _Space(p, "bf16"), stage_configs(p)))
+        assert unit_runs(t) == [range(0, 1), range(1, 5), range(5, 6)]
+        _assert_milp_reaches(p, stage_optimum(p, "bf16", max_stages=2), _Space(p, "bf16"), ("",))
+
+
+def test_a_cutoff_below_the_optimum_proves_nothing_lies_below_it():
+    """HiGHS's objective_bound prunes the nodes at or above it: below the optimum the
+    bound is the cutoff, and whatever comes back is no better than the optimum (HiGHS
+    may return its heuristics' solution above the cutoff: 0.1 % below, the optimum; 1 %
+    below, 0.0013411 s against the optimum's 0.0012488 s; 10 % below, none, kInfeasible);
+    a cutoff above the optimum returns the optimum."""
+    p = _problem(4, 2, 2, 4)
+    t, _ = undominated(stage_terms(p, _Space(p, "bf16"), stage_configs(p)))
+    best = StageMilp(t, 3, p.n_devices).solve(60.0, rel_gap=0.0)
+    for f in (0.999, 0.99, 0.9):
+        milp = StageMilp(t, 3, p.n_devices)
+        got = milp.solve(60.0, rel_gap=0.0, cutoff_s=best.objective_s * f)
+        assert milp.bound_s == best.objective_s * f
+        assert got is None or (got.objective_s >= best.objective_s * (1 - 1e-9) and got.bound_s == milp.bound_s)
+    assert got is None and milp.status == "kInfeasible"
+    got = StageMilp(t, 3, p.n_devices).solve(60.0, rel_gap=0.0, cutoff_s=best.objective_s * 1.01)
+    assert got.objective_s == pytest.approx(best.objective_s, rel=1e-9)
+
+
+def test_the_incumbent_across_microbatch_sizes_keeps_the_least_objective():
+    """plan_stages solves the sizes against one incumbent (HiGHS's cutoff): its least MILP
+    objective equals the least of each size's own optimum, solved alone without one, and
+    every size either has a plan or is proven to have none below the cutoff."""
+    from distplan.model.cluster import batch_variants
+    p = _problem(4, 2, 2, 8)
+    res = plan_stages(p, Clock.until(float("inf")), top_k=3, microbatch_sizes=(1, 2, 4))
+    rows = res.points[1:]
+    assert {r["microbatch_size"] for r in rows} == {1, 2, 4}
+    alone = []
+    for pb in batch_variants(p, (1, 2, 4)).values():
+        t, _ = undominated(stage_terms(pb, _Space(pb, "bf16"), stage_configs(pb)))
+        sol, got, _ = solve_checked(pb, _Space(pb, "bf16"), t, StageMilp(t, min(4, pb.n_devices), pb.n_devices),
+                                    lambda: 60.0, rel_gap=1e-3)
+        alone.append(sol.objective_s)
+    assert min(r["objective_s"] for r in rows if "objective_s" in r) == pytest.approx(min(alone), rel=1e-3)
+    for r in rows:
+        assert "objective_s" in r or (r["status"] == "kInfeasible" and r["bound_s"] == r["cutoff_s"])
