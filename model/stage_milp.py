@@ -76,6 +76,21 @@ def model_memory_bytes(t: StageTerms, K: int, split, configs) -> np.ndarray:
     return out
 
 
+def objective_lb_s(t: StageTerms, n_devices: int) -> float:
+    """A lower bound of the MILP's objective over every assignment of every depth, from
+    two of its rows: each unit at the config that minimises its share of the
+    device-weighted P row (``w (1 + d (n - 1) / N)``, the boundaries >= 0) plus its share
+    of O's device-weighted mean (``o d / N``; O >= O_k for every k, sum_k d_k <= N), among
+    the configs whose memory rows it fits alone (static + max(act, transient) <= cap);
+    E >= 0. inf when a unit fits none."""
+    d = np.array([c.devices for c in t.configs], dtype=float)[:, None]
+    fits = t.static + np.maximum(t.act, t.transient) <= t.cap_bytes
+    share = np.where(fits, (t.fwd + t.bwd) * (1 + d * (t.n[:, None] - 1) / n_devices) + t.opt_s * d / n_devices,
+                     np.inf)
+    # the intercepts: sum_k (d_k / N) o0_k >= min(0, min_c o0_c)
+    return float(share.min(axis=0, initial=np.inf).sum()) + min(0.0, float(t.opt0_s.min(initial=0.0)))
+
+
 class _Builder:
     """Columns and rows of a MILP in HiGHS's form."""
 

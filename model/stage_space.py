@@ -31,7 +31,8 @@ from distplan.costs.problem import Problem
 from distplan.model.cluster import _Space, batch_variants, plan_cluster, training_precision, training_recipes
 from distplan.model.options import DEFAULT_MICROBATCH_SIZES
 from distplan.model.progress import Log
-from distplan.model.stage_milp import StageMilp, StageSolution, model_memory_bytes, model_objective_s
+from distplan.model.stage_milp import (StageMilp, StageSolution, model_memory_bytes, model_objective_s,
+                                      objective_lb_s)
 from distplan.model.stage_terms import (StageConfig, StageTerms, mixed_recipes, recipe_spaces, stage_configs,
                                        stage_terms, undominated)
 
@@ -190,14 +191,16 @@ def best_start(pb: Problem, spaces, t: StageTerms, starts=()) -> tuple[float, li
 
 
 def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
-                  starts=(), cutoff_s: float = math.inf) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
-    """The MILP's best assignment the memory checker accepts (started from
-    ``best_start``; each refused one cut off and solved again, ``CHECK_RETRIES`` times at
-    most), its plans under every reduction option, and how many were refused.
-    ``budget_s()``: the seconds the next solve may take. ``cutoff_s``: the objective of a
-    plan the checker accepts: only assignments below it are sought (none found:
-    ``milp.status`` "kInfeasible" when HiGHS proved none lies below it)."""
-    start = best_start(pb, spaces, t, starts)
+                  starts=(), cutoff_s: float = math.inf, start=None
+                  ) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
+    """The MILP's best assignment the memory checker accepts (started from ``start``, by
+    default ``best_start`` of ``starts``; each refused one cut off and solved again,
+    ``CHECK_RETRIES`` times at most), its plans under every reduction option, and how
+    many were refused. ``budget_s()``: the seconds the next solve may take. ``cutoff_s``:
+    the objective of a plan the checker accepts: only assignments below it are sought
+    (none found: ``milp.status`` "kInfeasible" when HiGHS proved none lies below it)."""
+    if start is None:
+        start = best_start(pb, spaces, t, starts)
     if start is not None:
         milp.start(start[1], start[2])
     for refused in range(CHECK_RETRIES + 1):
@@ -217,15 +220,14 @@ def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s,
 @dataclass
 class _Point:
     """One outer point (a microbatch size) made ready: its problem, recipe spaces, terms,
-    MILP, depth, the cluster space's plans in its declared space, the best start."""
+    depth, the best start, the MILP's lower bound (``objective_lb_s``)."""
 
     pb: Problem
     spaces: dict
     t: StageTerms
     K: int
-    milp: StageMilp
-    starts: list
     start: tuple[float, list[int], list[int]] | None
+    lb_s: float
     seconds: float
 
 
@@ -240,9 +242,8 @@ def _prepare(pb: Problem, prec: str, plans, max_stages: int, made: dict | None =
         spaces = {"": space}
     t, index = undominated(stage_terms(pb, spaces, stage_configs(pb, recipes=tuple(spaces))))
     K = min(len(space.units), pb.n_devices, max_stages)
-    starts = uniform_starts(t, index, space, plans, K)
-    milp = StageMilp(t, K, pb.n_devices)
-    return _Point(pb, spaces, t, K, milp, starts, best_start(pb, spaces, t, starts), time.perf_counter() - t1)
+    start = best_start(pb, spaces, t, uniform_starts(t, index, space, plans, K))
+    return _Point(pb, spaces, t, K, start, objective_lb_s(t, pb.n_devices), time.perf_counter() - t1)
 
 
 def _label(t: StageTerms, split, configs) -> str:
@@ -292,14 +293,21 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             cut.append(f"stage space: microbatch size {b} not solved ({why()})")
             continue
         t1 = time.perf_counter()
-        t, milp = q.t, q.milp
-        row = {"microbatch_size": b, "max_stages": q.K, "configs": len(t.configs), "runs": len(milp.runs),
-               "binaries": milp.n_binaries, "rows": milp.n_rows, "cutoff_s": incumbent,
-               "start_s": q.start[0] if q.start is not None else None}
+        t = q.t
+        row = {"microbatch_size": b, "max_stages": q.K, "configs": len(t.configs), "cutoff_s": incumbent,
+               "start_s": q.start[0] if q.start is not None else None, "lb_s": q.lb_s}
+        if q.lb_s >= incumbent and not (held is not None and held[0] is q):
+            row.update(status="pruned by bound", bound_s=q.lb_s, seconds=time.perf_counter() - t1 + q.seconds)
+            rows.append(row)
+            say(f"stage space: microbatch size {b}, up to {q.K} stages: pruned, its bound {q.lb_s:.6g} s reaches "
+                f"the incumbent {incumbent:.6g} s")
+            continue
+        milp = StageMilp(t, q.K, q.pb.n_devices)
+        row.update(runs=len(milp.runs), binaries=milp.n_binaries, rows=milp.n_rows)
         end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
         sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
                                                                                clock.remaining_s()),
-                                          rel_gap, [q.start[1:]] if q.start is not None else (), incumbent)
+                                          rel_gap, cutoff_s=incumbent, start=q.start)
         if held is not None and held[0] is q and (not got or sol.objective_s > q.start[0]):
             # nothing found below this size's own start, the incumbent (kInfeasible, or a
             # worse solution of HiGHS's heuristics: proven within the bound)

@@ -19,7 +19,7 @@ from distplan.core.plan import Plan, Stage
 from distplan.costs.iteration import estimate_iteration
 from distplan.model import SolveOptions
 from distplan.model.cluster import _Space
-from distplan.model.stage_milp import StageMilp, model_objective_s
+from distplan.model.stage_milp import StageMilp, model_objective_s, objective_lb_s
 from distplan.model.stage_space import build_plan, plan_stages, solve_checked
 from distplan.model.stage_terms import stage_configs, stage_terms, undominated
 from distplan.sim import simulate
@@ -102,6 +102,7 @@ def _assert_milp_reaches(p, want: float, spaces, recipes) -> None:
         return
     # HiGHS's default absolute gap and primal tolerance are 1e-6 in model units (ms): 1e-9 s
     assert got and sol.objective_s == pytest.approx(want, rel=1e-7, abs=2e-9)
+    assert objective_lb_s(t, p.n_devices) <= want * (1 + 1e-12)   # the bound that prunes microbatch sizes
     assert stage_objective_s(p, got[0][0]) == pytest.approx(want, rel=1e-7, abs=2e-9)
 
 
@@ -200,7 +201,8 @@ def test_a_cutoff_below_the_optimum_proves_nothing_lies_below_it():
 def test_the_incumbent_across_microbatch_sizes_keeps_the_least_objective():
     """plan_stages solves the sizes against one incumbent (HiGHS's cutoff): its least MILP
     objective equals the least of each size's own optimum, solved alone without one, and
-    every size either has a plan or is proven to have none below the cutoff."""
+    every size either has a plan or is proven to have none below the cutoff, by HiGHS
+    or by its lower bound (objective_lb_s, at most its optimum)."""
     from distplan.model.cluster import batch_variants
     p = _problem(4, 2, 2, 8)
     res = plan_stages(p, Clock.until(float("inf")), top_k=3, microbatch_sizes=(1, 2, 4))
@@ -213,5 +215,7 @@ def test_the_incumbent_across_microbatch_sizes_keeps_the_least_objective():
                                     lambda: 60.0, rel_gap=1e-3)
         alone.append(sol.objective_s)
     assert min(r["objective_s"] for r in rows if "objective_s" in r) == pytest.approx(min(alone), rel=1e-3)
-    for r in rows:
-        assert "objective_s" in r or (r["status"] == "kInfeasible" and r["bound_s"] == r["cutoff_s"])
+    for r, want in zip(sorted(rows, key=lambda r: r["microbatch_size"]), alone):
+        assert r["lb_s"] <= want
+        assert ("objective_s" in r or (r["status"] == "kInfeasible" and r["bound_s"] == r["cutoff_s"])
+                or (r["status"] == "pruned by bound" and r["lb_s"] >= r["cutoff_s"]))
