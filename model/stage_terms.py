@@ -206,16 +206,22 @@ def undominated(t: StageTerms) -> tuple[StageTerms, dict[StageConfig, int]]:
     sign) no larger; ties keep the first. The optimum is unchanged. Also: each config
     of ``t`` -> the index of a kept one at least as good (itself when kept)."""
     C = len(t.configs)
-    rows = [np.concatenate([getattr(t, k)[c] for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s",
-                                                       "red_first_s", "opt_s", "cut_s")] + [[t.red0_s[c], t.opt0_s[c]]])
-            for c in range(C)]
-    def beats(o: int, c: int) -> bool:
-        return (o != c and t.configs[o].dp == t.configs[c].dp and t.configs[o].devices <= t.configs[c].devices
-                and bool((rows[o] <= rows[c]).all()) and (bool((rows[o] < rows[c]).any()) or o < c))
-
-    keep = [c for c in range(C) if not any(beats(o, c) for o in range(C))]
-    pos = {c: i for i, c in enumerate(keep)}
-    best = {cfg: pos.get(c, next((pos[o] for o in keep if beats(o, c)), -1)) for c, cfg in enumerate(t.configs)}
+    rows = np.array([np.concatenate([getattr(t, k)[c] for k in ("fwd", "bwd", "static", "act", "transient", "first",
+                                                                "red_s", "red_first_s", "opt_s", "cut_s")]
+                                    + [[t.red0_s[c], t.opt0_s[c]]]) for c in range(C)]).reshape(C, -1)
+    dp = np.array([c.dp for c in t.configs])
+    dev = np.array([c.devices for c in t.configs])
+    o, c = np.arange(C)[:, None], np.arange(C)[None, :]
+    le = np.ones((C, C), dtype=bool)
+    lt = np.zeros((C, C), dtype=bool)
+    for i in range(C):   # row by row: C x F at a time
+        le[i] = (rows[i][None, :] <= rows).all(axis=1)
+        lt[i] = (rows[i][None, :] < rows).any(axis=1)
+    # beats[o, c]: o dominates c
+    beats = (o != c) & (dp[:, None] == dp[None, :]) & (dev[:, None] <= dev[None, :]) & le & (lt | (o < c))
+    keep = [k for k in range(C) if not beats[:, k].any()]
+    pos = {k: i for i, k in enumerate(keep)}
+    best = {cfg: pos.get(k, next((pos[j] for j in keep if beats[j, k]), -1)) for k, cfg in enumerate(t.configs)}
     pick = {k: getattr(t, k)[keep] for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s",
                                               "opt_s", "cut_s", "red0_s", "opt0_s", "n")}
     return StageTerms(tuple(t.configs[c] for c in keep), **pick, cap_bytes=t.cap_bytes), best
