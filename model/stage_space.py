@@ -191,14 +191,15 @@ def best_start(pb: Problem, spaces, t: StageTerms, starts=()) -> tuple[float, li
 
 
 def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
-                  starts=(), cutoff_s: float = math.inf, start=None
+                  starts=(), cutoff_s: float = math.inf, start=None, known: dict | None = None
                   ) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
     """The MILP's best assignment the memory checker accepts (started from ``start``, by
     default ``best_start`` of ``starts``; each refused one cut off and solved again,
     ``CHECK_RETRIES`` times at most), its plans under every reduction option, and how
     many were refused. ``budget_s()``: the seconds the next solve may take. ``cutoff_s``:
     the objective of a plan the checker accepts: only assignments below it are sought
-    (none found: ``milp.status`` "kInfeasible" when HiGHS proved none lies below it)."""
+    (none found: ``milp.status`` "kInfeasible" when HiGHS proved none lies below it).
+    ``known``: (split, configs) -> its ``evaluate``, already done."""
     if start is None:
         start = best_start(pb, spaces, t, starts)
     if start is not None:
@@ -210,7 +211,9 @@ def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s,
         sol = milp.solve(budget, rel_gap=rel_gap, cutoff_s=cutoff_s)
         if sol is None:
             break
-        got = evaluate(pb, spaces, sol.split, [t.configs[c] for c in sol.configs])
+        got = (known or {}).get((sol.split, sol.configs))
+        if got is None:
+            got = evaluate(pb, spaces, sol.split, [t.configs[c] for c in sol.configs])
         if got:
             return sol, got, refused
         milp.forbid(sol.split, sol.configs)   # over the checker's memory: cut it off
@@ -307,7 +310,9 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
         sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
                                                                                clock.remaining_s()),
-                                          rel_gap, cutoff_s=incumbent, start=q.start)
+                                          rel_gap, cutoff_s=incumbent, start=q.start,
+                                          known={(tuple(q.start[1]), tuple(q.start[2])): held[1]}
+                                          if held is not None and held[0] is q else None)
         if held is not None and held[0] is q and (not got or sol.objective_s > q.start[0]):
             # nothing found below this size's own start, the incumbent (kInfeasible, or a
             # worse solution of HiGHS's heuristics: proven within the bound)
