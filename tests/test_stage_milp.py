@@ -170,10 +170,11 @@ def test_a_stage_may_run_fp8_while_another_stays_bf16():
 def test_identical_layers_form_one_run_and_the_optimum_stays_the_brute_force():
     """6 layers: unit 0 (embedding + layer 0) alone, layers 1-4 one run, the last layer
     with the head alone; the MILP over those runs reaches the oracle's optimum (2 x 2
-    GPUs, 4 microbatches, at 150 MB the memory rows and the checker bind)."""
+    GPUs; 2 x 1 at 200 MB, where the memory rows and the checker bind: 0.0042799 s
+    against 0.0023407 s unbounded; 4 microbatches)."""
     from distplan.model.stage_milp import unit_runs
-    for mem in (None, 1.5e8):
-        p = _problem(6, 2, 2, 4, 32, mem)
+    for shape, mem in (((2, 2), None), ((2, 1), 2e8)):
+        p = _problem(6, *shape, 4, 32, mem)
         t, _ = undominated(stage_terms(p, _Space(p, "bf16"), stage_configs(p)))
         assert unit_runs(t) == [range(0, 1), range(1, 5), range(5, 6)]
         _assert_milp_reaches(p, stage_optimum(p, "bf16", max_stages=2), _Space(p, "bf16"), ("",))
