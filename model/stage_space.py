@@ -3,14 +3,18 @@ plus heterogeneous 1F1B pipelines whose every stage has its own tp, dp,
 recomputation, ZeRO level and sequence parallelism, found by the stage MILP
 (``model.stage_milp``) at each outer point (pipeline depth, microbatch size).
 
-The cluster search runs first; its best plans are candidates and its iteration the
-incumbent. Outer points are visited in increasing lower bound (``outer_lb_s``) while
-it is below the best MILP objective so far (which starts at the best single-stage
-config); each MILP runs with that objective as HiGHS's cutoff. A solution the
-memory checker refuses is cut off (no-good) and solved again. Every MILP solution
-becomes a plan under each gradient-reduction option, estimated by
-``costs.iteration`` (the judge of ranking) and checked; the best ``top_k`` of all
-candidates are returned, so the space never does worse than the cluster space.
+The cluster search runs first; its best plans are candidates. Then, per microbatch
+size, the MILP's terms, its best start (``best_start``: the best one-stage config and
+the cluster space's plans in the declared space, hill-climbed) and a lower bound of its
+objective (``stage_milp.objective_lb_s``). The least start objective the memory
+checker accepts is the incumbent; the sizes are visited in increasing start objective,
+one whose bound reaches the incumbent is pruned (no MILP built), the others are solved
+with the incumbent as HiGHS's cutoff (kInfeasible: proven to hold nothing below it),
+each better plan lowering it. A solution the memory checker refuses is cut off (no-good)
+and solved again. Every MILP solution becomes a plan under each gradient-reduction
+option, estimated by ``costs.iteration`` (the judge of ranking) and checked; the best
+``top_k`` of all candidates are returned, so the space never does worse than the
+cluster space.
 Algebra and declared space: docs/concepts/stage-milp.md.
 """
 from __future__ import annotations
