@@ -27,23 +27,7 @@ from pyomo.contrib.solver.solvers.highs import Highs as PyomoHighs
 from distplan.core.errors import InternalError
 from distplan.core.gap import gap
 from distplan.core.interrupt import Stop
-
-#: seconds a requested stop waits for HiGHS's own interrupt before leaving it running
-ABANDON_AFTER_S = 1.0
-
-_abandoned: list[threading.Thread] = []
-
-
-def abandoned_alive() -> int:
-    """HiGHS runs left running after a Ctrl-C that have not finished yet."""
-    _abandoned[:] = [t for t in _abandoned if t.is_alive()]
-    return len(_abandoned)
-
-_STATUS = {
-    "kOptimal": "optimal", "kTimeLimit": "time_limit", "kInfeasible": "infeasible",
-    "kUnboundedOrInfeasible": "infeasible", "kInterrupt": "interrupted", "kUnbounded": "unbounded",
-    "kSolutionLimit": "solution_limit", "kIterationLimit": "iteration_limit",
-}
+from distplan.model.highs_watch import ABANDON_AFTER_S, abandoned_alive, run_watched  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -56,6 +40,13 @@ class HighsOutcome:
     bound_s: float
     seconds: float
     values: np.ndarray | None
+
+
+_STATUS = {
+    "kOptimal": "optimal", "kTimeLimit": "time_limit", "kInfeasible": "infeasible",
+    "kUnboundedOrInfeasible": "infeasible", "kInterrupt": "interrupted", "kUnbounded": "unbounded",
+    "kSolutionLimit": "solution_limit", "kIterationLimit": "iteration_limit",
+}
 
 
 def _set_option(h: "highspy.Highs", name: str, value: object) -> None:
@@ -140,30 +131,8 @@ class HighsRun:
     def _run_watched(self) -> bool:
         """h.run() in a worker thread while this (main) thread waits and sees Ctrl-C; False
         when a requested stop left it running (module docstring)."""
-        done = threading.Event()
-        failed: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                self.h.run()
-            except BaseException as e:   # raised again in the waiting thread
-                failed.append(e)
-            finally:
-                done.set()
-
-        th = threading.Thread(target=work, name="distplan-highs")
-        th.start()
-        try:
-            while not done.wait(0.05):
-                if self.stop.requested and not done.wait(ABANDON_AFTER_S):
-                    break
-        finally:
-            if not done.is_set():   # a requested stop, or KeyboardInterrupt (abort)
-                self._thread = th
-                _abandoned.append(th)
-        if failed:
-            raise failed[0]
-        return done.is_set()
+        finished, self._thread = run_watched(self.h, self.stop)
+        return finished
 
     def run(self, time_limit_s: float, rel_gap: float) -> HighsOutcome:
         h = self.h

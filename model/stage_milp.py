@@ -20,6 +20,7 @@ import highspy
 import numpy as np
 
 from distplan.core.errors import InternalError
+from distplan.model.highs_watch import interrupt_on_stop, run_watched
 from distplan.model.stage_terms import StageTerms
 
 #: model units: milliseconds and GiB keep HiGHS's absolute tolerances meaningful
@@ -317,6 +318,9 @@ class StageMilp:
             b.row(terms, lo=rhs[0])
         self.builder = b
         self.h = b.highs()
+        self.stop = None       # a core.interrupt.Stop: Ctrl-C interrupts HiGHS (``solve``)
+        self.abandoned = False  # a stop left a run going: the instance is not used again
+        interrupt_on_stop(self.h, lambda: self.stop)
         self.n_binaries = len(b.integer)
         self.n_rows = len(b.rows)
 
@@ -351,6 +355,8 @@ class StageMilp:
         ``cutoff_s``, the model's objective an incumbent already reaches: HiGHS prunes every
         node whose bound reaches it). ``status`` and ``bound_s`` keep the run's model status
         and its bound (``cutoff_s`` when it proved nothing lies below it)."""
+        if self.abandoned:   # still running after a Ctrl-C: never touched again
+            return None
         h = self.h
         h.setOptionValue("time_limit", float(max(time_limit_s, 0.05)))
         h.setOptionValue("mip_rel_gap", float(rel_gap))
@@ -359,7 +365,11 @@ class StageMilp:
         h.setOptionValue("presolve", self.presolve)
         h.setOptionValue("objective_bound", float(cutoff_s * TIME_SCALE) if math.isfinite(cutoff_s)
                          else highspy.kHighsInf)
-        h.run()
+        if self.stop is None:
+            h.run()
+        elif not run_watched(h, self.stop)[0]:   # Ctrl-C during a root LP HiGHS does not interrupt
+            self.abandoned, self.status, self.bound_s = True, "kInterrupt", -math.inf
+            return None
         info, sol = h.getInfo(), h.getSolution()
         self.status = status = h.getModelStatus().name
         bound = float(info.mip_dual_bound) / TIME_SCALE

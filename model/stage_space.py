@@ -310,6 +310,7 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
                 f"the incumbent {incumbent:.6g} s")
             continue
         milp = StageMilp(t, q.K, q.pb.n_devices)
+        milp.stop = clock.stop   # Ctrl-C interrupts HiGHS and keeps the best plan so far
         row.update(runs=len(milp.runs), binaries=milp.n_binaries, rows=milp.n_rows)
         end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
         sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
@@ -333,6 +334,9 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             incumbent = min(incumbent, sol.objective_s)
         row["seconds"] = time.perf_counter() - t1 + q.seconds
         rows.append(row)
+        if milp.status == "kInterrupt":
+            cut.append(f"stage space: microbatch size {b}: the MILP was interrupted"
+                       + (f", bound {row['bound_s']:.6g} s" if math.isfinite(row["bound_s"]) else ""))
         if milp.status == "kTimeLimit":
             above = row.get("objective_s", row["cutoff_s"])
             cut.append(f"stage space: microbatch size {b}: the MILP stopped at its time limit, bound "
