@@ -36,23 +36,23 @@ def _problem():
 
 
 def test_per_stage_recomputation_beats_every_uniform_plan_in_the_simulator():
-    """Every feasible uniform plan (the cluster oracle's declared space, interleaving at
-    vp 2 and 4 included) simulated: the best is pp 2 x vp 2 with full recomputation,
-    0.043714 s (the cluster space's default, 1F1B, 0.044767 s); the stage space's full |
-    selective plan simulates 0.038727 s: 12.9 % (15.6 %) more samples per step, and
-    its simulated peak stays under the 2 GB."""
+    """Every feasible uniform plan at microbatch 1 (the cluster oracle's declared space,
+    interleaving at vp 2 and 4 included) simulated: the best is pp 2 x vp 2 with full
+    recomputation, 0.043714 s; the cluster space over microbatch sizes 1, 2, 4, 8 with
+    interleaving finds 0.043232 s (microbatch 2), 1F1B alone 0.044767 s. The stage
+    space's full | selective plan simulates 0.038727 s: 11.6 % more samples per step
+    than the best uniform plan, and its simulated peak stays under the 2 GB."""
     p = _problem()
     uniform = [pl for pl in declared_plans(p, "bf16", virtual_stages=(2, 4)) if not plan_violations(p, pl)]
     assert uniform
-    # why: no 2-stage uniform plan without full recomputation fits (stage 0's 2 microbatches)
+    # why: no uniform 2-stage 1F1B plan without full recomputation fits (stage 0 holds 2 microbatches)
     assert all(pl.stages[0].recompute == "full" for pl in uniform if pl.n_stages == 2)
     best_uniform_s = min(simulate(p, pl).iteration_s for pl in uniform)
-    cl = distplan.solve(p, SolveOptions(space="cluster", time_limit_s=60, top_k=1))   # microbatch 1, 2, 4, 8
-    assert cl.best.sim.iteration_s >= best_uniform_s * (1 - 1e-9)
+    cl = distplan.solve(p, SolveOptions(space="cluster", time_limit_s=60, top_k=5, virtual_stages=(2, 4)))
     st = distplan.solve(p, SolveOptions(space="stage", time_limit_s=60, top_k=2, microbatch_sizes=(1,)))
     stages = st.best.plan.stages
     assert [s.recompute for s in stages] == ["full", "selective"]
-    assert st.best.sim.iteration_s <= best_uniform_s / 1.12
-    assert st.best.sim.iteration_s <= cl.best.sim.iteration_s / 1.15
+    assert st.best.sim.iteration_s <= best_uniform_s / 1.12                 # microbatch 1, every plan
+    assert st.best.sim.iteration_s <= cl.best.sim.iteration_s / 1.11       # microbatch 1, 2, 4, 8
     assert not plan_violations(p, st.best.plan)
     assert (st.best.sim.peak_memory_bytes <= CAP_BYTES).all()
