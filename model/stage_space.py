@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +47,8 @@ from distplan.model.stage_terms import (StageConfig, StageTerms, mixed_recipes, 
 CHECK_RETRIES = 100
 #: the most seconds one MILP may run
 MILP_LIMIT_S = 20.0
+#: the memory checker's questions a hill-climbing round may ask (its best moves in turn)
+FIT_TRIES = 8
 #: the deepest pipeline the MILP plans (deeper ones: the cluster space's uniform plans)
 MAX_STAGES = 8
 
@@ -149,11 +152,14 @@ def uniform_starts(t: StageTerms, index: dict[StageConfig, int], space: _Space, 
     return out
 
 
-def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, rounds: int = 20
+def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, rounds: int = 20,
+            fits: Callable[[list[int], list[int]], bool] | None = None, tries: int = FIT_TRIES
             ) -> tuple[float, list[int], list[int]]:
     """Hill-climb under the MILP's own objective (a start for HiGHS, whose heuristics are
     weak here): change one stage's config or move one boundary by a unit, keeping the
-    budget, dp non-increasing and the memory rows, while that lowers the objective."""
+    budget, dp non-increasing and the memory rows, while that lowers the objective.
+    ``fits``: the memory checker, asked of the ``tries`` best moves of a round in turn
+    (the rows bound it from below: the best move under them may not fit)."""
     K, U = len(cfgs), len(split)
     dev = np.array([c.devices for c in t.configs])
     dp = np.array([c.dp for c in t.configs])
@@ -172,9 +178,15 @@ def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, ro
                     sp[v] = split[u] if v == u - 1 else split[u - 1]
                     if len(set(sp)) == K:
                         moves.append((sp, cfgs))
-        got = min(((model_objective_s(t, K, sp, cs), sp, cs) for sp, cs in moves if ok(sp, cs)),
-                  key=lambda x: x[0], default=None)
-        if got is None or got[0] >= best * (1 - 1e-12):
+        scored = sorted(((model_objective_s(t, K, sp, cs), i) for i, (sp, cs) in enumerate(moves) if ok(sp, cs)))
+        got = None
+        for o, i in scored[:tries if fits is not None else 1]:
+            if o >= best * (1 - 1e-12):
+                break
+            if fits is None or fits(*moves[i]):
+                got = (o, *moves[i])
+                break
+        if got is None:
             break
         best, split, cfgs = got
     return best, list(split), list(cfgs)
@@ -182,16 +194,25 @@ def improve(t: StageTerms, split: list[int], cfgs: list[int], n_devices: int, ro
 
 def best_start(pb: Problem, spaces, t: StageTerms, starts=()) -> tuple[float, list[int], list[int]] | None:
     """The best of ``starts`` (that fit the memory rows) and the best one-stage config,
-    each hill-climbed under the MILP's objective: (objective, split, configs), None when
-    none fits."""
+    each hill-climbed under the MILP's objective through moves the memory checker
+    accepts: (objective, split, configs), the best climb the checker accepts (else the
+    best climb), None when none fits the rows. The rows bound the checker from below, so
+    a climb under them alone can end where the checker refuses, and HiGHS, started
+    there, may have only refused plans when its time runs out (llama3-70b on h100x16:
+    no stage plan at all, though full x 3 | selective fits)."""
     single = _best_single(t)
     units = len(recipe_spaces(spaces)[""].units)
     cands = [(single[0], [0] * units, [single[1]])] if single is not None else []
     for split, cfgs in starts:
         if (model_memory_bytes(t, len(cfgs), split, cfgs) <= t.cap_bytes).all():
             cands.append((model_objective_s(t, len(cfgs), split, cfgs), split, cfgs))
-    return min((improve(t, list(sp), list(cs), pb.n_devices) for _, sp, cs in cands), key=lambda x: x[0],
-               default=None)
+
+    def fits(sp: list[int], cs: list[int]) -> bool:
+        return not plan_violations(pb, build_plan(pb, spaces, sp, [t.configs[c] for c in cs]))
+
+    climbed = sorted((improve(t, list(sp), list(cs), pb.n_devices, fits=fits) for _, sp, cs in cands),
+                     key=lambda x: x[0])
+    return next((c for c in climbed if fits(c[1], c[2])), climbed[0] if climbed else None)
 
 
 def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,

@@ -15,8 +15,12 @@ import pytest
 
 import distplan
 from distplan.api.problem import problem as make_problem
+from distplan.core.clock import Clock
 from distplan.costs.check import plan_violations
 from distplan.model import SolveOptions
+from distplan.model.cluster import _Space, plan_cluster, training_precision
+from distplan.model.stage_space import best_start, build_plan, improve, uniform_starts
+from distplan.model.stage_terms import stage_configs, stage_terms, undominated
 from distplan.sim import simulate
 from distplan.testing.cluster_oracle import declared_plans
 from distplan.topologies import kinds as K
@@ -56,3 +60,32 @@ def test_per_stage_recomputation_beats_every_uniform_plan_in_the_simulator():
     assert st.best.sim.iteration_s <= cl.best.sim.iteration_s / 1.11       # microbatch 1, 2, 4, 8
     assert not plan_violations(p, st.best.plan)
     assert (st.best.sim.peak_memory_bytes <= CAP_BYTES).all()
+
+
+def test_the_hill_climb_keeps_to_plans_the_checker_accepts_and_is_returned_when_time_is_out():
+    """The MILP's memory rows bound the checker from below: from the uniform full | full
+    start, the rows' best climb (selective | none, objective 0.037132 s) is refused by
+    the checker, and HiGHS, started there, had only refused plans to offer once its time
+    ran out (llama3-70b on h100x16: no stage plan at all, though full x 3 | selective
+    fits and simulates 10.5508 s against 10.9374 s uniform). Climbing through accepted
+    moves gives full | selective (0.039063 s), the start best_start returns, so the stage
+    space holds a plan the checker accepts before HiGHS runs."""
+    p = _problem()
+    cl = plan_cluster(p, top_k=5, clock=Clock.until(float("inf")), microbatch_sizes=(1,))
+    space = _Space(p, training_precision(p))
+    t, index = undominated(stage_terms(p, space, stage_configs(p)))
+    start = next((sp, cs) for sp, cs in uniform_starts(t, index, space, cl.plans, 2) if len(cs) == 2)
+
+    def fits(sp, cs):
+        return not plan_violations(p, build_plan(p, space, sp, [t.configs[c] for c in cs]))
+
+    assert fits(*start)
+    rows_s, sp, cs = improve(t, list(start[0]), list(start[1]), p.n_devices)
+    assert not fits(sp, cs) and rows_s == pytest.approx(0.037132, rel=1e-4)
+    checked_s, sp, cs = improve(t, list(start[0]), list(start[1]), p.n_devices, fits=fits)
+    assert fits(sp, cs) and checked_s == pytest.approx(0.039063, rel=1e-4)
+    assert [t.configs[c].recompute for c in cs] == ["full", "selective"]
+    # the stage space's start (and, when no solve does better, its plan: the held incumbent)
+    best_s, sp, cs = best_start(p, space, t, [start])
+    assert best_s == pytest.approx(checked_s) and fits(sp, cs)
+    assert [t.configs[c].recompute for c in cs] == ["full", "selective"]
