@@ -254,3 +254,23 @@ def test_bench_readme_planner_h100_table_is_the_stored_run():
                 f"{r['planner_sim_tokens_per_gpu_s']:,.0f} / {r['reference_sim_tokens_per_gpu_s']:,.0f}"]
         assert all(w in line for w in want), (line, want)
         assert r["reached_in_sim"] and r["planner_sim_s"] <= r["reference_sim_s"]
+
+
+def test_bench_readme_heterogeneity_row_is_the_stored_run():
+    """bench/README.md's heterogeneity row states what bench/results/heterogeneity_bench.json
+    holds: per case the best uniform and the stage space's samples per step, the margin, and
+    the best 1F1B uniform plan's; the mixed fleet's two rates and margin."""
+    import json
+
+    res = json.loads((ROOT / "bench" / "results" / "heterogeneity_bench.json").read_text())
+    text = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split())
+    want = [f"`--limit {res['limit_s']:.0f}`"]
+    for r in res["rows"]:
+        st, cl = r["stage"]["per_step_per_s"], r["cluster"]["per_step_per_s"]
+        want.append(f"{r['case']} {r['best_uniform_per_step_per_s']:.3f} / {st:.3f} ({r['margin'] * 100:+.2f} %; "
+                    f"1F1B {cl:.3f}: {(st / cl - 1) * 100:+.2f} %)")
+    f = res["fleet"]
+    want.append(f"per-op precision per kind {f['per_op_per_kind']['per_step_per_s']:,}/s against one policy per kind "
+                f"{f['one_policy_per_kind']['per_step_per_s']:,}/s ({f['margin'] * 100:+.2f} %)")
+    missing = [w for w in want if w not in text]
+    assert not missing, f"bench/README.md lacks {missing} (the results file holds them)"
