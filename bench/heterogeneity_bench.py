@@ -43,14 +43,14 @@ from distplan.topologies.builders import rail_cluster  # noqa: E402
 RECOMPUTE = ("none", "selective", "full")
 
 
-def tiny_problem():
-    """tests/test_heterogeneity.py's case: gpt3-1024x8x8, seq 1,024, 8 microbatches, bf16,
-    on 2 A100 nodes of 1 GPU at 2 GB."""
-    kind = dataclasses.replace(K.A100, mem_capacity_bytes=2.0e9)
-    topo = rail_cluster("a100-2gb-2x1", 2, 1, kind, K.NVLINK3_BW_BYTES_PER_S, K.NVLINK_LATENCY_S,
+def tiny_problem(nodes: int = 2, cap_bytes: float = 2.0e9, microbatches: int = 8):
+    """tests/test_heterogeneity.py's cases: gpt3-1024x8x8, seq 1,024, bf16, on ``nodes``
+    A100 nodes of 1 GPU at ``cap_bytes`` (2 at 2 GB, 8 microbatches; 4 at 1.25 GB, 16)."""
+    kind = dataclasses.replace(K.A100, mem_capacity_bytes=cap_bytes)
+    topo = rail_cluster(f"a100-{nodes}x1", nodes, 1, kind, K.NVLINK3_BW_BYTES_PER_S, K.NVLINK_LATENCY_S,
                         K.IB_HDR_PORT_BW_BYTES_PER_S, K.IB_LATENCY_S)
     return make_problem("gpt3-1024x8x8", topo, batch_size=1, seq_len=1024, mode="training",
-                        precisions=("bf16",), microbatches=8)
+                        precisions=("bf16",), microbatches=microbatches)
 
 
 def zoo_problem(workload: str, topology: str, microbatches: int, seq_len: int | None):
@@ -63,6 +63,8 @@ def zoo_problem(workload: str, topology: str, microbatches: int, seq_len: int | 
 CASES = [
     ("gpt3-1024x8x8 M8 seq1024 2x1 A100 2GB", tiny_problem, (1,), (2, 4), True,
      "memory-tight 2-stage pipeline: stage 0 holds 2 microbatches, the head's stage 1"),
+    ("gpt3-1024x8x8 M16 seq1024 4x1 A100 1.25GB", lambda: tiny_problem(4, 1.25e9, 16), (1,), (2, 4), True,
+     "memory-tight 4-stage pipeline on small devices: stage k holds 4 - k microbatches"),
     ("llama3-70b M32 seq4096 h100x32", lambda: zoo_problem("llama3-70b", "h100x32", 32, 4096), (1,), (2, 4, 5), True,
      "memory-tight 4-stage pipeline: stage k holds 4 - k microbatches"),
     ("llama3-70b M128 seq4096 h100x32", lambda: zoo_problem("llama3-70b", "h100x32", 128, 4096), (1,), (2, 4, 5),
