@@ -14,6 +14,7 @@ where it approximates ``costs.iteration``: docs/concepts/stage-milp.md.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import highspy
@@ -151,6 +152,10 @@ def unit_runs(t: StageTerms) -> list[range]:
             out.append(range(at, u))
             at = u
     return out
+
+
+#: seconds a MILP may run past its time limit before it is left to finish alone
+OVERRUN_S = 2.0
 
 
 class StageMilp:
@@ -365,10 +370,13 @@ class StageMilp:
         h.setOptionValue("presolve", self.presolve)
         h.setOptionValue("objective_bound", float(cutoff_s * TIME_SCALE) if math.isfinite(cutoff_s)
                          else highspy.kHighsInf)
-        if self.stop is None:
-            h.run()
-        elif not run_watched(h, self.stop)[0]:   # Ctrl-C during a root LP HiGHS does not interrupt
-            self.abandoned, self.status, self.bound_s = True, "kInterrupt", -math.inf
+        # watched: a Ctrl-C reaches HiGHS, and a run past its limit (root cut separation
+        # calls no callback) is left after OVERRUN_S (model.highs_watch)
+        t0 = time.perf_counter()
+        if not run_watched(h, self.stop, t0 + max(time_limit_s, 0.05) + OVERRUN_S)[0]:
+            stopped = self.stop is not None and self.stop.requested
+            self.abandoned, self.bound_s = True, -math.inf
+            self.status = "kInterrupt" if stopped else "kTimeLimit"
             return None
         info, sol = h.getInfo(), h.getSolution()
         self.status = status = h.getModelStatus().name

@@ -345,6 +345,8 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             sol = StageSolution(tuple(q.start[1]), tuple(q.start[2]), q.start[0], milp.bound_s,
                                 f"{milp.status} below the start")
             got = held[1]
+        if milp.abandoned:   # left running (Ctrl-C or past its limit): its bound is the size's own
+            milp.bound_s = max(milp.bound_s, q.lb_s)
         row["refused"] = refused
         row["status"], row["bound_s"] = (sol.status, sol.bound_s) if got else (milp.status, milp.bound_s)
         if got:

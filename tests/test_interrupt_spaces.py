@@ -204,3 +204,22 @@ def test_a_long_replay_is_dropped_with_one_line(tmp_path, long_plan, sig):
     assert secs < HANG_S
     assert "the simulation was not finished; nothing written" in err, err
     assert not trace.exists()
+
+
+def test_a_run_past_its_deadline_is_left_to_finish_alone():
+    """HiGHS 1.16 can overrun its own time limit in root cut separation, which calls no
+    callback (19.3 s asked, 117.7 s taken on a stage MILP): the watched run is left at
+    ``abandon_at`` and the caller goes on; the run still finishes on its own."""
+    from distplan.model.highs_watch import abandoned_alive, run_watched
+
+    class Slow:
+        def run(self) -> None:
+            time.sleep(1.0)
+
+    t0 = time.perf_counter()
+    finished, left = run_watched(Slow(), None, t0 + 0.2)
+    assert not finished and left is not None and time.perf_counter() - t0 < 0.9
+    assert abandoned_alive() >= 1
+    left.join()
+    finished, left = run_watched(Slow(), None, time.perf_counter() + 5.0)
+    assert finished and left is None

@@ -5,6 +5,7 @@ instances its optimum equals the brute force of the whole declared space."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -220,3 +221,17 @@ def test_the_incumbent_across_microbatch_sizes_keeps_the_least_objective():
         assert r["lb_s"] <= want
         assert ("objective_s" in r or (r["status"] == "kInfeasible" and r["bound_s"] == r["cutoff_s"])
                 or (r["status"] == "pruned by bound" and r["lb_s"] >= r["cutoff_s"]))
+
+
+def test_a_milp_left_past_its_limit_says_so_and_is_not_used_again(monkeypatch):
+    """A MILP the watched run leaves (past its limit, or a Ctrl-C in a root LP) returns
+    no solution, status kTimeLimit (kInterrupt after a stop), and is never run again."""
+    from distplan.model import stage_milp
+    calls = []
+    monkeypatch.setattr(stage_milp, "run_watched", lambda h, stop, at: (calls.append(at) or (False, None)))
+    p = _problem(2, 1, 2, 2)
+    t, _ = undominated(stage_terms(p, _Space(p, "bf16"), stage_configs(p)))
+    milp = StageMilp(t, 2, p.n_devices)
+    assert milp.solve(1.0) is None
+    assert (milp.status, milp.abandoned, milp.bound_s) == ("kTimeLimit", True, -math.inf)
+    assert milp.solve(1.0) is None and len(calls) == 1
