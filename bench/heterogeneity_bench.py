@@ -113,18 +113,20 @@ def ablate(pb, plan) -> list[dict]:
         for rc in RECOMPUTE:
             if any(s.recompute != rc for s in plan.stages):
                 variants.append((f"every stage {rc}", tuple(dataclasses.replace(s, recompute=rc) for s in plan.stages)))
-    out = []
-    for label, stages in variants:
-        p = dataclasses.replace(plan, stages=stages)
-        bad = plan_violations(pb, p)
-        row = {"variant": label, "fits": not bad}
-        if bad:
-            row["refused"] = str(bad[0])[:160]
-        else:
-            row["model_iteration_s"] = estimate_iteration(pb, p).iteration_s
-            row["sim_iteration_s"] = simulate(pb, p).iteration_s
-        out.append(row)
-    return out
+    return [timed_row(pb, dataclasses.replace(plan, stages=stages), {"variant": label}) for label, stages in variants]
+
+
+def timed_row(pb, plan, row: dict) -> dict:
+    """``row`` with whether ``plan`` fits the checker and, if it does, its analytic and
+    simulated iteration (else the checker's first refusal)."""
+    bad = plan_violations(pb, plan)
+    row["fits"] = not bad
+    if bad:
+        row["refused"] = str(bad[0])[:160]
+    else:
+        row["model_iteration_s"] = estimate_iteration(pb, plan).iteration_s
+        row["sim_iteration_s"] = simulate(pb, plan).iteration_s
+    return row
 
 
 def interleaved(pb, plan, vp: int):
@@ -151,14 +153,7 @@ def interleave_all(pb, plan, vps) -> list[dict]:
         if p is None:
             out.append({"vp": vp, "applies": False})
             continue
-        bad = plan_violations(pb, p)
-        row = {"vp": vp, "applies": True, "fits": not bad}
-        if bad:
-            row["refused"] = str(bad[0])[:160]
-        else:
-            row["model_iteration_s"] = estimate_iteration(pb, p).iteration_s
-            row["sim_iteration_s"] = simulate(pb, p).iteration_s
-        out.append(row)
+        out.append(timed_row(pb, p, {"vp": vp, "applies": True}))
     return out
 
 
