@@ -46,7 +46,7 @@ from distplan.core.plan import RECOMPUTE, Plan, Stage
 from distplan.costs.expert_parallel import expert_plan
 from distplan.costs.megatron import fp8_training_precisions, stage_of_ops
 from distplan.costs.sharding import searched_zero_levels
-from distplan.workloads.graph import layer_index
+from distplan.model.cluster import interleave_degrees, interleave_layers, training_precision, training_recipes
 
 #: the precision policy of the fp8 training recipe (``model.cluster.training_recipes``)
 FP8_RECIPE = "fp8 recipe"
@@ -116,8 +116,6 @@ def training_options(problem: Problem, dp: int, tp: int, pp: int = 1, vp: int = 
 def precision_policies(problem: Problem) -> tuple[str, ...]:
     """"fastest", every allowed precision, and in training ``FP8_RECIPE`` where the
     cluster space tries the fp8 recipe (``model.cluster.training_recipes``)."""
-    from distplan.model.cluster import training_precision, training_recipes
-
     out = ("fastest", *problem.precisions)
     if problem.training:
         try:
@@ -129,20 +127,12 @@ def precision_policies(problem: Problem) -> tuple[str, ...]:
     return out
 
 
-def _layers(problem: Problem) -> int:
-    """The layer count interleaving deals chunks of (0 without layer names or with a
-    colocate group across layers: the cluster space's rule)."""
-    from distplan.model.cluster import units_hold_groups
-
-    known = [x for x in (layer_index(op.name) for op in problem.graph.ops) if x is not None]
-    return max(known) + 1 if known and units_hold_groups(problem) else 0
-
-
 def _vps(problem: Problem, virtual_stages: Sequence[int], dp: int, pp: int, m: int, ep: int, L: int) -> list[int]:
-    """1 and the asked vp (>= 2) that interleave this point: the cluster space's rule."""
-    if not problem.training or pp < 2 or ep > 1 or m % dp or (m // dp) % pp:
+    """1 and the asked vp (>= 2) that interleave this point: the cluster space's rule
+    (``model.cluster.interleave_degrees``) on its ``m / dp`` microbatches a replica."""
+    if not problem.training or m % dp:
         return [1]
-    return [1] + [vp for vp in sorted(set(virtual_stages)) if vp >= 2 and L and L % (pp * vp) == 0]
+    return interleave_degrees(virtual_stages, L, pp, m // dp, ep)
 
 
 def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None,
@@ -157,7 +147,7 @@ def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None
     mbs = tuple(microbatch_counts or default_microbatch_counts(problem))
     policies = precision_policies(problem)
     n_paths = len(device_paths(problem))
-    L = _layers(problem) if options.virtual_stages else 0
+    L = interleave_layers(problem) if options.virtual_stages else 0
     out = []
     for cp in ranks.cps:
         for ep in ranks.eps:
@@ -224,8 +214,6 @@ def grid_plan(problem: Problem, dp: int, tp: int, pp: int, microbatches: int, po
 
 
 def _recipe(problem: Problem) -> tuple[str, ...]:
-    from distplan.model.cluster import training_precision
-
     return fp8_training_precisions(problem, training_precision(problem))
 
 

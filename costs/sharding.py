@@ -42,11 +42,16 @@ def zero_saved_elem_bytes(zero: int, static_per_param: float, grad_per_param: fl
 
 
 def expert_data_groups(st) -> list[tuple[int, ...]]:
-    """The stage's expert-data-parallel groups (module docstring): for each position e of
-    an expert-parallel block, the replicas i with ``(i // expert_stride) % ep == e``,
-    which hold the same experts; one group of every replica at ep 1."""
-    ep, s = st.expert_parallel, st.expert_stride
-    return [tuple(i for i in range(st.replicas) if (i // s) % ep == e) for e in range(ep)]
+    """The stage's expert-data-parallel groups (``replica_groups_by_expert``)."""
+    return replica_groups_by_expert(st.replicas, st.expert_parallel, st.expert_stride)
+
+
+def replica_groups_by_expert(replicas: int, ep: int, stride: int) -> list[tuple[int, ...]]:
+    """The expert-data-parallel groups of ``replicas`` in expert-parallel blocks of ``ep``
+    members ``stride`` replicas apart (module docstring): for each position e of a block,
+    the replicas i with ``(i // stride) % ep == e``, which hold the same experts; one
+    group of every replica at ep 1."""
+    return [tuple(i for i in range(replicas) if (i // stride) % ep == e) for e in range(ep)]
 
 
 def expert_reduces(st) -> bool:

@@ -43,8 +43,8 @@ from distplan.costs.megatron import fp8_training_precisions, megatron_plan, stag
 from distplan.costs.memory import OPTIMIZER_BYTES_PER_PARAM
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
-from distplan.costs.sharding import (fsdp_units, searched_zero_levels, unit_expert_bytes, unit_param_bytes,
-                                    zero_saved_fraction)
+from distplan.costs.sharding import (fsdp_units, replica_groups_by_expert, searched_zero_levels, unit_expert_bytes,
+                                    unit_param_bytes, zero_saved_fraction)
 from distplan.costs.tensor_parallel import tp_output_share
 from distplan.model.cluster_ranks import bare_problem, cp_degrees, ep_degrees, timed_problem, zoo_origin
 from distplan.workloads.colocate import index_groups
@@ -376,17 +376,17 @@ class _Space:
 
     def expert_gathers_s(self, replicas: int, tp: int, stride: int) -> np.ndarray:
         """(groups, units): each ZeRO-3 unit's routed-expert all-gather on each
-        expert-data-parallel group's ring (``costs.sharding.expert_data_groups``: replicas
-        i with (i // stride) % ep alike; replica i's rank 0 on device i x tp, the cluster
-        space's layout; ``costs.fsdp.unit_gather_s``); (0, units) at ep 1 or groups of 1."""
+        expert-data-parallel group's ring (``costs.sharding.replica_groups_by_expert``;
+        replica i's rank 0 on device i x tp, the cluster space's layout;
+        ``costs.fsdp.unit_gather_s``); empty at ep 1 or groups of 1."""
         key = (replicas, tp, stride)
         if key not in self._expert_gathers:
-            units = fsdp_units(self.pb, range(self.pb.n_ops))
             ep = self.ep
             if ep <= 1 or replicas // ep < 2:
-                out = np.zeros((0, len(units)))
+                out = np.zeros((0, 0))
             else:
-                groups = [[i for i in range(replicas) if (i // stride) % ep == e] for e in range(ep)]
+                units = fsdp_units(self.pb, range(self.pb.n_ops))
+                groups = replica_groups_by_expert(replicas, ep, stride)
                 nbytes = [unit_expert_bytes(self.pb, u, self.qs, tp) for u in units]
                 out = np.array([[all_gather_s(self.pb, [i * tp for i in g], b) if b > 0 else 0.0 for b in nbytes]
                                 for g in groups])
@@ -611,6 +611,22 @@ def inference_precisions(problem: Problem) -> list[str]:
     return [p for p in problem.precisions if bool(problem.supported[problem.q_index(p)].all())]
 
 
+def interleave_layers(problem: Problem) -> int:
+    """The layer count Megatron's interleaving deals equal chunks of: the units, 0 without
+    layer names or where a colocate group spans layers (a chunk would split it)."""
+    named = any(layer_index(op.name) is not None for op in problem.graph.ops) and units_hold_groups(problem)
+    return len(_units(problem)) if named else 0
+
+
+def interleave_degrees(virtual_stages, layers: int, pp: int, per_replica: int, ep: int) -> list[int]:
+    """1 and each asked vp >= 2 that interleaves a point (Megatron's rule): pp >= 2, pp x vp
+    dividing the ``layers`` (``interleave_layers``), pp dividing the ``per_replica``
+    microbatches a replica runs, no expert parallelism."""
+    if pp < 2 or ep > 1 or per_replica % pp:
+        return [1]
+    return [1] + [vp for vp in sorted(set(virtual_stages)) if vp >= 2 and layers and layers % (pp * vp) == 0]
+
+
 def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), cp: int = 1,
                  ep: int = 1, tp_overlap: bool = False) -> list[ClusterPoint]:
     """Every outer point of the declared space (training: module docstring; inference,
@@ -631,8 +647,7 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), 
                 for pp in range(1, min(L, N // tp) + 1)
                 for sp in ((False, True) if tp > 1 else (False,))]
     out = []
-    # interleaving deals out equal chunks of layers, which a group across layers would split
-    named = any(layer_index(op.name) is not None for op in problem.graph.ops) and units_hold_groups(problem)
+    layers = interleave_layers(problem) if virtual_stages else 0
     for tp in tp_degrees(problem):
         for pp in range(1, min(L, N // tp) + 1):
             for dp in _divisors(M):
@@ -640,9 +655,7 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), 
                     break
                 if dp % ep:
                     continue
-                vps = [1] + [vp for vp in sorted(set(virtual_stages)) if vp >= 2 and named and L % (pp * vp) == 0
-                             and pp >= 2 and (M // dp) % pp == 0 and ep == 1]
-                for vp in vps:
+                for vp in interleave_degrees(virtual_stages, layers, pp, M // dp, ep):
                     for rc in RECOMPUTE_CHOICES:
                         for zero in searched_zero_levels(dp * cp, tp, pp, vp, problem):
                             for sp in ((False, True) if tp > 1 else (False,)):
@@ -676,11 +689,6 @@ class Skips:
     def refuse(self, pt: ClusterPoint) -> None:
         self.refused += 1
         self.refused_points.add(pt)
-
-    def unrefuse(self, pt: ClusterPoint, n: int) -> None:
-        """Take back ``n`` refusals of ``pt``'s split, which the checker's memory refuses
-        anyway (a split that does not fit leaves no plan to time)."""
-        self.refused -= n
 
     def left(self) -> float:
         """Seconds to the deadline (0 once a stop was requested)."""
@@ -769,7 +777,7 @@ def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, 
     """One option's analytic iteration, or None: over the time left or stopped (counted
     in ``clock``), or proved at least ``above_s`` (``Exceeds``). An ep plan the analytic
     iteration refuses is simulated where ``fits`` (the checker's memory verdict) holds
-    (``_simulated_s``)."""
+    (``_simulated_s``), dropped where it does not, and refused without ``fits``."""
     if timed and need_s > clock.left():
         clock.skip(pt, need_s, clock.left())
         return None
@@ -786,10 +794,11 @@ def _time_option(problem: Problem, pt: ClusterPoint, plan: Plan, need_s: float, 
     except DistplanError:
         if pt.ep == 1 or clock is None:
             raise
-        if fits is not None and fits():
-            return _simulated_s(problem, pt, plan, clock)
-        clock.refuse(pt)   # an ep plan the analytic iteration does not time: its bound stands
-        return None
+        if fits is None:
+            clock.refuse(pt)   # an ep plan the analytic iteration does not time: its bound stands
+            return None
+        # over the checker's memory: no plan to time, and no hole in the bound
+        return _simulated_s(problem, pt, plan, clock) if fits() else None
 
 
 def _simulated_s(problem: Problem, pt: ClusterPoint, plan: Plan, clock: Skips) -> float | None:
@@ -847,7 +856,6 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
         best.calls += 1
     got: dict[int, float] = {}
     put_off: list[tuple[int, float]] = []
-    refused = clock.refused if clock is not None else 0
     simulated = clock.simulated if clock is not None else 0
     by_sim: set[int] = set()   # options timed by the simulator (the analytic iteration refuses them)
     memory: dict = {}
@@ -872,9 +880,6 @@ def _evaluate(problem: Problem, space: _Space, pt: ClusterPoint, split: list[int
                 by_sim.add(i)
                 simulated = clock.simulated
     kth = best.kth_s() if best is not None else math.inf
-    if clock is not None and clock.refused > refused and not _fits(problem, plans[0], memory):
-        clock.unrefuse(pt, clock.refused - refused)   # over the checker's memory: no plan, not a hole in the bound
-        return []
     if any(t < kth for t in got.values()) and not _fits(problem, plans[0], memory):
         return []   # over the checker's memory (the split's own bound used its lower bound)
     for i, lb in put_off:

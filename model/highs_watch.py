@@ -30,7 +30,6 @@ def abandoned_alive() -> int:
     return len(_abandoned)
 
 
-
 def run_watched(h: "highspy.Highs", stop: Stop | None, abandon_at: float = math.inf
                 ) -> tuple[bool, threading.Thread | None]:
     """``h.run()`` in a worker thread while this (main) thread waits and sees Ctrl-C
