@@ -59,6 +59,11 @@ class FsdpPattern:
         rings = self.info[k][5]
         first = last = None
         for pred, n, nbytes in rings[i, d]:
+            if n > 1 and self.b.merge:   # the chain as one node (sim.stream_runs)
+                last = self.b.chain_run(preds if last is None else [last], pred, d, nbytes / n, n - 1, self.p,
+                                        phase, op)
+                first = last if first is None else first
+                continue
             for _ in range(n - 1):
                 last, f = self.b.chain(preds if last is None else [last], [pred, d], nbytes / n, self.p, phase, -1, op)
                 first = f if first is None else first

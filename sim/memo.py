@@ -24,7 +24,7 @@ from distplan.sim.execute import Net, Run, expand, run
 from distplan.sim.options import SimOptions
 from distplan.sim.program import build_program
 from distplan.sim.result import SimResult
-from distplan.sim.simulate import _check_size, _measure, _validate
+from distplan.sim.simulate import _check_size, _measure, _validate, merges
 from distplan.sim.symmetry import find_symmetry
 
 #: stored runs hold at most this many nodes together (about 25 bytes a node kept)
@@ -53,7 +53,7 @@ class RunMemo:
         static_links = opts.ideal and opts.link_model == "fifo" and plan.schedule != "interleaved"
         sym = find_symmetry(pb, plan, opts.ideal, opts.trace) if opts.symmetry else None
         _check_size(pb, plan, sym)
-        prog = build_program(pb, plan, ideal=opts.ideal, static_links=static_links, sym=sym)
+        prog = build_program(pb, plan, ideal=opts.ideal, static_links=static_links, sym=sym, merge=merges(opts))
         run_plan = plan if sym is None else sym.reduced
         key = run_key(prog, run_plan, opts)
         got = self._runs.get(key)

@@ -33,10 +33,14 @@ class SimOptions:
     """Simulate identical data-parallel replicas and tensor-parallel ranks once when the
     run is provably symmetric (``sim.symmetry``; exact, same figures); False simulates
     every copy."""
+    merge_chains: bool = True
+    """Run each ZeRO-3 ring chain whose links carry only its device's chains as one node
+    (``sim.stream_runs``; exact, same figures; not with a trace or ``"fair"`` links);
+    False keeps every transfer."""
 
     def __post_init__(self) -> None:
         """Every field checked by core.validate: bools are bools (``ideal="no"`` is an error)."""
         if not isinstance(self.link_model, str) or self.link_model not in LINK_MODELS:
             raise DistplanError(f"SimOptions.link_model {self.link_model!r} unknown; use one of {', '.join(LINK_MODELS)}")
-        for k in ("ideal", "trace", "symmetry"):
+        for k in ("ideal", "trace", "symmetry", "merge_chains"):
             object.__setattr__(self, k, check_bool(f"SimOptions.{k}", getattr(self, k)))

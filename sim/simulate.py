@@ -14,6 +14,7 @@ from distplan.sim.options import SimOptions
 from distplan.sim.period import MAX_CYCLICITY, steady_period
 from distplan.sim.program import build_program
 from distplan.sim.schedule import repeats
+from distplan.sim.stream_runs import server_work_s, unmerged_types
 from distplan.sim.symmetry import Symmetry, find_symmetry
 from distplan.sim.taskgraph import K_B, K_F, K_XFER, KIND_NAMES
 from distplan.sim.iteration import iteration_s
@@ -28,10 +29,15 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions | None = None) ->
     static_links = opts.ideal and opts.link_model == "fifo" and plan.schedule != "interleaved"
     sym = find_symmetry(problem, plan, opts.ideal, opts.trace) if opts.symmetry else None
     _check_size(problem, plan, sym)
-    prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links, sym=sym)
+    prog = build_program(problem, plan, ideal=opts.ideal, static_links=static_links, sym=sym, merge=merges(opts))
     net = expand(prog, plan if sym is None else sym.reduced)
     r = run(net, prog, opts.link_model)
     return _measure(problem, plan, opts, prog, net, r, sym)
+
+
+def merges(opts: SimOptions) -> bool:
+    """Whether a run under ``opts`` merges uncontended ZeRO-3 chains (``sim.stream_runs``)."""
+    return opts.merge_chains and not opts.trace and opts.link_model in ("fifo", "free")
 
 
 def _validate(problem: Problem, plan: Plan) -> None:
@@ -141,6 +147,7 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: 
     link_bytes = np.bincount(server[link_mask] - D, weights=node_bytes[link_mask], minlength=L)[:L]
     kind = np.tile(np.asarray(prog.kind), U)
     n_tasks = factor * int(np.count_nonzero(net.valid & ((kind == K_F) | (kind == K_B))))
+    extra_nodes = _unmerge(prog, ran[:net.N0].reshape(U, T), link_busy, link_bytes, r.link_busy_s is None)
     peak_all, peak_own = peak_memory(prog, units, T, beg, end, fin, net.micro)
     if sym is not None:   # every device / link repeats its representative
         dev_busy, peak_all, peak_own = dev_busy[sym.device_rep], peak_all[sym.device_rep], peak_own[sym.device_rep]
@@ -153,10 +160,30 @@ def _measure(problem: Problem, plan: Plan, opts: SimOptions, prog, net, r, sym: 
         device_busy_s=dev_busy, device_busy_fraction=dev_busy / span,
         link_busy_s=link_busy, link_busy_fraction=link_busy / span, link_bytes=link_bytes,
         peak_memory_bytes=peak_all, peak_own_memory_bytes=peak_own, microbatch_done_s=done,
-        n_tasks=n_tasks, n_nodes=factor * int(ran.sum()), schedule=plan.schedule, microbatches=M, events=events,
+        n_tasks=n_tasks, n_nodes=factor * (int(ran.sum()) + extra_nodes), schedule=plan.schedule, microbatches=M, events=events,
         iteration_s=it_s, optimizer_s=opt_s,
         step_throughput_per_s=M * problem.graph.batch_size / it_s if it_s > 0 else float("inf"),
     )
+
+
+def _unmerge(prog, ran_units: np.ndarray, link_busy: np.ndarray, link_bytes: np.ndarray, busy_from_dur: bool) -> int:
+    """Put each merged ZeRO-3 chain's seconds and bytes back on the links its transfers
+    used (``Program.spread``, sim.stream_runs), in place; returns the nodes it stands
+    for beyond itself, over the units it ran in."""
+    D, extra = prog.D, 0
+    for t, (steps, hops) in prog.spread.items():
+        n = int(np.count_nonzero(ran_units[:, t]))
+        if not n:
+            continue
+        if busy_from_dur:
+            link_busy[prog.server[t] - D] -= n * prog.dur[t]
+        link_bytes[prog.server[t] - D] -= n * prog.nbytes[t]
+        for s, dur, nbytes in hops:
+            if busy_from_dur:
+                link_busy[s - D] += n * steps * dur
+            link_bytes[s - D] += n * steps * nbytes
+        extra += n * (steps * len(hops) - 1)
+    return extra
 
 
 def _full_run_done(done: np.ndarray, microbatches: int, sym: Symmetry | None) -> np.ndarray:
@@ -205,8 +232,7 @@ def work_per_microbatch(prog, link_model: str) -> float:
     device with s slots counts 1/s): every task, TP share, cast and link hop of the
     pattern, TP all-reduce steps included; links count unless they are contention-free.
     No steady state has a shorter period."""
-    work = np.bincount(np.asarray(prog.server, dtype=np.int64), weights=np.asarray(prog.dur),
-                       minlength=prog.D + prog.L) / prog.C
+    work = server_work_s(prog) / prog.C
     work /= np.asarray(prog.concurrency, dtype=float)
     if link_model == "free":
         work = work[:prog.D]
@@ -236,7 +262,7 @@ def _period_from_longer_run(plan: Plan, prog, opts: SimOptions, period: float,
     M2 = max(4 * rr * ((max(off) - min(off)) if off else 0) + 64, 2 * plan.microbatches)
     M2 = -(-M2 // C) * C
     best = (period, False)
-    while M2 * prog.T * factor <= PERIOD_NODE_BUDGET:
+    while M2 * unmerged_types(prog) * factor <= PERIOD_NODE_BUDGET:
         prog2 = dataclasses.replace(prog, M=M2 // rr)
         plan2 = dataclasses.replace(run_plan, microbatches=M2 // rr)
         net2 = expand(prog2, plan2)

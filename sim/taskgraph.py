@@ -35,6 +35,7 @@ from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
 from distplan.sim.comm_nodes import reduction_nodes, ring_nodes, ring_nodes_after
 from distplan.sim.fsdp_nodes import FsdpPattern
+from distplan.sim.stream_runs import Spread, chain_s, exclusive_routes, expand_runs
 from distplan.sim.symmetry import Symmetry
 
 # node kinds
@@ -100,6 +101,8 @@ class Program:
     link_bw: list[float] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
     static_links: bool = False
+    # merged ZeRO-3 chain's node type -> (steps, per hop (server, seconds, bytes)) (sim.stream_runs)
+    spread: dict[int, Spread] = field(default_factory=dict)
 
     @property
     def T(self) -> int:
@@ -123,9 +126,14 @@ class Program:
 
 
 class _Builder:
-    def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool, sym: Symmetry | None = None):
+    def __init__(self, problem: Problem, plan: Plan, ideal: bool, static_links: bool, sym: Symmetry | None = None,
+                 merge: bool = False):
         # with a symmetry reduction, ``plan`` is the reduced plan and ``full`` the user's
         self.full = plan
+        self.merge = merge   # every ZeRO-3 chain as one node (sim.stream_runs)
+        self._chain_s: dict = {}   # Spread -> its merged node's seconds
+        self._last: dict[int, dict[int, int]] = {}   # stage -> replica -> its last microbatch
+        self.fsdp_runs: list[tuple[int, int, int, tuple[int, ...]]] = []   # (device, pred, node, route's servers)
         self.sym = sym
         if sym is not None:
             plan = sym.reduced
@@ -219,6 +227,22 @@ class _Builder:
                 last = t
             pending_relay = (b, last)
         return last, first
+
+    def chain_run(self, preds: list[int], a: int, b: int, nbytes: float, steps: int, p: int, phase: int,
+                  op: int) -> int:
+        """``steps`` transfers of ``nbytes`` a -> b one after the other as one node on the
+        route's last link (``sim.stream_runs``; its per-hop work in ``Program.spread``)."""
+        route = self.route(a, b)
+        hops = tuple((self.D + l, nbytes / self.bw[l], nbytes) for l in route)
+        spread = (steps, hops)
+        dur = self._chain_s.get(spread)
+        if dur is None:
+            lat = self.lat
+            dur = self._chain_s[spread] = chain_s(spread, lambda s: lat[s - self.D])
+        t = self.prog.add(self.D + route[-1], dur, K_XFER, p, op, preds, phase, -1, steps * nbytes * len(route))
+        self.prog.spread[t] = spread
+        self.fsdp_runs.append((b, a, t, tuple(s for s, _, _ in hops)))
+        return t
 
     def exposed_xfer(self, preds: list[int], a: int, b: int, nbytes: float, p: int, phase: int, e: int,
                      op_send: int, op_recv: int) -> tuple[int, int]:
@@ -531,10 +555,18 @@ class _Builder:
         microbatch."""
         x = self._x_add(d, 0.0, 0.0, [], k)
         if op is not None:
-            st = self.plan.stages[k]
-            last = max(m for m in range(self.prog.M) if st.replica_of(m) == replica)
+            last = self._last_microbatch(k)[replica]
             self.prog.x_after[x] = (self.bwd_nodes[last % self.prog.C][op][rank], last)
         return x
+
+    def _last_microbatch(self, k: int) -> dict[int, int]:
+        """Stage k's replicas' last microbatches (each asked once per stage)."""
+        if k not in self._last:
+            st, out = self.plan.stages[k], {}
+            for m in range(self.prog.M):
+                out[st.replica_of(m)] = m
+            self._last[k] = out
+        return self._last[k]
 
     def _x_add(self, server: int, dur: float, nbytes: float, preds: list[int], stage: int) -> int:
         """A collective node; one on a device is appended to that device's order, so it
@@ -549,7 +581,14 @@ class _Builder:
 
 
 def build_task_graph(problem: Problem, plan: Plan, ideal: bool = False, static_links: bool = False,
-                     sym: Symmetry | None = None) -> Program:
+                     sym: Symmetry | None = None, merge: bool = False) -> Program:
     """The node types, buffers and collectives of ``plan`` on ``problem`` (no schedule yet);
-    ``ideal``: links have no latency; ``sym``: simulate one copy (``sim.symmetry``)."""
-    return _Builder(problem, plan, ideal, static_links, sym).build()
+    ``ideal``: links have no latency; ``sym``: simulate one copy (``sim.symmetry``);
+    ``merge``: each ZeRO-3 ring chain on links only its device's chains use as one node
+    (``sim.stream_runs``, exact)."""
+    if not merge or static_links:   # links in static orders keep every node
+        return _Builder(problem, plan, ideal, static_links, sym).build()
+    first = _Builder(problem, plan, ideal, static_links, sym, True)   # every chain merged, then
+    prog = first.build()                                              # the shared ones put back
+    expand_runs(prog, first.fsdp_runs, exclusive_routes(prog, first.fsdp_runs))
+    return prog
