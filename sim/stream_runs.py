@@ -86,37 +86,29 @@ def expand_runs(prog, runs: list[tuple[int, int, int, tuple[int, ...]]], keep: s
     if not split:
         return
     T = prog.T
-    first_of, last_of = [0] * T, [0] * T
-    cols = ("server", "dur", "kind", "pat", "op", "edge", "nbytes", "phase")
-    old = {c: getattr(prog, c) for c in cols}
-    new = {c: [] for c in cols}
-    preds: list[list[int]] = []
-    spread: dict[int, Spread] = {}
-    for t in range(T):
-        n = len(preds)
-        hops = split.get(t)
-        ps = [last_of[u] for u in prog.preds[t]]
-        if hops is None:
-            for c in cols:
-                new[c].append(old[c][t])
-            preds.append(ps)
-            if t in prog.spread:
-                spread[n] = prog.spread[t]
-            first_of[t] = last_of[t] = n
-            continue
-        steps, route = hops
-        for k in range(steps):
-            for h, (s, dur, nbytes) in enumerate(route):
-                i = len(preds)
-                for c, x in zip(cols, (s, dur, old["kind"][t], old["pat"][t], old["op"][t], -1, nbytes,
-                                       old["phase"][t])):
-                    new[c].append(x)
-                preds.append(ps if i == n else [i - 1])
-        first_of[t], last_of[t] = n, len(preds) - 1
-    for c in cols:
-        setattr(prog, c, new[c])
+    size = np.ones(T, dtype=np.int64)
+    for t, (steps, hops) in split.items():
+        size[t] = steps * len(hops)
+    last = np.cumsum(size) - 1
+    first = last - size + 1
+    first_of, last_of = first.tolist(), last.tolist()
+    for c in ("server", "dur", "kind", "pat", "op", "edge", "nbytes", "phase"):
+        setattr(prog, c, np.repeat(np.asarray(getattr(prog, c)), size))   # a split node's fields, then its hops'
+    preds = [None] * int(last[-1] + 1)
+    for t, ps in enumerate(prog.preds):
+        preds[first_of[t]] = [last_of[u] for u in ps]
+    for t, (steps, hops) in split.items():
+        lo, hi = first_of[t], last_of[t] + 1
+        prog.server[lo:hi] = np.tile([h[0] for h in hops], steps)
+        prog.dur[lo:hi] = np.tile([h[1] for h in hops], steps)
+        prog.nbytes[lo:hi] = np.tile([h[2] for h in hops], steps)
+        prog.edge[lo:hi] = -1
+        for i in range(lo + 1, hi):
+            preds[i] = [i - 1]
+    for c in ("server", "dur", "kind", "pat", "op", "edge", "nbytes", "phase"):
+        setattr(prog, c, getattr(prog, c).tolist())
     prog.preds = preds
-    prog.spread = spread
+    prog.spread = {first_of[t]: v for t, v in prog.spread.items() if t not in split}
     for b in prog.buffers:
         b.alloc = first_of[b.alloc]
         b.frees = tuple(last_of[x] for x in b.frees)
