@@ -71,3 +71,21 @@ def overlapped_reduction_lb_s(problem: Problem, groups: Sequence[Sequence[int]],
     for steps, lats, spbs in phases:   # each step at least the phase's quickest route
         chain = chain + steps * (lats[None, :] + spbs[None, :] * b[:, None]).min(axis=1)
     return max(out, float(chain.max()))
+
+
+def stream_rate(problem: Problem, groups: Sequence[Sequence[int]], hierarchical: bool, zero: int
+                ) -> tuple[float, float]:
+    """(latency seconds, seconds per byte) of the busiest link of the reductions over
+    each of ``groups``: a rank's overlapped buckets, however many and whenever ready
+    (from 0 on), are delivered no earlier than ``latency + rate x their bytes`` (the
+    link bound of ``overlapped_reduction_lb_s`` with every bucket ready at 0). Where a
+    ring hop crosses two links (store and forward), this rate is half the closed form's
+    (``gradient_reduction_parts``), which charges every step the whole route."""
+    if len(groups[0]) < 2:
+        return 0.0, 0.0
+    load, _ = reduction_link_load(problem, groups, hierarchical, zero)
+    if not load:
+        return 0.0, 0.0
+    rate = max(load.values())
+    lat = max(float(problem.link_latency_s[l]) for l, r in load.items() if r >= rate)
+    return lat, float(rate)

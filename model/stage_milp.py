@@ -2,7 +2,9 @@
 and microbatch size, which contiguous layer units form each stage and which
 configuration (``model.stage_terms.StageConfig``) each stage takes, minimising the
 linearised 1F1B iteration: fill and drain plus each stage's own (n_k - 1) x t_k,
-the exposed gradient reduction of a flat ring overlapped with the backward and the
+the exposed gradient reduction of a flat ring overlapped with the backward (its
+buckets streamed at the busiest link's rate, a lower bound of their transfer-by-transfer
+timing, and the first op's bucket one ring chain after the backward) and the
 optimizer step,
 under per-stage memory with its in-flight microbatches, a device budget and
 non-increasing dp along the pipeline. Cumulative stage encoding ``y[u,k]`` (stage(u)
@@ -57,7 +59,7 @@ def model_objective_s(t: StageTerms, K: int, split, configs) -> float:
     pipe = tk.sum() + 2 * ck.sum() + max((t.n[configs[k]] - 1) * tk[k] for k in range(K))
     before = np.concatenate(([0.0], np.cumsum(bk + np.append(ck[1:], 0.0))[:-1]))
     red = np.array([t.red_s[configs[k], split == k].sum() + t.red0_s[configs[k]] for k in range(K)])
-    first = np.array([t.red_first_s[configs[k], starts[k]] + t.red0_s[configs[k]] for k in range(K)])
+    first = np.array([t.red_first_s[configs[k], starts[k]] + t.red_first0_s[configs[k]] for k in range(K)])
     opt = max(t.opt_s[configs[k], split == k].sum() + t.opt0_s[configs[k]] for k in range(K))
     exposed = np.maximum(red - bk, first) - before
     return float(pipe + max(0.0, float(exposed.max())) + opt)
@@ -296,7 +298,7 @@ class StageMilp:
             for r, c in zs:
                 row[self.z[r, k, c]] = -t.red_s[c, col[r]] * ts
             b.row(row, lo=0.0)
-            row = {self.E: 1.0, **before, **{self.s[k, c]: -t.red0_s[c] * ts for c in range(C)}}
+            row = {self.E: 1.0, **before, **{self.s[k, c]: -t.red_first0_s[c] * ts for c in range(C)}}
             for c in range(C):
                 row[self.z[0, k, c]] = -t.red_first_s[c, 0] * ts   # unit 0 (run 0) starts the first used stage
                 for r in begins[k]:
