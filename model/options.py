@@ -89,6 +89,11 @@ class SolveOptions:
     """Cluster space, training: samples per microbatch to search at the problem's global
     batch, besides the problem's own; None: ``DEFAULT_MICROBATCH_SIZES``; (): the
     problem's alone."""
+    stage_milp_share: float | None = None
+    """Stage space: the phase after its cluster search (the stage MILPs) gets at most this
+    share of the cluster search's own wall seconds, the sizes it leaves unproven listed in
+    ``cut_short`` (the plan never worse than the cluster space's); None: each MILP up to
+    20 s within the time limit."""
     virtual_stages: tuple[int, ...] = ()
     """Cluster space, training: also search Megatron's interleaved 1F1B with these virtual
     stages per pipeline rank (each >= 2; where pp x vp divides the layers and pp the

@@ -31,7 +31,7 @@ from distplan.core.errors import DistplanError
 from distplan.core.space import BoundKind, SearchResult, Status
 from distplan.core.plan import Plan, Stage
 from distplan.costs.check import plan_violations
-from distplan.costs.iteration import estimate_iteration
+from distplan.costs.iteration import Exceeds, estimate_iteration
 from distplan.costs.problem import Problem
 from distplan.model.cluster import _Space, batch_variants, plan_cluster, training_precision, training_recipes
 from distplan.model.options import DEFAULT_MICROBATCH_SIZES
@@ -112,18 +112,24 @@ def build_plan(problem: Problem, spaces, split, configs: list[StageConfig], allr
                 dp_allreduce=allreduce, overlap_grad_reduce=overlap)
 
 
-def evaluate(problem: Problem, space, split, configs: list[StageConfig]) -> list[tuple[Plan, float]]:
+def evaluate(problem: Problem, space, split, configs: list[StageConfig], above_s: float = math.inf
+             ) -> list[tuple[Plan, float]] | None:
     """(plan, analytic iteration) under each gradient-reduction option (flat or
-    hierarchical ring, overlapped or not), [] when the checker refuses the plan."""
+    hierarchical ring, overlapped or not) whose iteration may lie below ``above_s``
+    (``costs.iteration.Exceeds``: the options proven at least ``above_s`` are left out,
+    their buckets not timed), None when the checker refuses the plan."""
     reps = any(c.dp > 1 for c in configs)
     options = [(a, o) for a in (("ring", "hierarchical") if reps else ("ring",)) for o in
                ((False, True) if reps else (False,))]
-    out = []
-    for a, o in options:
+    out: list[tuple[Plan, float]] = []
+    for i, (a, o) in enumerate(options):
         plan = build_plan(problem, space, split, configs, a, o)
-        if not out and plan_violations(problem, plan):
-            return []
-        out.append((plan, estimate_iteration(problem, plan).iteration_s))
+        if i == 0 and plan_violations(problem, plan):
+            return None
+        try:
+            out.append((plan, estimate_iteration(problem, plan, above_s=above_s).iteration_s))
+        except Exceeds:
+            pass
     return out
 
 
@@ -216,15 +222,17 @@ def best_start(pb: Problem, spaces, t: StageTerms, starts=()) -> tuple[float, li
 
 
 def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s, rel_gap: float,
-                  starts=(), cutoff_s: float = math.inf, start=None, known: dict | None = None
-                  ) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
+                  starts=(), cutoff_s: float = math.inf, start=None, known: dict | None = None,
+                  above_s=lambda: math.inf) -> tuple[StageSolution | None, list[tuple[Plan, float]], int]:
     """The MILP's best assignment the memory checker accepts (started from ``start``, by
     default ``best_start`` of ``starts``; each refused one cut off and solved again,
     ``CHECK_RETRIES`` times at most), its plans under every reduction option, and how
     many were refused. ``budget_s()``: the seconds the next solve may take. ``cutoff_s``:
     the objective of a plan the checker accepts: only assignments below it are sought
     (none found: ``milp.status`` "kInfeasible" when HiGHS proved none lies below it).
-    ``known``: (split, configs) -> its ``evaluate``, already done."""
+    ``known``: (split, configs) -> its ``evaluate``, already done. ``above_s()``: the
+    iteration from which a plan no longer matters (``evaluate``: its options proven at
+    least that are left out, so the plans may be [] though the solution is accepted)."""
     if start is None:
         start = best_start(pb, spaces, t, starts)
     if start is not None:
@@ -238,8 +246,8 @@ def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s,
             break
         got = (known or {}).get((sol.split, sol.configs))
         if got is None:
-            got = evaluate(pb, spaces, sol.split, [t.configs[c] for c in sol.configs])
-        if got:
+            got = evaluate(pb, spaces, sol.split, [t.configs[c] for c in sol.configs], above_s())
+        if got is not None:
             return sol, got, refused
         milp.forbid(sol.split, sol.configs)   # over the checker's memory: cut it off
     return None, [], refused
@@ -280,14 +288,19 @@ def _label(t: StageTerms, split, configs) -> str:
 
 
 def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes=(),
-                progress=None, max_stages: int = MAX_STAGES, rel_gap: float = 1e-3) -> StageResult:
+                progress=None, max_stages: int = MAX_STAGES, rel_gap: float = 1e-3,
+                milp_share: float | None = None) -> StageResult:
     """The stage space's best plans (module docstring): the cluster search, then per
     microbatch size one MILP over every depth up to ``max_stages``. Every size's best
     start (``best_start``) is found first; the least objective among those the checker
     accepts is the incumbent, and the sizes are solved in increasing start objective, each
     with the incumbent as HiGHS's cutoff (a size with nothing below it is proven so and
     left), each within an equal share of the time left, the incumbent lowered by every
-    better plan found."""
+    better plan found. ``milp_share``: the phase after the cluster search (terms, starts,
+    MILPs) gets at most this share of the cluster search's own wall seconds; a size it
+    leaves unsolved, or whose MILP it stops, is listed in ``cut_short`` ("MILP budget")
+    and its row says so (the incumbent, a plan the checker accepts, and the cluster
+    space's plans are kept, so the result is never worse than the cluster space's)."""
     t0 = time.perf_counter()
     say = progress or (lambda _: None)
     prec = training_precision(problem)
@@ -295,30 +308,50 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
     cands = [StagePlan(c.plan, c.iteration_s, None, f"uniform {c.point.label()}",
                        c.problem if c.problem is not None else problem) for c in cl.plans]
     cut, rows, points = list(cl.cut_short), [], []
+    cluster_s = time.perf_counter() - t0
+    phase_end = math.inf if milp_share is None else time.perf_counter() + milp_share * cluster_s
+    incumbent = math.inf
+
+    def left_s() -> float:   # the seconds the MILP phase has left: the clock's, or its budget's
+        return min(clock.remaining_s(), phase_end - time.perf_counter())
 
     def why() -> str:
-        return "interrupted" if clock.stop is not None and clock.stop.requested else "time"
+        if clock.stop is not None and clock.stop.requested:
+            return "interrupted"
+        if clock.remaining_s() > 0 and phase_end - time.perf_counter() <= 0:
+            return f"MILP budget: {milp_share:g} x the cluster search's {cluster_s:.2f} s"
+        return "time"
+
+    def unsolved(b: int) -> None:   # a size the phase leaves unsolved: its row and cut-short line
+        rows.append({"microbatch_size": b, "status": f"not solved ({why()})", "start_s": None, "bound_s": None,
+                     "cutoff_s": incumbent, "seconds": 0.0})
+        cut.append(f"stage space: microbatch size {b} not solved ({why()})")
 
     variants = {b: cl.spaces[b, ""].pb for b, r in cl.spaces if r == ""} or batch_variants(problem, microbatch_sizes)
     for b, pb in variants.items():
-        if clock.remaining_s() <= 0:
-            cut.append(f"stage space: microbatch size {pb.graph.batch_size} not solved ({why()})")
+        if left_s() <= 0:
+            unsolved(pb.graph.batch_size)
             continue
         points.append(_prepare(pb, prec, [c for c in cl.plans if (c.problem or problem).graph.batch_size
                                           == pb.graph.batch_size], max_stages,
                                {r: x for (a, r), x in cl.spaces.items() if a == b}))
     points.sort(key=lambda q: q.start[0] if q.start is not None else math.inf)
-    incumbent, held = math.inf, None   # the least objective of a checked plan, and its point
+    held = None   # the point of the least objective of a checked plan (the incumbent), and its plans
+
+    def above_s() -> float:   # a plan at least the top_k-th candidate's iteration cannot enter the top_k
+        its = sorted(c.iteration_s for c in cands)
+        return its[top_k - 1] if len(its) >= top_k else math.inf
+
     for q in points:   # the best start the checker accepts: the first cutoff
         if q.start is not None and q.start[0] < incumbent:
-            got = evaluate(q.pb, q.spaces, q.start[1], [q.t.configs[c] for c in q.start[2]])
-            if got:
+            got = evaluate(q.pb, q.spaces, q.start[1], [q.t.configs[c] for c in q.start[2]], above_s())
+            if got is not None:
                 incumbent, held = q.start[0], (q, got)
                 break
     for left, q in zip(range(len(points), 0, -1), points):
         b = q.pb.graph.batch_size
-        if clock.remaining_s() <= 0:
-            cut.append(f"stage space: microbatch size {b} not solved ({why()})")
+        if left_s() <= 0:
+            unsolved(b)
             continue
         t1 = time.perf_counter()
         t = q.t
@@ -333,26 +366,29 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         milp = StageMilp(t, q.K, q.pb.n_devices)
         milp.stop = clock.stop   # Ctrl-C interrupts HiGHS and keeps the best plan so far
         row.update(runs=len(milp.runs), binaries=milp.n_binaries, rows=milp.n_rows)
-        end = time.perf_counter() + min(MILP_LIMIT_S, clock.remaining_s() / left)   # for all its re-solves
-        sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
-                                                                               clock.remaining_s()),
+        end = time.perf_counter() + min(MILP_LIMIT_S, left_s() / left)   # for all its re-solves
+        sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(), left_s()),
                                           rel_gap, cutoff_s=incumbent, start=q.start,
                                           known={(tuple(q.start[1]), tuple(q.start[2])): held[1]}
-                                          if held is not None and held[0] is q else None)
-        if held is not None and held[0] is q and (not got or sol.objective_s > q.start[0]):
+                                          if held is not None and held[0] is q else None, above_s=above_s)
+        if not milp.status:   # the budget left no time for a solve
+            milp.status = f"not solved ({why()})"
+        if milp.abandoned or milp.status == "kTimeLimit" or milp.status.startswith("not solved"):
+            # left running (Ctrl-C or past its limit), stopped or never run: the bound is at
+            # least the size's own lower bound
+            milp.bound_s = max(milp.bound_s, q.lb_s)
+        if held is not None and held[0] is q and (sol is None or sol.objective_s > q.start[0]):
             # nothing found below this size's own start, the incumbent (kInfeasible, or a
             # worse solution of HiGHS's heuristics: proven within the bound)
             sol = StageSolution(tuple(q.start[1]), tuple(q.start[2]), q.start[0], milp.bound_s,
                                 f"{milp.status} below the start")
             got = held[1]
-        if milp.abandoned:   # left running (Ctrl-C or past its limit): its bound is the size's own
-            milp.bound_s = max(milp.bound_s, q.lb_s)
         row["refused"] = refused
-        row["status"], row["bound_s"] = (sol.status, sol.bound_s) if got else (milp.status, milp.bound_s)
-        if got:
+        row["status"], row["bound_s"] = (sol.status, sol.bound_s) if sol is not None else (milp.status, milp.bound_s)
+        if sol is not None:
             label = _label(t, sol.split, sol.configs)
             cands += [StagePlan(p, it, sol.objective_s, f"stages: {label}", q.pb) for p, it in got]
-            row.update(objective_s=sol.objective_s, pp=len(sol.configs), iteration_s=min(it for _, it in got),
+            row.update(objective_s=sol.objective_s, pp=len(sol.configs), iteration_s=min((it for _, it in got), default=None),
                        plan=label)
             incumbent = min(incumbent, sol.objective_s)
         row["seconds"] = time.perf_counter() - t1 + q.seconds
@@ -360,10 +396,13 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         if milp.status == "kInterrupt":
             cut.append(f"stage space: microbatch size {b}: the MILP was interrupted"
                        + (f", bound {row['bound_s']:.6g} s" if math.isfinite(row["bound_s"]) else ""))
+        if milp.status.startswith("not solved"):
+            cut.append(f"stage space: microbatch size {b}: {milp.status}")
         if milp.status == "kTimeLimit":
             above = row.get("objective_s", row["cutoff_s"])
-            cut.append(f"stage space: microbatch size {b}: the MILP stopped at its time limit, bound "
-                       f"{row['bound_s']:.6g} s against {above:.6g} s")
+            cut.append(f"stage space: microbatch size {b}: the MILP stopped at its time limit"
+                       + (f" ({why()})" if why().startswith("MILP budget") else "")
+                       + f", bound {row['bound_s']:.6g} s against {above:.6g} s")
         if "plan" in row:
             what = f"{row['objective_s']:.6g} s, bound {row['bound_s']:.6g} s ({row['plan']})"
         elif milp.status == "kInfeasible" and math.isfinite(row["cutoff_s"]):
@@ -393,7 +432,8 @@ def search_stage(problem: Problem, options, clock: Clock) -> SearchResult:
         raise DistplanError("--virtual-stages does not apply to the stage space (1F1B); use --space cluster")
     say = Log(options.progress)
     sizes = DEFAULT_MICROBATCH_SIZES if options.microbatch_sizes is None else options.microbatch_sizes
-    res = plan_stages(problem, clock, top_k=options.top_k, microbatch_sizes=sizes, progress=say)
+    res = plan_stages(problem, clock, top_k=options.top_k, microbatch_sizes=sizes, progress=say,
+                      milp_share=options.stage_milp_share)
     chosen = res.plans[0].problem
     plans = [c.plan.with_predicted(milp_objective=c.iteration_s, model_iteration_s=c.iteration_s,
                                    cluster_point=c.label,
