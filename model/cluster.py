@@ -3,7 +3,7 @@ plans, searched exactly under the analytic iteration (``costs.iteration``).
 
 Declared space (``ClusterPoint``): one ``dp`` and ``tp`` for every stage, ``pp`` stages
 laid out as Megatron does (``costs.megatron``), any contiguous layer split,
-recomputation, ZeRO 0-2 (ZeRO-3 at pp 1 with tp 1 or apart), sequence parallelism,
+recomputation (``recompute_choices``), ZeRO 0-2 (ZeRO-3 at pp 1 with tp 1 or apart), sequence parallelism,
 flat or hierarchical (overlapped) gradient reduction, one precision recipe per point,
 1F1B or interleaved 1F1B (``virtual_stages``).
 Points are visited in increasing lower bound (``LB0`` plus the unhideable reduction,
@@ -546,6 +546,16 @@ def _recomputed_ops(problem: Problem, mode: str) -> np.ndarray:
     return recomputed(problem, one)
 
 
+def recompute_choices(problem: Problem) -> tuple[str, ...]:
+    """The recomputation modes worth searching: ``RECOMPUTE_CHOICES`` less selective where
+    it recomputes no op (FlashAttention: the fused attention keeps no score matrix, so
+    Megatron's selective recomputation remakes nothing); its plans would equal
+    recomputation none's in every time and byte."""
+    if not problem.training or _recomputed_ops(problem, "selective").any():
+        return RECOMPUTE_CHOICES
+    return tuple(rc for rc in RECOMPUTE_CHOICES if rc != "selective")
+
+
 def _greedy_split(w: np.ndarray, mem_of: Callable[[int, int, int], float], cap: float, tau: float,
                   pp: int) -> tuple[list[int] | None, bool]:
     """(stage index of each unit, exact): each stage takes units while its work stays <=
@@ -648,6 +658,7 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), 
                 for sp in ((False, True) if tp > 1 else (False,))]
     out = []
     layers = interleave_layers(problem) if virtual_stages else 0
+    modes = recompute_choices(problem)
     for tp in tp_degrees(problem):
         for pp in range(1, min(L, N // tp) + 1):
             for dp in _divisors(M):
@@ -656,7 +667,7 @@ def space_points(problem: Problem, microbatch_size: int = 0, virtual_stages=(), 
                 if dp % ep:
                     continue
                 for vp in interleave_degrees(virtual_stages, layers, pp, M // dp, ep):
-                    for rc in RECOMPUTE_CHOICES:
+                    for rc in modes:
                         for zero in searched_zero_levels(dp * cp, tp, pp, vp, problem):
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 for ov in ((False, True) if sp and tp_overlap else (False,)):

@@ -21,7 +21,7 @@ from distplan.costs.problem import Problem
 from distplan.costs.collectives import reduction_shares_links
 from distplan.costs.reduction_bound import stream_rate
 from distplan.costs.routes import route_s
-from distplan.model.cluster import RECOMPUTE_CHOICES, _recomputed_ops, _Space
+from distplan.model.cluster import RECOMPUTE_CHOICES, _recomputed_ops, _Space, recompute_choices
 
 #: a byte count large enough that the affine fit of a reduction is not rounding
 _PROBE_BYTES = 2.0 ** 30
@@ -68,15 +68,17 @@ def tp_chain(problem: Problem) -> list[int]:
 
 def stage_configs(problem: Problem, max_devices: int | None = None, recipes=("",)) -> list[StageConfig]:
     """Every configuration a stage may take: tp in ``tp_chain``, dp dividing the
-    microbatch count, tp x dp <= ``max_devices``, recomputation none/selective/full,
+    microbatch count, tp x dp <= ``max_devices``, recomputation none/selective/full
+    (``model.cluster.recompute_choices``: selective only where it remakes some op),
     ZeRO 0-2 (dp > 1), sequence parallelism (tp > 1) on or off, each precision recipe
     of ``recipes`` (``model.cluster.training_recipes``: "" and, where it runs, "fp8")."""
     N = problem.n_devices if max_devices is None else max_devices
     M = problem.microbatches
     out = []
+    modes = recompute_choices(problem)
     for tp in tp_chain(problem):
         for dp in (d for d in range(1, M + 1) if M % d == 0 and d * tp <= N):
-            for rc in RECOMPUTE_CHOICES:
+            for rc in modes:
                 for zero in ((0, 1, 2) if dp > 1 else (0,)):
                     for sp in ((False, True) if tp > 1 else (False,)):
                         out += [StageConfig(tp, dp, rc, zero, sp, r) for r in recipes]

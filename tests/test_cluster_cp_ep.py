@@ -160,10 +160,13 @@ def test_a_tie_in_time_goes_to_the_plan_without_cp():
                      precisions=("bf16", "fp8"), microbatches=128, attention="flash")
     one = plan_cluster(p, time_limit_s=600, top_k=1, microbatch_sizes=(1, 2, 4, 8))
     assert one.plans[0].point.parallel_ranks == (1, 1)
-    six = plan_cluster(p, time_limit_s=600, top_k=6, microbatch_sizes=(1, 2, 4, 8))
-    times = [c.iteration_s for c in six.plans]
-    assert times == [one.plans[0].iteration_s] * 6   # the tie itself
-    assert [c.point.cp for c in six.plans] == sorted(c.point.cp for c in six.plans)
+    # three tie (selective recomputation is left out under FlashAttention: it remakes no op,
+    # so its plans were three more copies of these)
+    three = plan_cluster(p, time_limit_s=600, top_k=3, microbatch_sizes=(1, 2, 4, 8))
+    times = [c.iteration_s for c in three.plans]
+    assert times == [one.plans[0].iteration_s] * 3   # the tie itself
+    assert [c.point.cp for c in three.plans] == [1, 2, 4]
+    assert all(c.point.recompute == "none" for c in three.plans)
 
 
 def test_a_cp_plans_report_and_replay_count_whole_sequences(tmp_path, capsys):
