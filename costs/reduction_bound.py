@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distplan.costs.collectives import reduction_rings
+from distplan.costs.collectives import hierarchical_groups, reduction_rings, reduction_shares_links
 from distplan.costs.problem import Problem
 
 
@@ -89,3 +89,23 @@ def stream_rate(problem: Problem, groups: Sequence[Sequence[int]], hierarchical:
     rate = max(load.values())
     lat = max(float(problem.link_latency_s[l]) for l, r in load.items() if r >= rate)
     return lat, float(rate)
+
+
+def stage_stream(problem: Problem, tp: int, dp: int, zero: int) -> tuple[bool, float, float]:
+    """(hierarchical, latency seconds, seconds per byte) of the gradient stream of a
+    stage of ``dp`` replicas x ``tp`` at the representative layout (replica j's rank r on
+    device j x tp + r): ``stream_rate`` over every tp rank's rings where they share links,
+    else over rank 0's, of the flat ring or, where the replicas share nodes
+    (``hierarchical_groups``), the hierarchical reduction, whichever streams at the lower
+    rate (ties to the flat ring): the stage MILP's reduction term and its oracle's."""
+    ring = [j * tp for j in range(dp)]
+    ranks = [[j * tp + r for j in range(dp)] for r in range(tp)]
+    best = (False, 0.0, 0.0)
+    for hier in (False, True):
+        if hier and hierarchical_groups(problem.topology, ring) is None:
+            continue
+        shared = tp > 1 and reduction_shares_links(problem.topology, ranks, hier, zero)
+        lat, rate = stream_rate(problem, ranks if shared else [ring], hier, zero)
+        if not hier or rate < best[2] * (1 - 1e-12):
+            best = (hier, lat, rate)
+    return best

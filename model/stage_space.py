@@ -12,9 +12,10 @@ one whose bound reaches the incumbent is pruned (no MILP built), the others are 
 with the incumbent as HiGHS's cutoff (kInfeasible: proven to hold nothing below it),
 each better plan lowering it. A solution the memory checker refuses is cut off (no-good)
 and solved again. Every MILP solution becomes a plan under each gradient-reduction
-option, estimated by ``costs.iteration`` (the judge of ranking) and checked; the best
-``top_k`` of all candidates are returned, so the space never does worse than the
-cluster space.
+option, estimated by ``costs.iteration`` (the judge of ranking) and checked; the cluster
+space's own plans are all returned, with the MILP's plans that enter the best ``top_k``
+by the estimate beside them (at most 2 x ``top_k``), so the plans simulated include the
+cluster space's and the space never does worse than it in the simulator.
 Algebra and declared space: docs/concepts/stage-milp.md.
 """
 from __future__ import annotations
@@ -411,10 +412,15 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             what = f"no plan ({milp.status})"
         say(f"stage space: microbatch size {b}, up to {q.K} stages: {what} in {row['seconds']:.2f} s")
     rows.sort(key=lambda r: r["microbatch_size"])
-    cands.sort(key=lambda c: c.iteration_s)
+    # the cluster space's plans all stay (so its best simulated plan is among those ranked,
+    # and the stage space never does worse in the simulator), with the MILP's plans that
+    # would enter its top K by the estimate beside them
+    uniform, found = cands[:len(cl.plans)], sorted(cands[len(cl.plans):], key=lambda c: c.iteration_s)
+    kth = uniform[top_k - 1].iteration_s if len(uniform) >= top_k else math.inf
+    cands = sorted(uniform + [c for c in found[:top_k] if c.iteration_s < kth], key=lambda c: c.iteration_s)
     counts = {"points": cl.points, "visited": cl.solved, "pruned": cl.pruned, "infeasible": cl.infeasible,
               "precision": cl.precision}   # the cluster search's, as the report reads them
-    return StageResult(cands[:top_k], cl.plans[0].iteration_s, cl.bound_s, [counts, *rows], cut,
+    return StageResult(cands, cl.plans[0].iteration_s, cl.bound_s, [counts, *rows], cut,
                        time.perf_counter() - t0)
 
 

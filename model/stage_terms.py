@@ -18,8 +18,7 @@ from distplan.costs.compute import optimizer_step_s
 from distplan.costs.fp8 import CAST_BYTES_PER_ELEM, CAST_KERNELS, is_fp8_linear
 from distplan.costs.iteration import op_rank_times
 from distplan.costs.problem import Problem
-from distplan.costs.collectives import reduction_shares_links
-from distplan.costs.reduction_bound import stream_rate
+from distplan.costs.reduction_bound import stage_stream
 from distplan.costs.routes import route_s
 from distplan.model.cluster import RECOMPUTE_CHOICES, _recomputed_ops, _Space, recompute_choices
 
@@ -95,9 +94,10 @@ class StageTerms:
     """Per config c (rows) and unit u (columns): ``fwd``/``bwd`` seconds of one
     microbatch, ``static`` and ``act`` bytes per rank, ``transient`` and ``first`` bytes
     (``model.cluster._Work``), ``red_s`` and ``opt_s`` the unit's slope of the stage's
-    overlapped reduction (its buckets streamed over the busiest link,
-    ``costs.reduction_bound.stream_rate``) and optimizer step (``red_first_s``: the ring
-    chain of its first op with parameters, ``gradient_reduction_parts``), ``cut_s`` the
+    overlapped reduction (its buckets streamed over the busiest link of the flat ring or
+    the hierarchical reduction, ``costs.reduction_bound.stage_stream``) and optimizer step
+    (``red_first_s``: that reduction's chain for its first op with parameters,
+    ``gradient_reduction_parts``), ``cut_s`` the
     boundary into a stage starting at u; per config ``red0_s``, ``red_first0_s`` and
     ``opt0_s`` the intercepts, ``n`` microbatches a replica."""
 
@@ -186,18 +186,18 @@ def stage_terms(problem: Problem, spaces, configs: list[StageConfig]) -> StageTe
         opt0[i] = launch
         ring = [j * c.tp for j in range(c.dp)]
         if c.dp > 1:
-            # the first op's bucket, ready when the stage's backward ends: one ring chain
-            a, s = _affine(lambda x: gradient_reduction_parts(problem, ring, x, False, c.zero)[0], _PROBE_BYTES)
-            red10[i], arr["red_first_s"][i] = a, s * firsts[c.precision] / c.tp
             # every bucket: streamed over the busiest link (the rings of every tp rank
             # where they share links, as costs.iteration times them), a lower bound of
             # the transfer-by-transfer timing; the closed form's slope charged each step
             # the whole route, twice the link's on two-link hops (tp 8 x dp 8 on
-            # a100x128: 0.1062 against 0.0531 s for 14 layers of gpt3-6.7b)
-            ranks = [[j * c.tp + r for j in range(c.dp)] for r in range(c.tp)]
-            shared = c.tp > 1 and reduction_shares_links(problem.topology, ranks, False, c.zero)
-            lat, rate = stream_rate(problem, ranks if shared else [ring], False, c.zero)
+            # a100x128: 0.1062 against 0.0531 s for 14 layers of gpt3-6.7b). The flat
+            # ring's or the hierarchical reduction's, whichever streams faster
+            # (costs.reduction_bound.stage_stream; the estimate tries both)
+            hier, lat, rate = stage_stream(problem, c.tp, c.dp, c.zero)
             red0[i], arr["red_s"][i] = lat, rate * space.grads / c.tp
+            # the first op's bucket, ready when the stage's backward ends: one chain of its phases
+            a, s = _affine(lambda x: gradient_reduction_parts(problem, ring, x, hier, c.zero)[0], _PROBE_BYTES)
+            red10[i], arr["red_first_s"][i] = a, s * firsts[c.precision] / c.tp
             if c.zero:   # ZeRO-1/2: the parameters' all-gather after the step
                 a, s = _affine(lambda x: all_gather_s(problem, ring, x), _PROBE_BYTES)
                 opt0[i] += a

@@ -21,6 +21,7 @@ from distplan.costs.iteration import estimate_iteration
 from distplan.model import SolveOptions
 from distplan.model.cluster import _Space
 from distplan.model.stage_milp import StageMilp, model_objective_s, objective_lb_s
+from distplan.model.cluster import plan_cluster
 from distplan.model.stage_space import build_plan, plan_stages, solve_checked
 from distplan.model.stage_terms import stage_configs, stage_terms, undominated
 from distplan.sim import simulate
@@ -113,6 +114,13 @@ def test_stage_space_never_loses_to_the_cluster_space():
     res = plan_stages(p, Clock.until(float("inf")), top_k=3)
     assert res.plans[0].iteration_s <= res.cluster_best_s
     assert all(c.iteration_s == pytest.approx(estimate_iteration(c.problem, c.plan).iteration_s) for c in res.plans)
+    # every plan the cluster space returns is returned (and so simulated) too: a MILP plan
+    # estimated better but simulated worse cannot push the cluster's best out
+    cl = plan_cluster(p, top_k=3, clock=Clock.until(float("inf")))
+    got = [(c.plan.op_stage, c.plan.stages, c.plan.dp_allreduce, c.plan.overlap_grad_reduce) for c in res.plans]
+    assert all((c.plan.op_stage, c.plan.stages, c.plan.dp_allreduce, c.plan.overlap_grad_reduce) in got
+               for c in cl.plans)
+    assert len(res.plans) <= 2 * 3
 
 
 def test_solve_reaches_the_stage_space_by_name_and_refuses_inference():

@@ -13,8 +13,9 @@ devices; stages laid out in pipeline order when each block starts at a multiple 
 tp, else by decreasing tp.
 Objective (F_k, B_k on rank 0, c_k the boundary into k over the route from device 0
 to the first device of node 1, R_k the stage's gradients streamed over the busiest link
-of its flat rings (``costs.reduction_bound.stream_rate``: every tp rank's rings where they
-share links), R1_k the flat ring's reduction of its first parameter op's gradients, O_k the optimizer step, ZeRO gather and fp8 weight
+of its flat rings or, where the replicas share nodes, of its hierarchical reduction,
+whichever rate is lower (``costs.reduction_bound.stage_stream``: every tp rank's rings
+where they share links), R1_k that reduction's chain for its first parameter op's gradients, O_k the optimizer step, ZeRO gather and fp8 weight
 cast): sum_k (F_k
 + B_k) + 2 sum_k c_k + max_k (n_k - 1)(F_k + B_k) + max(0, max_k (max(R_k - B_k, R1_k)
 - sum_{j<k} (B_j + c_{j+1}))) + max_k O_k.
@@ -25,14 +26,14 @@ import itertools
 
 from distplan.core.plan import Plan, Stage
 from distplan.costs.check import plan_violations
-from distplan.costs.collectives import all_gather_s, gradient_reduction_parts, reduction_shares_links
+from distplan.costs.collectives import all_gather_s, gradient_reduction_parts
 from distplan.costs.compute import optimizer_step_s
 from distplan.costs.fp8 import is_fp8_linear, weight_cast_s
 from distplan.costs.megatron import fp8_training_precisions
 from distplan.costs.iteration import op_rank_times
 from distplan.costs.problem import Problem
 from distplan.costs.recompute import recomputed
-from distplan.costs.reduction_bound import stream_rate
+from distplan.costs.reduction_bound import stage_stream
 from distplan.costs.routes import route_s
 from distplan.testing.cluster_oracle import RECOMPUTE, layer_groups
 
@@ -96,11 +97,9 @@ def stage_objective_s(problem: Problem, plan: Plan) -> float:
         share = r if st.zero and r > 1 else 1
         first = next((problem.graph.ops[v].param_elems * float(problem.bytes_per_elem[qs[v]]) for v in ops
                       if problem.graph.ops[v].param_elems > 0), 0.0)
-        ranks = [[i * tp + j for i in range(r)] for j in range(tp)]
-        shared = tp > 1 and reduction_shares_links(problem.topology, ranks, False, st.zero)
-        lat, rate = stream_rate(problem, ranks if shared else [ring], False, st.zero)
+        hier, lat, rate = stage_stream(problem, tp, r, st.zero) if r > 1 else (False, 0.0, 0.0)
         red.append(lat + rate * nbytes / tp if r > 1 else 0.0)
-        red1.append(gradient_reduction_parts(problem, ring, first / tp, False, st.zero)[0] if r > 1 else 0.0)
+        red1.append(gradient_reduction_parts(problem, ring, first / tp, hier, st.zero)[0] if r > 1 else 0.0)
         w8 = [v for v in ops if fused and plan.op_precision[v] == "fp8" and is_fp8_linear(problem.graph.ops[v])]
         cast = weight_cast_s(sum(problem.graph.ops[v].param_elems for v in w8) / tp, len(w8), kind.mem_bw_bytes_per_s,
                              kind.launch_overhead_s)
