@@ -306,8 +306,9 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
     say = progress or (lambda _: None)
     prec = training_precision(problem)
     cl = plan_cluster(problem, top_k=top_k, progress=progress, clock=clock, microbatch_sizes=microbatch_sizes)
-    cands = [StagePlan(c.plan, c.iteration_s, None, f"uniform {c.point.label()}",
-                       c.problem if c.problem is not None else problem) for c in cl.plans]
+    uniform = [StagePlan(c.plan, c.iteration_s, None, f"uniform {c.point.label()}",
+                         c.problem if c.problem is not None else problem) for c in cl.plans]
+    found: list[StagePlan] = []   # the MILP's plans
     cut, rows, points = list(cl.cut_short), [], []
     cluster_s = time.perf_counter() - t0
     phase_end = math.inf if milp_share is None else time.perf_counter() + milp_share * cluster_s
@@ -340,7 +341,7 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
     held = None   # the point of the least objective of a checked plan (the incumbent), and its plans
 
     def above_s() -> float:   # a plan at least the top_k-th candidate's iteration cannot enter the top_k
-        its = sorted(c.iteration_s for c in cands)
+        its = sorted(c.iteration_s for c in uniform + found)
         return its[top_k - 1] if len(its) >= top_k else math.inf
 
     for q in points:   # the best start the checker accepts: the first cutoff
@@ -388,7 +389,7 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         row["status"], row["bound_s"] = (sol.status, sol.bound_s) if sol is not None else (milp.status, milp.bound_s)
         if sol is not None:
             label = _label(t, sol.split, sol.configs)
-            cands += [StagePlan(p, it, sol.objective_s, f"stages: {label}", q.pb) for p, it in got]
+            found += [StagePlan(p, it, sol.objective_s, f"stages: {label}", q.pb) for p, it in got]
             row.update(objective_s=sol.objective_s, pp=len(sol.configs), iteration_s=min((it for _, it in got), default=None),
                        plan=label)
             incumbent = min(incumbent, sol.objective_s)
@@ -415,7 +416,7 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
     # the cluster space's plans all stay (so its best simulated plan is among those ranked,
     # and the stage space never does worse in the simulator), with the MILP's plans that
     # would enter its top K by the estimate beside them
-    uniform, found = cands[:len(cl.plans)], sorted(cands[len(cl.plans):], key=lambda c: c.iteration_s)
+    found.sort(key=lambda c: c.iteration_s)
     kth = uniform[top_k - 1].iteration_s if len(uniform) >= top_k else math.inf
     cands = sorted(uniform + [c for c in found[:top_k] if c.iteration_s < kth], key=lambda c: c.iteration_s)
     counts = {"points": cl.points, "visited": cl.solved, "pruned": cl.pruned, "infeasible": cl.infeasible,

@@ -19,9 +19,8 @@ from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.iteration import estimate_iteration
 from distplan.model import SolveOptions
-from distplan.model.cluster import _Space
 from distplan.model.stage_milp import StageMilp, model_objective_s, objective_lb_s
-from distplan.model.cluster import plan_cluster
+from distplan.model.cluster import _Space, plan_cluster
 from distplan.model.stage_space import build_plan, plan_stages, solve_checked
 from distplan.model.stage_terms import stage_configs, stage_terms, undominated
 from distplan.sim import simulate
