@@ -37,6 +37,10 @@ NEMO = "NVIDIA NeMo Framework 25.11, Megatron-Bridge performance summary, DGX-H1
 NEMO_2602 = "NVIDIA NeMo Framework 26.02, Megatron-Bridge performance summary, DGX-H100 pre-training"
 NEMO_2509 = "NVIDIA NeMo Framework 25.09, Megatron-Bridge performance summary, DGX-H100 pre-training"
 NEMO_URL = "https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary-archive.html"
+#: NeMo AutoModel (the PyTorch FSDP2 backend): one DGX-H100 BF16 pre-training table, its recipes in the
+#: repository's examples/benchmark/configs
+AUTOMODEL = "NVIDIA NeMo AutoModel, performance summary, DGX-H100 BF16 pre-training"
+AUTOMODEL_URL = "https://docs.nvidia.com/nemo/automodel/latest/performance-summary.html"
 #: both papers: sequence 2048, vocabulary 51,200 (the zoo's GPT-3 graphs use 50,257)
 SEQ_LEN = 2048
 PAPER_VOCAB = 51200
@@ -97,6 +101,9 @@ class Row:
     #: tensor-parallel communication pipelined with the GEMMs (Transformer Engine userbuffers,
     #: ``costs.tp_overlap``): set only where the row's recipe configures it
     tp_comm_overlap: bool = False
+    #: the MoE token dispatcher and routing (``costs.expert_parallel``): as the row's recipe runs them
+    dispatcher: str = "alltoall"
+    routing: str = "uniform"
 
     @property
     def gpus(self) -> int:
@@ -155,6 +162,11 @@ _MOE_NOTE = ("Megatron-Bridge performance recipe (scripts/performance/configs/qw
              "25.11 recipe overlaps the all-to-alls (moe_a2a_overlap), which the simulator does not")
 _TOKENDROP = ("; token drop (apply_moe_token_drop: capacity factor 1.0, padded to capacity); the 25.09 table has no "
               "precision column: its recipe matrix gives mbs 2 only for fp8_cs (bf16: mbs 1), so fp8")
+_AUTOMODEL_NOTE = ("NeMo AutoModel benchmark recipe (github.com/NVIDIA-NeMo/Automodel, examples/benchmark/configs/"
+                   "{recipe}): FSDP2 over the data-parallel ranks, activation checkpointing on (each decoder "
+                   "layer recomputed: full), Transformer Engine attention and linears (fused attention), the DeepEP "
+                   "dispatcher (--ep-dispatcher deepep), fake_balanced_gate (token t to experts 8t..8t+7: --routing "
+                   "contiguous; every expert its even share, capacity factor 1), bf16")
 _QWEN3 = dict(model="qwen3-30b-a3b", hidden=2048, layers=48, heads=32, tp=1, pp=2, vp=24, dp=8, ep=8, zero=1,
               microbatch=2, global_batch=512, recompute="none", sequence_parallel=False, precision="fp8",
               attention="flash", seq_len=4096, vocab=151936, kind="h100", metric="tokens_per_gpu_s")
@@ -232,6 +244,23 @@ ROWS: tuple[Row, ...] = (
         stored=15951.660584746583, note=_MOE_NOTE + "; dropless: routing forced balanced", published=5275.0, **_QWEN3),
     Row("M2", source=NEMO_2509, url=NEMO_URL, table="25.09 DGX-H100 table, Qwen3_30B_a3B (tokendrop, EP 8)",
         stored=15951.660584746583, note=_MOE_NOTE + _TOKENDROP, published=10494.0, **_QWEN3),
+    # the same model in NeMo AutoModel (PyTorch FSDP2 + DeepEP, one node), and DeepSeek-V3 over 32 nodes:
+    # expert parallelism inside a node and across the fabric
+    Row("M3", source=AUTOMODEL, url=AUTOMODEL_URL, table="Pre-Training, Qwen3 MoE 30B (8 GPUs, FSDP 8, EP 8)",
+        model="qwen3-30b-a3b", hidden=2048, layers=48, heads=32, tp=1, pp=1, dp=8, ep=8, zero=3, microbatch=4,
+        global_batch=512, recompute="full", sequence_parallel=False, precision="bf16", attention="flash",
+        seq_len=4096, vocab=151936, kind="h100", metric="tokens_per_gpu_s", published=12040.0,
+        stored=18217.108768667167,
+        dispatcher="deepep", routing="contiguous",
+        note=_AUTOMODEL_NOTE.format(recipe="qwen3_moe_30b_te_deepep.yaml")),
+    Row("M4", source=AUTOMODEL, url=AUTOMODEL_URL, table="Pre-Training, DeepSeek V3 671B (256 GPUs, PP 4, VP 8, "
+        "EP 64)", model="deepseek-v3", hidden=7168, layers=61, heads=128, tp=1, pp=4, vp=8, dp=64, ep=64, zero=2,
+        microbatch=1, global_batch=512, recompute="full", sequence_parallel=False, precision="bf16",
+        attention="flash", seq_len=4096, vocab=129280, kind="h100", metric="tokens_per_gpu_s", published=1002.0,
+        stored=1254.6184832787335, dispatcher="deepep", routing="contiguous", note=_AUTOMODEL_NOTE.format(recipe="deepseek_v3_te_deepep.yaml") + "; reshard_after_forward "
+        "false (the parameters stay gathered from a forward to its backward: ZeRO-2's traffic); 61 layers in "
+        "pp 4 x vp 8 = 32 chunks (the recipe's layers_per_stage 2), split by the zoo's balanced rule; MLA "
+        "simulated as standard attention of the same FLOPs (workloads.zoo)"),
 )
 BY_KEY = {r.key: r for r in ROWS}
 
@@ -278,7 +307,8 @@ def simulate_row(row: Row, cap_s: float | None = None, vp: int | None = None) ->
                    global_batch=row.global_batch, precision=row.precision, seq_len=row.seq_len,
                    recompute=row.recompute, sequence_parallel=row.sequence_parallel,
                    check_memory=row.check_memory, breakdown=False, vp=row.vp if vp is None else vp, cp=row.cp,
-                   zero=row.zero, attention=row.attention, ep=row.ep, tp_comm_overlap=row.tp_comm_overlap)
+                   zero=row.zero, attention=row.attention, ep=row.ep, tp_comm_overlap=row.tp_comm_overlap,
+                   dispatcher=row.dispatcher, routing=row.routing)
     except RowTimeout:
         signal.setitimer(signal.ITIMER_REAL, 0)   # no second alarm while the outcome is built
         return Outcome(row.key, row.published, None, None, time.perf_counter() - t0,

@@ -9,6 +9,8 @@ F FLOPs takes F / 1e12 s, n bytes over one hop n / 1e9 s.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -388,3 +390,101 @@ def test_expert_reductions_timed_on_a_symmetric_copy_equal_the_full_replay(monke
     full = estimate_iteration(w.problem, w.plan).iteration_s
     assert sym == pytest.approx(full, rel=1e-12)
     assert sym == pytest.approx(w.iteration_s, rel=1e-9)
+
+
+# --- the DeepEP dispatcher (--ep-dispatcher deepep, --routing) ---------------------------
+
+def test_token_destinations_by_hand():
+    """16 experts, top 8. Uniform: a rank of 8 experts is missed only when all 8 picks are
+    the other 8, 1 / C(16, 8); of 4 experts, C(12, 8) / C(16, 8). Contiguous: token t takes
+    experts 8t .. 8t+7 (mod 16), exactly one rank of 8 experts, two of 4, on one node."""
+    from math import comb
+    from distplan.costs.expert_parallel import token_destinations
+    assert token_destinations(16, 8, [0, 0], "uniform") == pytest.approx((2 * (1 - 1 / comb(16, 8)), 1.0))
+    ranks, nodes = token_destinations(16, 8, [0, 0, 1, 1], "uniform")
+    assert ranks == pytest.approx(4 * (1 - comb(12, 8) / comb(16, 8)))
+    assert nodes == pytest.approx(2 * (1 - 1 / comb(16, 8)))
+    assert token_destinations(16, 8, [0, 0], "contiguous") == (1.0, 1.0)
+    assert token_destinations(16, 8, [0, 0, 1, 1], "contiguous") == (2.0, 1.0)
+    # top 3 of 8 experts on 2 ranks of 4: t -> {3t, 3t+1, 3t+2} mod 8 spans both ranks when it
+    # starts on a rank's third or fourth expert (starts 0 3 6 1 4 7 2 5: 1 2 2 1 1 2 2 1 ranks)
+    assert token_destinations(8, 3, [0, 1], "contiguous") == (1.5, 1.5)
+
+
+def _deepep(ep: int, dp: int, topo, routing: str):
+    g = expert_graph(MODEL, 1, SEQ, "training", 1, "explicit", ep, 1, 1, 1.0)
+    bare = make_problem(g, topo, precisions=("bf16",), microbatches=dp)
+    plan = megatron_plan(bare, dp, 1, 1, "bf16")
+    from distplan.costs.expert_parallel import Dispatch
+    _, x = all_to_all_graph(bare, plan, MODEL, ep, 1.0, 1, Dispatch("deepep", routing, 16, K))
+    return x
+
+
+def test_deepep_inside_a_node_sends_a_token_once_a_rank():
+    """ep 2 on 2 ring devices, contiguous routing: a token's 8 experts are on one rank, so
+    a rank sends 64 rows of 64 bf16 (not 64 x 8), half to the other: 4.096 us, 1/8 of the
+    alltoall dispatcher's 32.768 us; uniform routing reaches both ranks but for 1 token in
+    C(16, 8): 2 (1 - 1/12870) rows a token."""
+    from math import comb
+    topo = ring("r", 2, EXACT, BW, 0.0)
+    assert _deepep(2, 2, topo, "contiguous") == pytest.approx(T * H * 2 / 2 / BW, rel=1e-12) \
+        == pytest.approx(4.096e-6)
+    assert _deepep(2, 2, topo, "uniform") == pytest.approx(2 * (1 - 1 / comb(16, 8)) * T * H * 2 / 2 / BW)
+
+
+def test_deepep_across_nodes_takes_the_slower_of_network_and_forwarding():
+    """ep 4 on 2 hosts of 2 (every link 1e9 B/s, no latency): the network phase is an
+    all-to-all of the same-rail pair (4 hops host to host) of T x nodes rows, the
+    forwarding one inside each host (2 hops) of T x ranks rows; uniform routing: nodes
+    2 (1 - 1/C(16,8)), ranks 4 (1 - C(12,8)/C(16,8)). Network: 4 x half of 64 x nodes x 128 B."""
+    from math import comb
+    from distplan.topologies.builders import hosts_on_network
+    topo = hosts_on_network("h2x2", [(EXACT, 2), (EXACT, 2)], BW, 0.0, BW, 0.0)
+    nodes, ranks = 2 * (1 - 1 / comb(16, 8)), 4 * (1 - comb(12, 8) / comb(16, 8))
+    row = H * 2
+    network, forward = 4 * T * nodes * row / 2 / BW, 2 * T * ranks * row / 2 / BW
+    assert network > forward
+    assert _deepep(4, 4, topo, "uniform") == pytest.approx(network, rel=1e-12)
+    # contiguous: one node, two ranks a token
+    assert _deepep(4, 4, topo, "contiguous") == pytest.approx(max(4 * T * row / 2, 2 * T * 2 * row / 2) / BW)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(dp=2, tp=1, pp=1, ep=2),
+    dict(dp=4, tp=1, pp=2, ep=4, recompute="full"),
+    dict(dp=4, tp=1, pp=1, ep=4, zero=3),
+])
+@pytest.mark.parametrize("routing", ["uniform", "contiguous"])
+def test_deepep_plans_agree_with_the_analytic_model_and_the_checker(kw, routing):
+    kw = {"global_batch": 2 * kw["dp"], **kw}
+    w = whatif(MODEL, ring("r8", 8, EXACT, BW, 1e-6), seq_len=SEQ, breakdown=False, dispatcher="deepep",
+               routing=routing, **kw)
+    assert_analytic(w, kw["pp"])
+    used = sorted({d for s in w.plan.stages for d in s.devices})
+    assert np.all(w.sim.peak_memory_bytes[used] <= plan_memory_bytes(w.problem, w.plan)[used] * (1 + 1e-9))
+    slower = whatif(MODEL, ring("r8", 8, EXACT, BW, 1e-6), seq_len=SEQ, breakdown=False, **kw)
+    assert w.all_to_all_s < slower.all_to_all_s and w.iteration_s <= slower.iteration_s
+
+
+def test_cli_runs_deepep(capsys):
+    assert sim_main(["--workload", MODEL, "--topology", "h100x16", "--dp", "16", "--ep", "16", "--seq-len", "256",
+                     "--global-batch", "16", "--ep-dispatcher", "deepep", "--routing", "contiguous", "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert (j["dispatcher"], j["routing"], j["ep"]) == ("deepep", "contiguous", 16)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--ep-dispatcher", "deepep"], "need --ep >= 2"),
+    (["--routing", "contiguous"], "need --ep >= 2"),
+])
+def test_deepep_without_ep_is_one_error_line(capsys, argv, needle):
+    assert sim_main(["--workload", MODEL, "--topology", "a100x16", "--dp", "2", "--seq-len", "256", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_dispatch_refuses_unknown_names_in_python():
+    with pytest.raises(DistplanError, match="--ep-dispatcher must be one of alltoall, deepep"):
+        whatif(MODEL, "a100x16", dp=2, tp=1, pp=1, seq_len=SEQ, ep=2, dispatcher="nccl")
+    with pytest.raises(DistplanError, match="--routing must be one of uniform, contiguous"):
+        whatif(MODEL, "a100x16", dp=2, tp=1, pp=1, seq_len=SEQ, ep=2, routing="random")

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "concepts" / "fidelity.md"
 REGENERATE = "python -m distplan.studies.fidelity --markdown docs/concepts/fidelity.md"
 
-#: rows that simulate in about a second here (M1/M2: 5 s); the rest are marked slow
-FAST = ("K1", "K2", "N1", "N2", "H1", "M1", "M2")
+#: rows that simulate in about a second here (M1/M2/M4: 5 s); the rest are marked slow
+FAST = ("K1", "K2", "N1", "N2", "H1", "M1", "M2", "M3", "M4")
 #: drift tolerance: the simulator is deterministic, only float summation order may move
 REL = 1e-6
 

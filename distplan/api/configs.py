@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distplan.api.context import check_cp, check_fits, rank_graph, ring_exposed_s, ring_graph
-from distplan.api.experts import all_to_all_graph, check_ep, expert_graph, padding_flops
+from distplan.api.experts import all_to_all_graph, check_dispatch, check_ep, expert_graph, padding_flops
 from distplan.api.problem import problem as make_problem
 from distplan.sim.symmetry import find_symmetry
 from distplan.costs.recompute import recomputed
@@ -97,6 +97,8 @@ class WhatIf:
     etp: int = 0                           # expert-tensor-parallel ranks (0: = tp)
     capacity_factor: float = 1.0           # routed rows per expert over the even share
     all_to_all_s: float = 0.0              # one token all-to-all (4 per MoE layer and microbatch)
+    dispatcher: str = "alltoall"           # the token dispatcher (costs.expert_parallel.DISPATCHERS)
+    routing: str = "uniform"               # how tokens pick experts (costs.expert_parallel.ROUTINGS)
 
     def table(self) -> str:
         p, s = self.problem, self.plan
@@ -114,6 +116,8 @@ class WhatIf:
             + (f", ep {self.ep}" if self.ep > 1 else "")
             + (f", etp {self.etp}" if self.etp and self.etp != st.tensor_parallel else "")
             + (f", capacity factor {self.capacity_factor:g}" if self.capacity_factor != 1 else "")
+            + (f", {self.dispatcher} dispatcher" if self.dispatcher != "alltoall" else "")
+            + (f", {self.routing} routing" if self.routing != "uniform" else "")
             + (f", offload {'+'.join(st.offload)}" if st.offload else "")
             + (", tp comm overlap" if st.tp_comm_overlap else ""),
             f"iteration        {self.iteration_s:.6g} s ({self.samples_per_s:.6g} samples/s per step; "
@@ -148,7 +152,8 @@ class WhatIf:
                 "exposed_comm_share": self.exposed_comm_share, "bubble_share": self.bubble_share,
                 "optimizer_s": self.sim.optimizer_s, "ring_exposed_s": list(self.ring_exposed_s),
                 "cp_comm": self.cp_comm, "ep": self.ep, "etp": self.etp or st.tensor_parallel,
-                "capacity_factor": self.capacity_factor, "all_to_all_s": self.all_to_all_s}
+                "capacity_factor": self.capacity_factor, "all_to_all_s": self.all_to_all_s,
+                "dispatcher": self.dispatcher, "routing": self.routing}
 
 
 def check_tp_divides_heads(workload: object, tp: int) -> None:
@@ -201,7 +206,8 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
            overlap_grad_reduce: bool = False, check_memory: bool = True, breakdown: bool = True,
            vp: int = 1, order: str = "tp-dp-pp", cp: int = 1, attention: str | None = None,
            cp_comm: str = "p2p", ep: int = 1, etp: int | None = None, capacity_factor: float = 1.0,
-           offload: tuple[str, ...] = (), tp_comm_overlap: bool = False) -> WhatIf:
+           offload: tuple[str, ...] = (), tp_comm_overlap: bool = False, dispatcher: str = "alltoall",
+           routing: str = "uniform") -> WhatIf:
     """Simulate one step of ``workload`` under dp x tp x pp (module docstring); ``vp`` > 1:
     Megatron's interleaved 1F1B with vp chunks per stage (the microbatches per replica a
     multiple of pp); ``order``: the device order (``costs.megatron.ORDERS``).
@@ -216,7 +222,9 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     exchange, ``p2p`` (a ring overlapped with attention) or ``all_gather`` (Llama 3's).
     ``ep`` > 1: expert parallelism, each of ep data-parallel ranks holding E / ep routed
     experts, ``etp`` of the tp ranks splitting each, experts padded to ``capacity_factor``
-    times their share (``costs.expert_parallel``). ``offload``: what every stage keeps in
+    times their share (``costs.expert_parallel``); ``dispatcher``: Megatron's alltoall (a
+    row per routed expert) or deepep (a row per destination rank, once a node over the
+    network), ``routing``: uniform or contiguous (AutoModel's fake balanced gate). ``offload``: what every stage keeps in
     host memory (``core.plan.OFFLOAD``, ``costs.offload``). ``tp_comm_overlap``: every linear
     layer's tensor-parallel collective pipelined with its GEMM (``costs.tp_overlap``; needs
     tp >= 2 and sequence parallelism, the checker says so by name)."""
@@ -227,6 +235,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
     attention = check_cp(workload, cp, attention, cp_comm)
     check_zero(zero, dp * cp)   # ZeRO shards over dp x cp replicas, as Megatron's
     etp = check_ep(workload, ep, etp, dp, tp, capacity_factor, zero)
+    dispatch = check_dispatch(workload, ep, dispatcher, routing)
     experts = ep > 1 or etp != tp or capacity_factor != 1
     if microbatch_size < 1:
         raise DistplanError(f"--microbatch-size must be >= 1, got {microbatch_size}")
@@ -258,7 +267,7 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
         ring = ring_exposed_s(bare, p, plan)
     a2a = 0.0
     if ep > 1:   # bare keeps the graph without the all-to-alls: free links free them too
-        moved, a2a = all_to_all_graph(p, plan, workload, ep, capacity_factor, cp)
+        moved, a2a = all_to_all_graph(p, plan, workload, ep, capacity_factor, cp, dispatch)
         p = make_problem(moved, p.topology, precisions=precs, microbatches=M, schedule=p.schedule)
     if recipe:
         plan = dataclasses.replace(plan, op_precision=fp8_training_precisions(p, "bf16"))
@@ -300,4 +309,4 @@ def whatif(workload: str, topology: str | Topology, dp: int, tp: int, pp: int, m
                                for v, op in enumerate(p.graph.ops))
     return WhatIf(p, plan, sim, it, global_batch / it, flops / it / len(used) / 1e12,
                   float(np.max(sim.peak_memory_bytes[used])), hw / it / len(used) / 1e12, *shares, global_batch, bound,
-                  order, cp, attention, ring, cp_comm, ep, etp, capacity_factor, a2a)
+                  order, cp, attention, ring, cp_comm, ep, etp, capacity_factor, a2a, dispatcher, routing)

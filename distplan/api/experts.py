@@ -1,4 +1,5 @@
-"""The what-if's expert parallelism (``--ep``, ``--etp``, ``--capacity-factor``): arguments
+"""The what-if's expert parallelism (``--ep``, ``--etp``, ``--capacity-factor``,
+``--ep-dispatcher``, ``--routing``): arguments
 checked at the edge, the graph of one expert-parallel rank, and its all-to-alls timed on
 the plan's groups (``costs.expert_parallel``; the design: docs/guides/whatif-and-simulator.md)."""
 from __future__ import annotations
@@ -7,7 +8,8 @@ import math
 
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.costs.expert_parallel import all_to_all_times, routed_row_elems, with_all_to_alls
+from distplan.costs.expert_parallel import (DISPATCHERS, ROUTINGS, Dispatch, all_to_all_times, routed_row_elems,
+                                            with_all_to_alls)
 from distplan.costs.problem import Problem
 from distplan.workloads.graph import Graph
 
@@ -59,6 +61,23 @@ def check_ep(workload: object, ep: int, etp: int | None, dp: int, tp: int, capac
     return etp
 
 
+def check_dispatch(workload: object, ep: int, dispatcher: str, routing: str) -> Dispatch:
+    """The dispatch of ``workload``'s tokens (``costs.expert_parallel.Dispatch``): a known
+    dispatcher and routing; other than Megatron's alltoall with uniform routing they need
+    --ep >= 2 (one rank moves no tokens)."""
+    if dispatcher not in DISPATCHERS:
+        raise DistplanError(f"--ep-dispatcher must be one of {', '.join(DISPATCHERS)}, got {dispatcher!r}")
+    if routing not in ROUTINGS:
+        raise DistplanError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+    if ep == 1:
+        if (dispatcher, routing) != ("alltoall", "uniform"):
+            raise DistplanError(f"--ep-dispatcher {dispatcher} / --routing {routing} move tokens between "
+                                "expert-parallel ranks: they need --ep >= 2")
+        return Dispatch()
+    cfg = _moe_config(workload)
+    return Dispatch(dispatcher, routing, cfg.experts, cfg.top_k)
+
+
 def expert_graph(workload: str, batch_size: int, seq_len: int | None, mode: str, cp: int, attention: str,
                  ep: int, etp: int, tp: int, capacity_factor: float) -> Graph:
     """One expert-parallel rank's graph of ``workload``: E / ep routed experts a layer at
@@ -72,11 +91,12 @@ def expert_graph(workload: str, batch_size: int, seq_len: int | None, mode: str,
 
 
 def all_to_all_graph(problem: Problem, plan: Plan, workload: str, ep: int, capacity_factor: float,
-                     cp: int = 1) -> tuple[Graph, float]:
+                     cp: int = 1, dispatch: Dispatch = Dispatch()) -> tuple[Graph, float]:
     """The rank's graph with each MoE layer's four all-to-alls on its expert ops, and the
     seconds of one (at the first precision)."""
     rows = routed_row_elems(workload, problem.graph, capacity_factor)
-    return with_all_to_alls(problem, plan, ep, rows, cp), all_to_all_times(problem, plan, ep, cp, rows, 0)
+    return (with_all_to_alls(problem, plan, ep, rows, cp, dispatch),
+            all_to_all_times(problem, plan, ep, cp, rows, 0, dispatch))
 
 
 def padding_flops(graph: Graph, unpadded: Graph, training: bool) -> float:

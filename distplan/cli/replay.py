@@ -30,7 +30,7 @@ from distplan.sim.trace import write_chrome_trace
 WHATIF_FLAGS = ("--dp", "--tp", "--pp", "--vp", "--microbatch-size", "--global-batch", "--precision", "--mode",
                 "--seq-len", "--schedule", "--recompute", "--sequence-parallel", "--zero", "--fsdp", "--dp-allreduce",
                 "--overlap-grad-reduce", "--order", "--cp", "--attention", "--cp-comm",
-                "--ep", "--etp", "--capacity-factor", "--offload", "--tp-comm-overlap", "--json")
+                "--ep", "--etp", "--capacity-factor", "--ep-dispatcher", "--routing", "--offload", "--tp-comm-overlap", "--json")
 #: the flags of a plan file's replay, refused without one
 REPLAY_FLAGS = ("--ideal", "--link-model")
 
@@ -114,6 +114,14 @@ def _main(argv: list[str] | None) -> int:
                    help="expert-tensor-parallel ranks: each expert split over etp of the tp ranks (default tp)")
     c.add_argument("--capacity-factor", type=float, default=1.0,
                    help="each expert's rows over its even share of the routed tokens (padding; default 1)")
+    c.add_argument("--ep-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
+                   help="token dispatcher of --ep: alltoall (Megatron's: a row per routed expert, the default) or "
+                        "deepep (DeepEP: a row per destination rank, over the network once a destination node, "
+                        "forwarded inside it)")
+    c.add_argument("--routing", choices=("uniform", "contiguous"), default="uniform",
+                   help="how tokens pick their experts (what --ep-dispatcher deepep sends): uniform (top-k drawn "
+                        "evenly, balanced; the default) or contiguous (token t to experts kt..kt+k-1: NeMo "
+                        "AutoModel's fake_balanced_gate)")
     c.add_argument("--offload", default="", metavar="WHAT,...",
                    help="keep in host memory, comma-separated: activations (each layer's saved activations between "
                         "its forward and backward, copied over the host link beside the compute), optimizer (fp32 "
@@ -196,7 +204,7 @@ def _whatif(args) -> int:
                    order=args.order, cp=args.cp, attention=args.attention,
                    cp_comm=args.cp_comm, ep=args.ep, etp=args.etp, capacity_factor=args.capacity_factor,
                    offload=tuple(x.strip() for x in args.offload.split(",") if x.strip()),
-                   tp_comm_overlap=args.tp_comm_overlap)
+                   tp_comm_overlap=args.tp_comm_overlap, dispatcher=args.ep_dispatcher, routing=args.routing)
         print(dumps_json(json_safe(w.to_json()), "the configuration", indent=1) if args.json else w.table())
         if args.trace:
             write_chrome_trace(simulate(w.problem, w.plan, SimOptions(trace=True)), w.problem, args.trace)
