@@ -59,17 +59,19 @@ class GridOptions:
     """What the grid searches besides dp x tp x pp: ``virtual_stages`` (interleaved 1F1B
     at these vp >= 2; none by default), ``context_parallel`` / ``expert_parallel`` (the cp
     / ep degrees besides 1; None: the cluster space's defaults, ``model.cluster_ranks``;
-    (): none). The names and meanings of ``SolveOptions``' fields of the same names."""
+    (): none), ``ep_dispatcher`` (how the ep points move tokens). The names and meanings of
+    ``SolveOptions``' fields of the same names."""
 
     virtual_stages: tuple[int, ...] = ()
     context_parallel: tuple[int, ...] | None = None
     expert_parallel: tuple[int, ...] | None = None
+    ep_dispatcher: str = "alltoall"
 
     @classmethod
     def of(cls, options) -> GridOptions:
         """The grid options of a ``SolveOptions`` (its fields of the same names)."""
         return cls(tuple(getattr(options, "virtual_stages", ()) or ()), getattr(options, "context_parallel", None),
-                   getattr(options, "expert_parallel", None))
+                   getattr(options, "expert_parallel", None), getattr(options, "ep_dispatcher", "alltoall"))
 
 
 class GridPoint(NamedTuple):
@@ -142,7 +144,7 @@ def grid_points(problem: Problem, microbatch_counts: Sequence[int] | None = None
     degrees; built from ``options`` when not given)."""
     options = options or GridOptions()
     if ranks is None:
-        ranks = GridRanks(problem, options.context_parallel, options.expert_parallel)
+        ranks = GridRanks(problem, options.context_parallel, options.expert_parallel, options.ep_dispatcher)
     D, V = len(device_paths(problem)[0][1]), problem.n_ops
     mbs = tuple(microbatch_counts or default_microbatch_counts(problem))
     policies = precision_policies(problem)
@@ -222,7 +224,7 @@ def space_line(problem: Problem, options: GridOptions | None = None, points: int
     """What the grid searches, one line (the baseline's progress line)."""
     options = options or GridOptions()
     if ranks is None:
-        ranks = GridRanks(problem, options.context_parallel, options.expert_parallel)
+        ranks = GridRanks(problem, options.context_parallel, options.expert_parallel, options.ep_dispatcher)
     what = ["dp x tp x pp", "microbatches " + "/".join(map(str, default_microbatch_counts(problem))),
             "precision " + "/".join(precision_policies(problem))]
     if problem.training:
@@ -244,7 +246,7 @@ def search(problem: Problem, budget_s: float, seed: int = 0, scorer: Scorer | No
     (``options``: ``GridOptions``, the cp / ep / vp it searches besides)."""
     tr = Tracker(problem, "grid", budget_s, scorer, sensitivity_budget, max_candidates, clock)
     options = options or GridOptions()
-    ranks = GridRanks(problem, options.context_parallel, options.expert_parallel)
+    ranks = GridRanks(problem, options.context_parallel, options.expert_parallel, options.ep_dispatcher)
     paths = device_paths(problem)
     points = grid_points(problem, microbatch_counts, options, ranks)
     tr.note(space_line(problem, options, len(points), ranks))

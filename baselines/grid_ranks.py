@@ -20,8 +20,10 @@ class GridRanks:
     """The cp / ep degrees of one grid and the timed problem of each point's groups
     (built once, on first use)."""
 
-    def __init__(self, problem: Problem, context_parallel=None, expert_parallel=None) -> None:
+    def __init__(self, problem: Problem, context_parallel=None, expert_parallel=None,
+                 dispatcher: str = "alltoall") -> None:
         self.problem = problem
+        self.dispatcher = dispatcher
         self.origin = zoo_origin(problem.graph) if problem.training else None
         self.cps: tuple[int, ...] = cp_degrees(problem, self.origin, context_parallel)
         self.eps: tuple[int, ...] = ep_degrees(problem, self.origin, expert_parallel)
@@ -40,7 +42,7 @@ class GridRanks:
             bare = self._bare_problem(cp, ep)
             try:
                 self._timed[key] = None if bare is None else \
-                    timed_problem(bare, self.origin, dp * cp, tp, pp, sp, cp, ep)
+                    timed_problem(bare, self.origin, dp * cp, tp, pp, sp, cp, ep, self.dispatcher)
             except DistplanError:
                 self._timed[key] = None
         return self._timed[key]

@@ -20,7 +20,7 @@ _TRAINING = "only the training search of the cluster and fleet spaces reads it"
 _TARGET = "only --objective sensitivity (the fleet space) reads it"
 _CPEP = "only the cluster space's training search reads it (model.cluster_ranks)"
 #: the cluster space's cp / ep degrees, read by no other space
-_RANKS = {"context_parallel": _CPEP, "expert_parallel": _CPEP}
+_RANKS = {"context_parallel": _CPEP, "expert_parallel": _CPEP, "ep_dispatcher": _CPEP}
 
 #: space -> option -> why that space does not read it
 NOT_READ: dict[str, dict[str, str]] = {
@@ -43,7 +43,8 @@ NOT_READ: dict[str, dict[str, str]] = {
 TRAINING_ONLY = {"microbatch_sizes": "the cluster space's inference search has one microbatch size",
                  "virtual_stages": "the interleaved schedule is for training",
                  "context_parallel": "context parallelism is searched for training",
-                 "expert_parallel": "expert parallelism is searched for training"}
+                 "expert_parallel": "expert parallelism is searched for training",
+                 "ep_dispatcher": "expert parallelism is searched for training"}
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SolveOptions)}
 

@@ -977,9 +977,10 @@ class RankSpaces:
     one bare space per (microbatch size, recipe, cp, ep) for the first bounds, one timed
     space per point's groups (problems shared by the recipes: plans of one problem)."""
 
-    def __init__(self, problem: Problem, precision: str, cps=None, eps=None):
+    def __init__(self, problem: Problem, precision: str, cps=None, eps=None, dispatcher: str = "alltoall"):
         self.origin = zoo_origin(problem.graph)
         self.precision = precision
+        self.dispatcher = dispatcher
         self.cps = cp_degrees(problem, self.origin, cps)
         self.eps = ep_degrees(problem, self.origin, eps)
         self.bounded: set[ClusterPoint] = set()   # points re-queued with their timed bound
@@ -1003,7 +1004,8 @@ class RankSpaces:
         sp = pt.sequence_parallel and pt.tp > 1
         key = (pt.microbatch_size, pt.cp, pt.ep, pt.replicas, pt.tp, pt.pp, sp)
         if key not in self._problems:
-            self._problems[key] = timed_problem(bare.pb, self.origin, pt.replicas, pt.tp, pt.pp, sp, pt.cp, pt.ep)
+            self._problems[key] = timed_problem(bare.pb, self.origin, pt.replicas, pt.tp, pt.pp, sp, pt.cp, pt.ep,
+                                                self.dispatcher)
         if key + (pt.precision,) not in self._spaces:
             self._spaces[key + (pt.precision,)] = self.space(self._problems[key], pt.precision, pt.ep)
         return self._spaces[key + (pt.precision,)]
@@ -1033,7 +1035,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
                  progress: Callable[[str], None] | None = None, deadline: float | None = None,
                  stop=None, microbatch_sizes=(), virtual_stages=(), clock: Clock | None = None,
                  context_parallel=None, expert_parallel=None, tp_comm_overlap: bool = False,
-                 fallback_timer: Callable | None = None) -> ClusterResult:
+                 fallback_timer: Callable | None = None, ep_dispatcher: str = "alltoall") -> ClusterResult:
     """The best plans of the declared space under the analytic iteration (module
     docstring); ``clock`` (core.clock: its limit and Ctrl-C) cuts the search short
     (without one: ``deadline``, a perf_counter instant, else ``time_limit_s``, and ``stop``).
@@ -1045,7 +1047,8 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
     ``tp_comm_overlap`` (training): also the sequence-parallel points with their
     tensor-parallel collectives pipelined with the GEMMs (``space_points``);
     ``fallback_timer`` (``SolveOptions.fallback_timer``): times the expert-parallel
-    options the analytic iteration refuses (without one their bound stands)."""
+    options the analytic iteration refuses (without one their bound stands); ``ep_dispatcher``:
+    how the ep points move tokens (``costs.expert_parallel``; balanced routing)."""
     t0 = time.perf_counter()
     if clock is None:
         clock = Clock.until(deadline if deadline is not None else t0 + time_limit_s, stop)
@@ -1060,7 +1063,7 @@ def plan_cluster(problem: Problem, time_limit_s: float = 120.0, top_k: int = 5,
         prec = training_precision(problem)
         variants = batch_variants(problem, microbatch_sizes)
         recipes = training_recipes(problem)
-        ranks = RankSpaces(problem, prec, context_parallel, expert_parallel)
+        ranks = RankSpaces(problem, prec, context_parallel, expert_parallel, ep_dispatcher)
         spaces, pts = {}, []
         for b, pb in variants.items():
             for cp, ep in itertools.product(ranks.cps, ranks.eps):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.context_parallel import kv_chunk_elems, with_kv_ring
-from distplan.costs.expert_parallel import expert_plan, routed_row_elems, with_all_to_alls
+from distplan.costs.expert_parallel import Dispatch, expert_plan, routed_row_elems, with_all_to_alls
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.workloads.graph import Graph
 
@@ -106,6 +106,14 @@ def rank_graph(graph: Graph, origin: ZooOrigin, cp: int, ep: int) -> Graph:
     return dataclasses.replace(moe, tp_divides=g.tp_divides)
 
 
+def dispatch(origin: ZooOrigin, dispatcher: str) -> Dispatch:
+    """How the zoo model ``origin`` moves its tokens under ``dispatcher`` (balanced routing)."""
+    from distplan.workloads.zoo import get_config
+    if dispatcher == "alltoall":
+        return Dispatch()
+    return Dispatch(dispatcher, "uniform", origin.experts, get_config(origin.name).top_k)
+
+
 def bare_problem(problem: Problem, origin: ZooOrigin, cp: int, ep: int) -> Problem:
     """The rank's problem without the exchanges: ``microbatches x cp`` microbatches."""
     if cp == ep == 1:
@@ -123,16 +131,17 @@ def skeleton_plan(problem: Problem, replicas: int, tp: int, pp: int, sp: bool, c
 
 
 def timed_problem(bare: Problem, origin: ZooOrigin, replicas: int, tp: int, pp: int, sp: bool, cp: int,
-                  ep: int) -> Problem:
+                  ep: int, dispatcher: str = "alltoall") -> Problem:
     """The bare problem with the K/V ring's exposed part on each attention core (cp > 1,
     Megatron-Core's p2p ring) and the all-to-alls on the expert ops (ep > 1), timed on the
-    point's groups: the what-if's problem of the same configuration."""
+    point's groups (``dispatcher``: ``costs.expert_parallel.DISPATCHERS``, balanced routing):
+    the what-if's problem of the same configuration."""
     plan = skeleton_plan(bare, replicas, tp, pp, sp, cp, ep)
     p = bare
     if cp > 1:
         g = with_kv_ring(p, plan, cp, kv_chunk_elems(origin.name, p.graph.batch_size, p.graph.seq_len))
         p = build_problem(g, p.topology, _options(bare, 1))
     if ep > 1:
-        g = with_all_to_alls(p, plan, ep, routed_row_elems(origin.name, p.graph, 1.0), cp)
+        g = with_all_to_alls(p, plan, ep, routed_row_elems(origin.name, p.graph, 1.0), cp, dispatch(origin, dispatcher))
         p = build_problem(g, p.topology, _options(bare, 1))
     return p

@@ -82,7 +82,8 @@ def search_cluster(problem: Problem, options: SolveOptions, clock: Clock) -> Sea
                        microbatch_sizes=sizes if problem.training else (),
                        virtual_stages=options.virtual_stages if problem.training else (),
                        context_parallel=options.context_parallel, expert_parallel=options.expert_parallel,
-                       tp_comm_overlap=options.tp_comm_overlap, fallback_timer=options.fallback_timer)
+                       tp_comm_overlap=options.tp_comm_overlap, fallback_timer=options.fallback_timer,
+                       ep_dispatcher=options.ep_dispatcher)
     best = res.plans[0]
     chosen = best.problem if best.problem is not None else problem
     # the report covers one problem: the winner's microbatch size

@@ -10,6 +10,7 @@ from distplan.core.validate import (check_bool, check_callable, check_choice, ch
                                     check_str)
 from distplan.core.plan import Plan
 from distplan.core.space import BoundKind, SearchResult
+from distplan.costs.expert_parallel import DISPATCHERS
 
 OBJECTIVES = ("throughput", "latency", "sensitivity")
 #: plan spaces: "pipeline" (the MILP: stages along device paths, per-op precision,
@@ -107,6 +108,11 @@ class SolveOptions:
     """Cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees
     to search besides 1 (each dividing the routed experts, and dp at each point); None:
     every divisor of the experts; (): ep 1 only."""
+    ep_dispatcher: str = "alltoall"
+    """Cluster space, training on a zoo mixture-of-experts model: how its ep points move
+    tokens (``costs.expert_parallel.DISPATCHERS``): Megatron's alltoall (a row per routed
+    expert) or DeepEP's (a row per destination rank, across nodes once a node), balanced
+    routing. A property of the system planned for, not searched."""
     tp_comm_overlap: bool = False
     """Cluster space, training: also search every sequence-parallel point with its
     tensor-parallel collectives pipelined with their GEMMs (``Stage.tp_comm_overlap``,
@@ -144,6 +150,7 @@ class SolveOptions:
             "context_parallel": check_ints(name + "context_parallel", self.context_parallel, optional=True),
             "expert_parallel": check_ints(name + "expert_parallel", self.expert_parallel, optional=True),
             "tp_comm_overlap": check_bool(name + "tp_comm_overlap", self.tp_comm_overlap),
+            "ep_dispatcher": check_choice(name + "ep_dispatcher", self.ep_dispatcher, DISPATCHERS),
         }
         for k, v in fix.items():
             object.__setattr__(self, k, v)

@@ -216,3 +216,44 @@ def test_the_untimed_bound_of_expert_reductions_is_below_their_timing():
         assert estimate_iteration(q, plan, above_s=t * 1.5).iteration_s == t
         n += 1
     assert n >= 6
+
+
+def test_the_deepep_dispatcher_times_ep_points_as_the_whatif_does():
+    """--ep-dispatcher deepep: a point's timed problem carries the what-if's all-to-all
+    of the same groups (ep 4 over 2 nodes of 2: the network phase of each rail pair
+    carries a token once a node), below the alltoall dispatcher's; the search's plans
+    simulate as it times them."""
+    from distplan.api.configs import whatif
+    from distplan.model.cluster_ranks import bare_problem, timed_problem
+    topo = _topology(2, 2)
+    p = _problem(MOE, topo, 4, 64)
+    origin = zoo_origin(p.graph)
+    bare = bare_problem(p, origin, 1, 4)
+    kw = dict(dp=4, tp=1, pp=1, global_batch=4, seq_len=64, attention="flash", ep=4, breakdown=False,
+              check_memory=False)
+    for d in ("alltoall", "deepep"):
+        mine = timed_problem(bare, origin, 4, 1, 1, False, 1, 4, d)
+        theirs = whatif(MOE, topo, dispatcher=d, **kw).problem
+        v = mine.graph.index("l0.ffn1")
+        assert mine.fwd_time_s[v, 0, 0] == pytest.approx(float(theirs.fwd_time_s[theirs.graph.index("l0.ffn1"), 0, 0]),
+                                                         rel=1e-12), d
+    deep = timed_problem(bare, origin, 4, 1, 1, False, 1, 4, "deepep")
+    flat = timed_problem(bare, origin, 4, 1, 1, False, 1, 4, "alltoall")
+    v = deep.graph.index("l0.ffn1")
+    assert deep.fwd_time_s[v, 0, 0] < flat.fwd_time_s[v, 0, 0]
+    r = plan_cluster(p, time_limit_s=600, top_k=4, microbatch_sizes=(), context_parallel=(), expert_parallel=(2, 4),
+                     ep_dispatcher="deepep")
+    for c in r.plans:
+        if c.point.ep > 1 and c.point.pp == 1:
+            assert simulate(c.problem, c.plan).iteration_s == pytest.approx(c.iteration_s, rel=1e-9)
+
+
+def test_the_ep_dispatcher_option_is_checked_and_read_by_the_cluster_space_only():
+    from distplan.model.applies import check_options_apply
+    from distplan.model.options import SolveOptions
+    with pytest.raises(DistplanError, match="ep_dispatcher"):
+        SolveOptions(ep_dispatcher="nccl")
+    p = _problem(MOE, _topology(1, 4), 4, 64)
+    check_options_apply(p, SolveOptions(ep_dispatcher="deepep"), "cluster")
+    with pytest.raises(DistplanError, match="SolveOptions.ep_dispatcher does not apply in the pipeline"):
+        check_options_apply(p, SolveOptions(ep_dispatcher="deepep"), "pipeline")

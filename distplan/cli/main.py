@@ -89,6 +89,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees to "
                         "search besides 1 (each dividing the experts and dp); default every divisor of the "
                         "experts; 'none': ep 1 only")
+    s.add_argument("--ep-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
+                   help="cluster space, training on a zoo mixture-of-experts model: how the expert-parallel points "
+                        "move tokens: alltoall (Megatron's: a row per routed expert, the default) or deepep (DeepEP: "
+                        "a row per destination rank, across nodes once a node; balanced routing)")
     s.add_argument("--tp-comm-overlap", action="store_true",
                    help="cluster space, training: also search each sequence-parallel point with its tensor-parallel "
                         "collectives pipelined with their GEMMs (Megatron's --tp-comm-overlap); off by default")
@@ -144,7 +148,8 @@ FLAG_OF = {"objective": "--objective", "space": "--space", "sensitivity_budget":
            "top_k": "--top-k", "time_limit_s": "--time-limit", "rel_gap": "--gap", "threads": "--threads",
            "seed": "--seed", "n_stages": "--stages", "coarsen_ops": "--coarsen",
            "microbatch_sizes": "--microbatch-sizes", "virtual_stages": "--virtual-stages",
-           "context_parallel": "--cp-degrees", "expert_parallel": "--ep-degrees", "tp_comm_overlap": "--tp-comm-overlap",
+           "context_parallel": "--cp-degrees", "expert_parallel": "--ep-degrees", "ep_dispatcher": "--ep-dispatcher",
+           "tp_comm_overlap": "--tp-comm-overlap",
            "batch_size": "--batch-size", "seq_len": "--seq-len", "attention": "--attention", "microbatches": "--microbatches",
            "precisions": "--precisions", "schedule": "--schedule", "low_bit_ops": "--low-bit-ops",
            "mode": "--mode", "profile": "--profile", "candidates": "--candidates", "budget_s": "--budget"}
@@ -212,7 +217,8 @@ def solve_options(args: argparse.Namespace, problem: api.Problem) -> api.SolveOp
     kw = dict(objective=args.objective, space=args.space, microbatch_sizes=_sizes(args.microbatch_sizes),
               virtual_stages=_virtual_stages(args.virtual_stages),
               context_parallel=_degrees(args.cp_degrees, "--cp-degrees"),
-              expert_parallel=_degrees(args.ep_degrees, "--ep-degrees"), tp_comm_overlap=args.tp_comm_overlap,
+              expert_parallel=_degrees(args.ep_degrees, "--ep-degrees"), ep_dispatcher=args.ep_dispatcher,
+              tp_comm_overlap=args.tp_comm_overlap,
               sensitivity_budget=api.sensitivity_budget_value(args.sensitivity_budget, problem),
               sensitivity_weight=args.sensitivity_weight, iteration_target=args.iteration_target,
               top_k=args.top_k, time_limit_s=args.time_limit,
@@ -359,7 +365,7 @@ def check_flags(args: argparse.Namespace) -> None:
                                 "trades sensitivity for simulated throughput; leave it out")
     if args.mode == "inference":
         refuse_flags(args, ("--iteration-target", "--microbatch-sizes", "--virtual-stages", "--cp-degrees",
-                            "--ep-degrees"),
+                            "--ep-degrees", "--ep-dispatcher"),
                      "in inference: only the training search (--mode training) of the cluster and fleet spaces "
                      "reads it")
     elif args.objective != "sensitivity":
@@ -370,7 +376,7 @@ def check_flags(args: argparse.Namespace) -> None:
                      "were measured at, so only that microbatch size is searched")
     if args.space == "pipeline":
         refuse_flags(args, ("--microbatch-sizes",), "with --space pipeline: the cluster and fleet spaces search them")
-        refuse_flags(args, ("--virtual-stages", "--cp-degrees", "--ep-degrees"),
+        refuse_flags(args, ("--virtual-stages", "--cp-degrees", "--ep-degrees", "--ep-dispatcher"),
                      "with --space pipeline: the cluster space searches them")
     if args.compare or args.pareto is not None:
         args.plan_out = None
