@@ -261,6 +261,14 @@ ROWS: tuple[Row, ...] = (
         "false (the parameters stay gathered from a forward to its backward: ZeRO-2's traffic); 61 layers in "
         "pp 4 x vp 8 = 32 chunks (the recipe's layers_per_stage 2), split by the zoo's balanced rule; MLA "
         "simulated as standard attention of the same FLOPs (workloads.zoo)"),
+    Row("M5", source=AUTOMODEL, url=AUTOMODEL_URL, table="Pre-Training, DeepSeek V3 671B (1024 GPUs, PP 4, VP 8, "
+        "EP 64, GBS 8192)", model="deepseek-v3", hidden=7168, layers=61, heads=128, tp=1, pp=4, vp=8, dp=256, ep=64,
+        zero=2, microbatch=1, global_batch=8192, recompute="full", sequence_parallel=False, precision="bf16",
+        attention="flash", seq_len=4096, vocab=129280, kind="h100", metric="tokens_per_gpu_s", published=865.0,
+        stored=1369.366662141036, dispatcher="deepep", routing="contiguous",
+        note=_AUTOMODEL_NOTE.format(recipe="deepseek_v3_te_deepep_1024.yaml") + "; as M4, over 128 nodes, the "
+        "table's local batch 8 accumulated 4 times (32 microbatches a pipeline a step); the recipe file at the "
+        "version read states layers_per_stage 4 where the table states vp 8: the table's is run"),
 )
 BY_KEY = {r.key: r for r in ROWS}
 
