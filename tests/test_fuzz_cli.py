@@ -535,7 +535,8 @@ def run_solve_case(target: str, argv: list[str], quiet: bool) -> int:
                 limit = (n + 1) * budget   # the MILP and every baseline get the budget
         bound = max(limit, 0.0) * 1.1 + 3.0
         assert wall <= bound, f"{argv!r}: took {wall:.1f} s, over the time limit ({bound:.1f} s allowed)"
-        if rc == 0 and not (args.list or args.describe or args.compare) and args.plan_out:
+        # --pareto prints and plots its frontier and writes no plan (cli.main drops plan_out)
+        if rc == 0 and not (args.list or args.describe or args.compare) and args.pareto is None and args.plan_out:
             assert_plan_file_ok(Path(args.plan_out), argv, args.sensitivity_budget)
         if rc == 0 and args.json and not (args.list or args.describe):
             json.loads(out)
