@@ -20,6 +20,7 @@ from distplan.cli.args import (Parser, check_distinct, check_output_file, check_
                                ensure_std_streams, flush_stdout, io_error, process_started_at, refuse_flags)
 from distplan.core.schedules import SCHEDULES
 from distplan.workloads.zoo.attention import ATTENTION
+from distplan.costs.expert_parallel import DISPATCHERS
 from distplan.core.validate import check_float
 from distplan.model.applies import check_options_apply
 from distplan.model.spaces import resolve_space
@@ -89,7 +90,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "solve.py") -> argpars
                    help="cluster space, training on a zoo mixture-of-experts model: expert-parallel degrees to "
                         "search besides 1 (each dividing the experts and dp); default every divisor of the "
                         "experts; 'none': ep 1 only")
-    s.add_argument("--ep-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
+    s.add_argument("--ep-dispatcher", choices=DISPATCHERS, default="alltoall",
                    help="cluster space, training on a zoo mixture-of-experts model: how the expert-parallel points "
                         "move tokens: alltoall (Megatron's: a row per routed expert, the default) or deepep (DeepEP: "
                         "a row per destination rank, across nodes once a node; balanced routing)")

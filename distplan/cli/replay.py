@@ -20,6 +20,7 @@ from distplan.core.interrupt import exit_status, signal_name, stop_on_interrupt
 from distplan.core.plan import plan_from_dict, read_plan_json
 from distplan.api.pipeline import simulated_overflow
 from distplan.costs.check import check_plan
+from distplan.costs.expert_parallel import DISPATCHERS, ROUTINGS
 from distplan.costs.plan_file import problem_from_document
 from distplan.costs.sharding import ZERO_LEVELS, check_zero
 from distplan.sim import SimOptions, simulate
@@ -114,11 +115,11 @@ def _main(argv: list[str] | None) -> int:
                    help="expert-tensor-parallel ranks: each expert split over etp of the tp ranks (default tp)")
     c.add_argument("--capacity-factor", type=float, default=1.0,
                    help="each expert's rows over its even share of the routed tokens (padding; default 1)")
-    c.add_argument("--ep-dispatcher", choices=("alltoall", "deepep"), default="alltoall",
+    c.add_argument("--ep-dispatcher", choices=DISPATCHERS, default="alltoall",
                    help="token dispatcher of --ep: alltoall (Megatron's: a row per routed expert, the default) or "
                         "deepep (DeepEP: a row per destination rank, over the network once a destination node, "
                         "forwarded inside it)")
-    c.add_argument("--routing", choices=("uniform", "contiguous"), default="uniform",
+    c.add_argument("--routing", choices=ROUTINGS, default="uniform",
                    help="how tokens pick their experts (what --ep-dispatcher deepep sends): uniform (top-k drawn "
                         "evenly, balanced; the default) or contiguous (token t to experts kt..kt+k-1: NeMo "
                         "AutoModel's fake_balanced_gate)")
