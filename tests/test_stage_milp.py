@@ -242,3 +242,16 @@ def test_a_milp_left_past_its_limit_says_so_and_is_not_used_again(monkeypatch):
     assert milp.solve(1.0) is None
     assert (milp.status, milp.abandoned, milp.bound_s) == ("kTimeLimit", True, -math.inf)
     assert milp.solve(1.0) is None and len(calls) == 1
+
+
+def test_a_sizes_row_claims_no_iteration_an_untimed_option_may_beat():
+    """``row_iteration``: every option timed, the least; some left out (proven at least
+    the K-th's iteration) and the timed ones above that, only the lower bound."""
+    from distplan.model.stage_space import reduction_options, row_iteration
+    assert row_iteration([(None, 0.30), (None, 0.28)], 2, 0.25) == {"iteration_s": 0.28}
+    assert row_iteration([(None, 0.367)], 4, 0.2831) == {"iteration_s": None, "iteration_at_least_s": 0.2831}
+    assert row_iteration([(None, 0.27)], 4, 0.2831) == {"iteration_s": 0.27}   # below the cut: the best
+    assert row_iteration([], 1, 0.5) == {"iteration_s": None, "iteration_at_least_s": 0.5}
+    from distplan.model.stage_terms import StageConfig
+    assert len(reduction_options([StageConfig(2, 1), StageConfig(1, 4)])) == 4   # a stage with replicas
+    assert reduction_options([StageConfig(8, 1)]) == [("ring", False)]
