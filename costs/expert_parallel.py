@@ -102,6 +102,16 @@ class Dispatch:
             raise DistplanError(f"unknown routing {self.routing!r}; choose one of {', '.join(ROUTINGS)}")
 
 
+def model_dispatch(workload: str, dispatcher: str, routing: str = "uniform") -> Dispatch:
+    """How the zoo mixture-of-experts model ``workload`` moves its tokens: ``dispatcher``
+    and ``routing`` with its routed experts and top-k (Megatron's alltoall needs neither)."""
+    if (dispatcher, routing) == ("alltoall", "uniform"):
+        return Dispatch()
+    from distplan.workloads.zoo import get_config
+    cfg = get_config(workload)
+    return Dispatch(dispatcher, routing, cfg.experts, cfg.top_k)
+
+
 def token_destinations(experts: int, top_k: int, member_nodes: Sequence[int], routing: str) -> tuple[float, float]:
     """The distinct ranks and distinct nodes one token's top-k experts lie on, on average,
     when member m of an expert-parallel group (on node ``member_nodes[m]``) holds experts

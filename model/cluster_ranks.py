@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan, Stage
 from distplan.costs.context_parallel import kv_chunk_elems, with_kv_ring
-from distplan.costs.expert_parallel import Dispatch, expert_plan, routed_row_elems, with_all_to_alls
+from distplan.costs.expert_parallel import expert_plan, model_dispatch, routed_row_elems, with_all_to_alls
 from distplan.costs.problem import Problem, ProblemOptions, build_problem
 from distplan.workloads.graph import Graph
 
@@ -106,14 +106,6 @@ def rank_graph(graph: Graph, origin: ZooOrigin, cp: int, ep: int) -> Graph:
     return dataclasses.replace(moe, tp_divides=g.tp_divides)
 
 
-def dispatch(origin: ZooOrigin, dispatcher: str) -> Dispatch:
-    """How the zoo model ``origin`` moves its tokens under ``dispatcher`` (balanced routing)."""
-    from distplan.workloads.zoo import get_config
-    if dispatcher == "alltoall":
-        return Dispatch()
-    return Dispatch(dispatcher, "uniform", origin.experts, get_config(origin.name).top_k)
-
-
 def bare_problem(problem: Problem, origin: ZooOrigin, cp: int, ep: int) -> Problem:
     """The rank's problem without the exchanges: ``microbatches x cp`` microbatches."""
     if cp == ep == 1:
@@ -142,6 +134,7 @@ def timed_problem(bare: Problem, origin: ZooOrigin, replicas: int, tp: int, pp: 
         g = with_kv_ring(p, plan, cp, kv_chunk_elems(origin.name, p.graph.batch_size, p.graph.seq_len))
         p = build_problem(g, p.topology, _options(bare, 1))
     if ep > 1:
-        g = with_all_to_alls(p, plan, ep, routed_row_elems(origin.name, p.graph, 1.0), cp, dispatch(origin, dispatcher))
+        g = with_all_to_alls(p, plan, ep, routed_row_elems(origin.name, p.graph, 1.0), cp,
+                             model_dispatch(origin.name, dispatcher))
         p = build_problem(g, p.topology, _options(bare, 1))
     return p

@@ -8,8 +8,8 @@ import math
 
 from distplan.core.errors import DistplanError
 from distplan.core.plan import Plan
-from distplan.costs.expert_parallel import (DISPATCHERS, ROUTINGS, Dispatch, all_to_all_times, routed_row_elems,
-                                            with_all_to_alls)
+from distplan.costs.expert_parallel import (DISPATCHERS, ROUTINGS, Dispatch, all_to_all_times, model_dispatch,
+                                            routed_row_elems, with_all_to_alls)
 from distplan.costs.problem import Problem
 from distplan.workloads.graph import Graph
 
@@ -74,8 +74,7 @@ def check_dispatch(workload: object, ep: int, dispatcher: str, routing: str) -> 
             raise DistplanError(f"--ep-dispatcher {dispatcher} / --routing {routing} move tokens between "
                                 "expert-parallel ranks: they need --ep >= 2")
         return Dispatch()
-    cfg = _moe_config(workload)
-    return Dispatch(dispatcher, routing, cfg.experts, cfg.top_k)
+    return model_dispatch(workload, dispatcher, routing)
 
 
 def expert_graph(workload: str, batch_size: int, seq_len: int | None, mode: str, cp: int, attention: str,
