@@ -80,19 +80,67 @@ def model_memory_bytes(t: StageTerms, K: int, split, configs) -> np.ndarray:
     return out
 
 
-def objective_lb_s(t: StageTerms, n_devices: int) -> float:
-    """A lower bound of the MILP's objective over every assignment of every depth, from
-    two of its rows: each unit at the config that minimises its share of the
-    device-weighted P row (``w (1 + d (n - 1) / N)``, the boundaries >= 0) plus its share
-    of O's device-weighted mean (``o d / N``; O >= O_k for every k, sum_k d_k <= N), among
-    the configs whose memory rows it fits alone (static + max(act, transient) <= cap);
-    E >= 0. inf when a unit fits none."""
+def _unit_shares(t: StageTerms, n_devices: int) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    """The pieces of ``objective_lb_s``: per (config, unit) the unit's share (inf where the
+    unit alone overflows the config's memory rows); per config c0 a lower bound of the
+    objective over the assignments whose first used stage (unit 0's) takes c0; per dp D
+    each unit's least share among the configs of dp <= D (the later stages' configs when
+    the first has dp D: dp never increases along the pipeline)."""
     d = np.array([c.devices for c in t.configs], dtype=float)[:, None]
+    dp = np.array([c.dp for c in t.configs])
     fits = t.static + np.maximum(t.act, t.transient) <= t.cap_bytes
     share = np.where(fits, (t.fwd + t.bwd) * (1 + d * (t.n[:, None] - 1) / n_devices) + t.opt_s * d / n_devices,
                      np.inf)
-    # the intercepts: sum_k (d_k / N) o0_k >= min(0, min_c o0_c)
-    return float(share.min(axis=0, initial=np.inf).sum()) + min(0.0, float(t.opt0_s.min(initial=0.0)))
+    least = {int(D): np.where((dp <= D)[:, None], share, np.inf).min(axis=0, initial=np.inf) for D in set(dp.tolist())}
+    # the intercepts: sum_k (d_k / N) o0_k >= (d_0 / N) o0_0 + (1 - d_0 / N) min(0, min_c o0_c)
+    low = min(0.0, float(t.opt0_s.min(initial=0.0)))
+    o0 = d[:, 0] / n_devices * t.opt0_s + (1 - d[:, 0] / n_devices) * low
+    if not share.shape[1]:
+        return share, o0, least
+    # E >= the first used stage's first bucket (before_k = 0 there)
+    first = share[:, 0] + np.maximum(0.0, t.red_first_s[:, 0] + t.red_first0_s)
+    rest = np.array([least[int(D)][1:].sum() for D in dp])
+    return share, first + rest + o0, least
+
+
+def objective_lb_s(t: StageTerms, n_devices: int) -> float:
+    """A lower bound of the MILP's objective over every assignment of every depth, from
+    its rows: each unit at the config that minimises its share of the device-weighted P
+    row (``w (1 + d (n - 1) / N)``, the boundaries >= 0) plus its share of O's
+    device-weighted mean (``o d / N``; O >= O_k for every k, sum_k d_k <= N), among the
+    configs whose memory rows it fits alone (static + max(act, transient) <= cap) and, for
+    the units after unit 0, whose dp is at most unit 0's config's (dp non-increasing);
+    E >= the first used stage's first bucket (``red_first``, at unit 0's config), else
+    >= 0; O's intercepts: unit 0's config's weighted, the others' at least min(0, least).
+    Minimised over unit 0's config; inf when a unit fits none."""
+    return float(_unit_shares(t, n_devices)[1].min(initial=np.inf))
+
+
+def config_lb_s(t: StageTerms, n_devices: int) -> np.ndarray:
+    """Per config c, a lower bound of the MILP's objective over the assignments where some
+    stage takes c (so c may be left out of a MILP whose cutoff it reaches): the greater
+    of two. (a) ``objective_lb_s`` with c on unit 0, or on another unit u while unit 0's
+    config has dp D >= c's (u's share at c instead of its least among dp <= D). (b) The
+    stage k at c holding some unit u: P >= sum_j t_j + (n_c - 1) t_k, sum_j t_j >= every
+    unit at its fastest config (u at c), t_k >= u's time at c, O >= O_k >= u's optimizer
+    slope at c plus c's intercept, E >= 0."""
+    share, by_first, least = _unit_shares(t, n_devices)
+    C, U = share.shape
+    if not U:
+        return by_first
+    dp = np.array([c.dp for c in t.configs])
+    a = by_first.copy()
+    if U > 1:
+        for D, low in least.items():
+            lead = by_first[dp == D].min(initial=np.inf)   # unit 0's config has dp D
+            later = dp <= D
+            a[later] = np.minimum(a[later], lead + (share[later, 1:] - low[1:]).min(axis=1))
+    fits = np.isfinite(share)
+    w = t.fwd + t.bwd
+    fastest = np.where(fits, w, np.inf).min(axis=0)
+    with np.errstate(invalid="ignore"):
+        at_c = np.nan_to_num(np.where(fits, t.n[:, None] * w - fastest + t.opt_s, np.inf), nan=np.inf).min(axis=1)
+    return np.maximum(a, float(fastest.sum()) + at_c + t.opt0_s)
 
 
 class _Builder:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,8 +37,8 @@ from distplan.costs.problem import Problem
 from distplan.model.cluster import _Space, batch_variants, plan_cluster, training_precision, training_recipes
 from distplan.model.options import DEFAULT_MICROBATCH_SIZES
 from distplan.model.progress import Log
-from distplan.model.stage_milp import (StageMilp, StageSolution, model_memory_bytes, model_objective_s,
-                                      objective_lb_s)
+from distplan.model.stage_milp import (StageMilp, StageSolution, config_lb_s, model_memory_bytes,
+                                      model_objective_s, objective_lb_s)
 from distplan.model.stage_terms import (StageConfig, StageTerms, mixed_recipes, recipe_spaces, stage_configs,
                                        stage_terms, undominated)
 
@@ -273,20 +273,22 @@ def solve_checked(pb: Problem, spaces, t: StageTerms, milp: StageMilp, budget_s,
 @dataclass
 class _Point:
     """One outer point (a microbatch size) made ready: its problem, recipe spaces, terms,
-    depth, the best start, the MILP's lower bound (``objective_lb_s``)."""
+    depth, the MILP's lower bound (``objective_lb_s``), the seconds spent on it and, once
+    ``with_start`` ran, the best start (None: none fits)."""
 
     pb: Problem
     spaces: dict
     t: StageTerms
     K: int
-    start: tuple[float, list[int], list[int]] | None
     lb_s: float
     seconds: float
+    uniform: list   # the cluster space's plans in the declared space, as (split, configs) of t
+    start: tuple[float, list[int], list[int]] | None = None
 
 
 def _prepare(pb: Problem, prec: str, plans, max_stages: int, made: dict | None = None) -> _Point:
     """The outer point of ``pb`` (``made``: recipe -> the cluster search's spaces of it,
-    their work tables reused)."""
+    their work tables reused), its start not yet sought (``with_start``)."""
     t1 = time.perf_counter()
     made = made or {}
     space = made.get("") or _Space(pb, prec)
@@ -295,8 +297,35 @@ def _prepare(pb: Problem, prec: str, plans, max_stages: int, made: dict | None =
         spaces = {"": space}
     t, index = undominated(stage_terms(pb, spaces, stage_configs(pb, recipes=tuple(spaces))))
     K = min(len(space.units), pb.n_devices, max_stages)
-    start = best_start(pb, spaces, t, uniform_starts(t, index, space, plans, K))
-    return _Point(pb, spaces, t, K, start, objective_lb_s(t, pb.n_devices), time.perf_counter() - t1)
+    return _Point(pb, spaces, t, K, objective_lb_s(t, pb.n_devices), time.perf_counter() - t1,
+                  uniform_starts(t, index, space, plans, K))
+
+
+def with_start(q: _Point) -> _Point:
+    """``q`` with its best start (``best_start``), its seconds counted."""
+    t1 = time.perf_counter()
+    q.start = best_start(q.pb, q.spaces, q.t, q.uniform)
+    q.seconds += time.perf_counter() - t1
+    return q
+
+
+def narrowed(q: _Point, cutoff_s: float, held_plans=None) -> tuple[StageTerms, tuple | None, dict | None]:
+    """The terms the MILP of ``q`` needs below ``cutoff_s``: without the configs whose own
+    lower bound (``stage_milp.config_lb_s``) reaches it (the start's always kept, so
+    HiGHS may start there), with the start and, when the start is the incumbent,
+    ``held_plans`` (its ``evaluate``) keyed in the kept configs' indices."""
+    keep = config_lb_s(q.t, q.pb.n_devices) < cutoff_s
+    if q.start is not None:
+        keep[list(q.start[2])] = True
+    idx = np.flatnonzero(keep)
+    if len(idx) == len(q.t.configs):
+        t, start = q.t, q.start
+    else:
+        pos = {int(c): i for i, c in enumerate(idx)}
+        t = q.t.take(idx)
+        start = None if q.start is None else (q.start[0], q.start[1], [pos[c] for c in q.start[2]])
+    known = None if held_plans is None or start is None else {(tuple(start[1]), tuple(start[2])): held_plans}
+    return t, start, known
 
 
 def _label(t: StageTerms, split, configs) -> str:
@@ -353,19 +382,24 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
         points.append(_prepare(pb, prec, [c for c in cl.plans if (c.problem or problem).graph.batch_size
                                           == pb.graph.batch_size], max_stages,
                                {r: x for (a, r), x in cl.spaces.items() if a == b}))
-    points.sort(key=lambda q: q.start[0] if q.start is not None else math.inf)
     held = None   # the point of the least objective of a checked plan (the incumbent), and its plans
 
     def above_s() -> float:   # a plan at least the top_k-th candidate's iteration cannot enter the top_k
         its = sorted(c.iteration_s for c in uniform + found)
         return its[top_k - 1] if len(its) >= top_k else math.inf
 
-    for q in points:   # the best start the checker accepts: the first cutoff
+    # the starts, in increasing lower bound, while that lies below the least start the
+    # checker accepts (the first cutoff): a size past it is pruned, its start not needed
+    points.sort(key=lambda q: q.lb_s)
+    for q in points:
+        if q.lb_s >= incumbent or left_s() <= 0:
+            break
+        with_start(q)
         if q.start is not None and q.start[0] < incumbent:
             got = evaluate(q.pb, q.spaces, q.start[1], [q.t.configs[c] for c in q.start[2]], above_s())
             if got is not None:
                 incumbent, held = q.start[0], (q, got)
-                break
+    points.sort(key=lambda q: q.start[0] if q.start is not None else math.inf)
     for left, q in zip(range(len(points), 0, -1), points):
         b = q.pb.graph.batch_size
         if left_s() <= 0:
@@ -381,28 +415,34 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             say(f"stage space: microbatch size {b}, up to {q.K} stages: pruned, its bound {q.lb_s:.6g} s reaches "
                 f"the incumbent {incumbent:.6g} s")
             continue
-        milp = StageMilp(t, q.K, q.pb.n_devices)
-        milp.stop = clock.stop   # Ctrl-C interrupts HiGHS and keeps the best plan so far
-        row.update(runs=len(milp.runs), binaries=milp.n_binaries, rows=milp.n_rows)
-        end = time.perf_counter() + min(MILP_LIMIT_S, left_s() / left)   # for all its re-solves
-        sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(), left_s()),
-                                          rel_gap, cutoff_s=incumbent, start=q.start,
-                                          known={(tuple(q.start[1]), tuple(q.start[2])): held[1]}
-                                          if held is not None and held[0] is q else None, above_s=above_s)
-        if not milp.status:   # the budget left no time for a solve
-            milp.status = f"not solved ({why()})"
-        if milp.abandoned or milp.status == "kTimeLimit" or milp.status.startswith("not solved"):
-            # left running (Ctrl-C or past its limit), stopped or never run: the bound is at
-            # least the size's own lower bound
-            milp.bound_s = max(milp.bound_s, q.lb_s)
-        if held is not None and held[0] is q and (sol is None or sol.objective_s > q.start[0]):
-            # nothing found below this size's own start, the incumbent (kInfeasible, or a
-            # worse solution of HiGHS's heuristics: proven within the bound)
-            sol = StageSolution(tuple(q.start[1]), tuple(q.start[2]), q.start[0], milp.bound_s,
-                                f"{milp.status} below the start")
-            got = held[1]
+        mine = held is not None and held[0] is q   # this size holds the incumbent, its start
+        t, start, known = narrowed(q, incumbent, held[1] if mine else None)
+        row["configs_milp"] = len(t.configs)
+        if mine and q.lb_s >= incumbent * (1 - rel_gap):
+            # the start is within the gap of the size's own lower bound: proven, no MILP
+            sol = StageSolution(tuple(start[1]), tuple(start[2]), start[0], q.lb_s, "start within the bound")
+            got, refused, status, bound = held[1], 0, sol.status, q.lb_s
+        else:
+            milp = StageMilp(t, q.K, q.pb.n_devices)
+            milp.stop = clock.stop   # Ctrl-C interrupts HiGHS and keeps the best plan so far
+            row.update(runs=len(milp.runs), binaries=milp.n_binaries, rows=milp.n_rows)
+            end = time.perf_counter() + min(MILP_LIMIT_S, left_s() / left)   # for all its re-solves
+            sol, got, refused = solve_checked(q.pb, q.spaces, t, milp, lambda: min(end - time.perf_counter(),
+                                                                                  left_s()),
+                                              rel_gap, cutoff_s=incumbent, start=start, known=known, above_s=above_s)
+            status = milp.status or f"not solved ({why()})"   # "": the budget left no time for a solve
+            bound = milp.bound_s
+            if milp.abandoned or status == "kTimeLimit" or status.startswith("not solved"):
+                # left running (Ctrl-C or past its limit), stopped or never run: the bound is
+                # at least the size's own lower bound
+                bound = max(bound, q.lb_s)
+            if mine and (sol is None or sol.objective_s > start[0]):
+                # nothing found below this size's own start, the incumbent (kInfeasible, or a
+                # worse solution of HiGHS's heuristics: proven within the bound)
+                sol = StageSolution(tuple(start[1]), tuple(start[2]), start[0], bound, f"{status} below the start")
+                got = held[1]
         row["refused"] = refused
-        row["status"], row["bound_s"] = (sol.status, sol.bound_s) if sol is not None else (milp.status, milp.bound_s)
+        row["status"], row["bound_s"] = (sol.status, sol.bound_s) if sol is not None else (status, bound)
         if sol is not None:
             label = _label(t, sol.split, sol.configs)
             found += [StagePlan(p, it, sol.objective_s, f"stages: {label}", q.pb) for p, it in got]
@@ -412,30 +452,39 @@ def plan_stages(problem: Problem, clock: Clock, top_k: int = 5, microbatch_sizes
             incumbent = min(incumbent, sol.objective_s)
         row["seconds"] = time.perf_counter() - t1 + q.seconds
         rows.append(row)
-        if milp.status == "kInterrupt":
+        if status == "kInterrupt":
             cut.append(f"stage space: microbatch size {b}: the MILP was interrupted"
                        + (f", bound {row['bound_s']:.6g} s" if math.isfinite(row["bound_s"]) else ""))
-        if milp.status.startswith("not solved"):
-            cut.append(f"stage space: microbatch size {b}: {milp.status}")
-        if milp.status == "kTimeLimit":
+        if status.startswith("not solved"):
+            cut.append(f"stage space: microbatch size {b}: {status}")
+        if status == "kTimeLimit":
             above = row.get("objective_s", row["cutoff_s"])
             cut.append(f"stage space: microbatch size {b}: the MILP stopped at its time limit"
                        + (f" ({why()})" if why().startswith("MILP budget") else "")
                        + f", bound {row['bound_s']:.6g} s against {above:.6g} s")
         if "plan" in row:
             what = f"{row['objective_s']:.6g} s, bound {row['bound_s']:.6g} s ({row['plan']})"
-        elif milp.status == "kInfeasible" and math.isfinite(row["cutoff_s"]):
+        elif status == "kInfeasible" and math.isfinite(row["cutoff_s"]):
             what = f"none below the incumbent {row['cutoff_s']:.6g} s (proven)"
         else:
-            what = f"no plan ({milp.status})"
+            what = f"no plan ({status})"
         say(f"stage space: microbatch size {b}, up to {q.K} stages: {what} in {row['seconds']:.2f} s")
     rows.sort(key=lambda r: r["microbatch_size"])
     # the cluster space's plans all stay (so its best simulated plan is among those ranked,
     # and the stage space never does worse in the simulator), with the MILP's plans that
     # would enter its top K by the estimate beside them
+    # (a MILP plan equal to one of them is that plan, simulated once, with its MILP objective)
     found.sort(key=lambda c: c.iteration_s)
     kth = uniform[top_k - 1].iteration_s if len(uniform) >= top_k else math.inf
-    cands = sorted(uniform + [c for c in found[:top_k] if c.iteration_s < kth], key=lambda c: c.iteration_s)
+    fresh = []
+    for c in found[:top_k]:
+        same = next((i for i, u in enumerate(uniform) if u.problem.graph.batch_size == c.problem.graph.batch_size
+                     and u.plan == c.plan), None)
+        if same is not None:
+            uniform[same] = replace(uniform[same], model_s=c.model_s, label=f"{uniform[same].label} = {c.label}")
+        elif c.iteration_s < kth:
+            fresh.append(c)
+    cands = sorted(uniform + fresh, key=lambda c: c.iteration_s)
     counts = {"points": cl.points, "visited": cl.solved, "pruned": cl.pruned, "infeasible": cl.infeasible,
               "precision": cl.precision}   # the cluster search's, as the report reads them
     return StageResult(cands, cl.plans[0].iteration_s, cl.bound_s, [counts, *rows], cut,

@@ -118,11 +118,41 @@ class StageTerms:
     n: np.ndarray
     cap_bytes: float
 
+    def take(self, keep) -> StageTerms:
+        """The terms of the configs ``keep`` (indices, in that order)."""
+        keep = np.asarray(keep, dtype=np.int64)
+        per = {f: getattr(self, f)[keep] for f in _PER_CONFIG}
+        return StageTerms(tuple(self.configs[int(c)] for c in keep), **per, cap_bytes=self.cap_bytes)
+
+
+#: the arrays of ``StageTerms`` with one row (or entry) per config
+_PER_CONFIG = ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s", "opt_s", "cut_s",
+               "red0_s", "red_first0_s", "opt0_s", "n")
+
 
 def _affine(f, x: float) -> tuple[float, float]:
     """(intercept, slope) of an affine f on (0, inf): f(x) and f(2x)."""
     a, b = f(x), f(2 * x)
     return 2 * a - b, (b - a) / x
+
+
+def _reduction_fits(problem: Problem, tp: int, dp: int, zero: int) -> tuple[float, float, float, float, float, float]:
+    """A stage of ``dp`` replicas at ``tp``: its overlapped reduction's (latency, seconds
+    per byte of a rank's gradients), its first bucket's chain (intercept, slope) and, under
+    ZeRO, the parameters' all-gather after the step (intercept, slope; else 0, 0).
+
+    Every bucket is streamed over the busiest link (the rings of every tp rank where they
+    share links, as costs.iteration times them), a lower bound of the transfer-by-transfer
+    timing; the closed form's slope charged each step the whole route, twice the link's on
+    two-link hops (tp 8 x dp 8 on a100x128: 0.1062 against 0.0531 s for 14 layers of
+    gpt3-6.7b). The flat ring's or the hierarchical reduction's, whichever streams faster
+    (costs.reduction_bound.stage_stream; the estimate tries both). The first op's bucket is
+    ready when the stage's backward ends: one chain of its phases."""
+    ring = [j * tp for j in range(dp)]
+    hier, lat, rate = stage_stream(problem, tp, dp, zero)
+    a1, s1 = _affine(lambda x: gradient_reduction_parts(problem, ring, x, hier, zero)[0], _PROBE_BYTES)
+    ag0, ag = _affine(lambda x: all_gather_s(problem, ring, x), _PROBE_BYTES) if zero else (0.0, 0.0)
+    return lat, rate, a1, s1, ag0, ag
 
 
 def cut_bytes(problem: Problem, space: _Space) -> np.ndarray:
@@ -166,6 +196,9 @@ def stage_terms(problem: Problem, spaces, configs: list[StageConfig]) -> StageTe
                              / kind.mem_bw_bytes_per_s for w in w8])
         launches[r] = np.array([len(w) * CAST_KERNELS * kind.launch_overhead_s for w in w8])
     times: dict[tuple[int, bool, str, str], tuple[np.ndarray, np.ndarray]] = {}
+    fits: dict[tuple[int, int, int], tuple[float, ...]] = {}   # (tp, dp, zero) -> _reduction_fits
+    cut_at: dict[tuple[int, str], list[float]] = {}            # (tp, recipe) -> the boundaries' seconds
+    opt_launch, opt_slope = _affine(lambda x: optimizer_step_s(x, 0, kind), _PROBE_BYTES)   # Adam per parameter
     for i, c in enumerate(configs):
         space = by[c.precision]
         sp = c.sequence_parallel and c.tp > 1
@@ -180,29 +213,21 @@ def stage_terms(problem: Problem, spaces, configs: list[StageConfig]) -> StageTe
         arr["static"][i] = space.static_per_rank(c.tp, c.dp, c.zero)
         share = c.dp if c.zero and c.dp > 1 else 1
         elems = space.params / (c.tp * share)
-        launch, slope = _affine(lambda x: optimizer_step_s(x, 0, kind), _PROBE_BYTES)   # Adam per parameter
-        arr["opt_s"][i] = elems * slope + space.grads / (c.tp * share) * 2 / kind.mem_bw_bytes_per_s \
+        arr["opt_s"][i] = elems * opt_slope + space.grads / (c.tp * share) * 2 / kind.mem_bw_bytes_per_s \
             + casts[c.precision] / c.tp + launches[c.precision]
-        opt0[i] = launch
-        ring = [j * c.tp for j in range(c.dp)]
+        opt0[i] = opt_launch
         if c.dp > 1:
-            # every bucket: streamed over the busiest link (the rings of every tp rank
-            # where they share links, as costs.iteration times them), a lower bound of
-            # the transfer-by-transfer timing; the closed form's slope charged each step
-            # the whole route, twice the link's on two-link hops (tp 8 x dp 8 on
-            # a100x128: 0.1062 against 0.0531 s for 14 layers of gpt3-6.7b). The flat
-            # ring's or the hierarchical reduction's, whichever streams faster
-            # (costs.reduction_bound.stage_stream; the estimate tries both)
-            hier, lat, rate = stage_stream(problem, c.tp, c.dp, c.zero)
+            if (c.tp, c.dp, c.zero) not in fits:
+                fits[c.tp, c.dp, c.zero] = _reduction_fits(problem, c.tp, c.dp, c.zero)
+            lat, rate, a1, s1, ag0, ag = fits[c.tp, c.dp, c.zero]
             red0[i], arr["red_s"][i] = lat, rate * space.grads / c.tp
-            # the first op's bucket, ready when the stage's backward ends: one chain of its phases
-            a, s = _affine(lambda x: gradient_reduction_parts(problem, ring, x, hier, c.zero)[0], _PROBE_BYTES)
-            red10[i], arr["red_first_s"][i] = a, s * firsts[c.precision] / c.tp
-            if c.zero:   # ZeRO-1/2: the parameters' all-gather after the step
-                a, s = _affine(lambda x: all_gather_s(problem, ring, x), _PROBE_BYTES)
-                opt0[i] += a
-                arr["opt_s"][i] += s * space.grads / c.tp
-        arr["cut_s"][i] = [route_s(problem, 0, far, x / c.tp) if x > 0 else 0.0 for x in cuts[c.precision]]
+            red10[i], arr["red_first_s"][i] = a1, s1 * firsts[c.precision] / c.tp
+            opt0[i] += ag0
+            arr["opt_s"][i] += ag * space.grads / c.tp
+        if (c.tp, c.precision) not in cut_at:
+            cut_at[c.tp, c.precision] = [route_s(problem, 0, far, x / c.tp) if x > 0 else 0.0
+                                         for x in cuts[c.precision]]
+        arr["cut_s"][i] = cut_at[c.tp, c.precision]
     n = np.array([problem.microbatches // c.dp for c in configs], dtype=float)
     return StageTerms(tuple(configs), **arr, red0_s=red0, red_first0_s=red10, opt0_s=opt0, n=n, cap_bytes=space.cap)
 
@@ -239,6 +264,4 @@ def undominated(t: StageTerms) -> tuple[StageTerms, dict[StageConfig, int]]:
     keep = [k for k in range(C) if not beats[:, k].any()]
     pos = {k: i for i, k in enumerate(keep)}
     best = {cfg: pos.get(k, next((pos[j] for j in keep if beats[j, k]), -1)) for k, cfg in enumerate(t.configs)}
-    pick = {k: getattr(t, k)[keep] for k in ("fwd", "bwd", "static", "act", "transient", "first", "red_s", "red_first_s",
-                                              "opt_s", "cut_s", "red0_s", "red_first0_s", "opt0_s", "n")}
-    return StageTerms(tuple(t.configs[c] for c in keep), **pick, cap_bytes=t.cap_bytes), best
+    return t.take(keep), best

@@ -255,3 +255,35 @@ def test_a_sizes_row_claims_no_iteration_an_untimed_option_may_beat():
     from distplan.model.stage_terms import StageConfig
     assert len(reduction_options([StageConfig(2, 1), StageConfig(1, 4)])) == 4   # a stage with replicas
     assert reduction_options([StageConfig(8, 1)]) == [("ring", False)]
+
+
+@pytest.mark.parametrize("layers,shape,M,mem", [(3, (2, 2), 4, None), (2, (1, 4), 4, 3e8), (3, (2, 1), 2, None),
+                                                  (2, (2, 2), 8, 1.5e8)])
+def test_the_lower_bounds_hold_on_every_assignment_the_milp_may_take(layers, shape, M, mem):
+    """objective_lb_s <= every assignment's objective, and config_lb_s[c] <= that of every
+    assignment with a stage at c (the bound that leaves c out of a MILP), over all
+    assignments of up to 3 stages within the device budget, dp non-increasing, memory
+    rows kept, enumerated (the MILP's own objective, model_objective_s)."""
+    import itertools
+    import numpy as np
+    from distplan.model.stage_milp import config_lb_s, model_memory_bytes
+    p = _problem(layers, *shape, M, 32, mem)
+    t, _ = undominated(stage_terms(p, _Space(p, "bf16"), stage_configs(p)))
+    C, U = t.fwd.shape
+    lb, per = objective_lb_s(t, p.n_devices), config_lb_s(t, p.n_devices)
+    least = np.full(C, np.inf)
+    for K in range(1, min(3, U) + 1):
+        for cut in itertools.combinations(range(1, U), K - 1):
+            edges = (0, *cut, U)
+            split = [k for k, (a, b) in enumerate(zip(edges, edges[1:])) for _ in range(a, b)]
+            for cs in itertools.product(range(C), repeat=K):
+                if (sum(t.configs[c].devices for c in cs) > p.n_devices
+                        or any(t.configs[a].dp < t.configs[b].dp for a, b in zip(cs, cs[1:]))
+                        or (model_memory_bytes(t, K, split, cs) > t.cap_bytes).any()):
+                    continue
+                o = model_objective_s(t, K, split, list(cs))
+                for c in set(cs):
+                    least[c] = min(least[c], o)
+    assert np.isfinite(least).any()
+    assert lb <= least.min() * (1 + 1e-12)
+    assert (per <= least * (1 + 1e-12)).all()
